@@ -1,0 +1,58 @@
+"""Settings, built once from environment variables and CLI flags; nothing else reads os.environ."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import platformdirs
+
+ENV_PREFIX = "RECALL_"
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    database_url: str | None = None  # None: run the embedded PostgreSQL in data_dir
+    data_dir: Path = Path(platformdirs.user_data_dir("recall-server"))
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    max_body_bytes: int = 8 * 1024 * 1024
+    pool_min: int = 2
+    pool_max: int = 10
+    db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
+    migrate_on_start: bool = True
+    log_level: str = "info"
+
+
+# Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.
+ENV_NAMES = {
+    name: ("DATABASE_URL" if name == "database_url" else ENV_PREFIX + name.upper())
+    for name in Settings.__struct_fields__
+}
+
+
+def load(**flags: object) -> Settings:
+    """Settings from the environment, overridden by any flag that was given (not None)."""
+    raw: dict[str, object] = {}
+    for name, env in ENV_NAMES.items():
+        if os.environ.get(env):
+            raw[name] = os.environ[env]
+    raw.update({k: v for k, v in flags.items() if v is not None})
+    return msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
+
+
+def to_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes `load()` in a child process return these settings."""
+    env = {}
+    for name, var in ENV_NAMES.items():
+        value = getattr(settings, name)
+        if value is not None:
+            env[var] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+def _dec_hook(type_: type, value: object) -> object:
+    if type_ is Path and isinstance(value, str):
+        return Path(value).expanduser()
+    raise NotImplementedError

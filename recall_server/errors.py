@@ -1,0 +1,125 @@
+"""The whole error vocabulary, the SQLSTATE map, and rendering as RFC 9457 problem+json.
+
+    Problem (HTTP status, title, detail, optional extension members)
+     ├── BadRequest            400  malformed JSON, wrong types, bad cursor, bad limit/budget
+     ├── NotFound              404  unknown, malformed or wrong-kind ID; unknown route
+     ├── MethodNotAllowed      405  (carries Allow)
+     ├── Conflict              409  same ID created with a different body
+     ├── PayloadTooLarge       413  body over the configured limit
+     ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
+     ├── RangeNotSatisfiable   416  (carries Content-Range: bytes */N)
+     └── Unavailable           503  database down, pool exhausted, timeout (carries Retry-After)
+
+Anything else is a bug and becomes a logged 500 problem without internals in the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from recall_server import ids
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    status = 500
+    title = "Internal Server Error"
+    slug = "internal"
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+    def body(self, instance: str) -> dict[str, Any]:
+        return {
+            "type": f"urn:recall-server:problem:{self.slug}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "instance": instance,
+            **self.extra,
+        }
+
+
+class BadRequest(Problem):
+    status, title, slug = 400, "Bad Request", "bad-request"
+
+
+class NotFound(Problem):
+    status, title, slug = 404, "Not Found", "not-found"
+
+
+class MethodNotAllowed(Problem):
+    status, title, slug = 405, "Method Not Allowed", "method-not-allowed"
+
+
+class Conflict(Problem):
+    status, title, slug = 409, "Conflict", "conflict"
+
+
+class PayloadTooLarge(Problem):
+    status, title, slug = 413, "Content Too Large", "too-large"
+
+
+class RangeNotSatisfiable(Problem):
+    status, title, slug = 416, "Range Not Satisfiable", "range-not-satisfiable"
+
+
+class Unprocessable(Problem):
+    status, title, slug = 422, "Unprocessable Content", "unprocessable"
+
+
+class Unavailable(Problem):
+    status, title, slug = 503, "Service Unavailable", "unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, **extra)
+
+
+BY_STATUS: dict[int, type[Problem]] = {
+    cls.status: cls
+    for cls in (BadRequest, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+                RangeNotSatisfiable, Unprocessable, Unavailable)
+}
+
+
+def from_sqlstate(sqlstate: str | None, message: str) -> Problem | None:
+    """Map a database error class to the problem a client should see, or None for a bug."""
+    if not sqlstate:
+        return None
+    if sqlstate == "23505":
+        return Conflict("The object was created concurrently with a different body; retry to see it.")
+    if sqlstate == "40001" or sqlstate == "40P01":
+        return Unavailable("The write collided with a concurrent one; retry.", retry_after=0)
+    if sqlstate.startswith(("08", "53", "57")):
+        return Unavailable("The database is unavailable; retry shortly.")
+    if sqlstate in {"22021", "22P05"}:  # invalid byte sequence / untranslatable character
+        return BadRequest("The request contains text PostgreSQL cannot store (for example a NUL character).")
+    return None
+
+
+def not_found(value: str, expected_kind: str) -> NotFound:
+    """The loud miss: names the ID, and says where a wrong-kind ID actually lives."""
+    kind = ids.kind_of(value)
+    if kind is None:
+        return NotFound(
+            f"{value!r} is not a recall ID: expected <prefix>_<body> with prefix trg, thr, wkr or rpt "
+            "and a body of 1-64 characters from [A-Za-z0-9_-].",
+            id=value,
+        )
+    if kind != expected_kind:
+        return NotFound(
+            f"{value} is a {kind} ID, not a {expected_kind} ID; {kind}s live at {ids.href(value)}.",
+            id=value,
+            kind=kind,
+        )
+    return NotFound(f"No {expected_kind} with ID {value} exists.", id=value)
+
+
+def encode(problem: Problem, instance: str) -> bytes:
+    return msgspec.json.encode(problem.body(instance))

@@ -1,0 +1,47 @@
+"""Generate, parse and validate recall IDs (pure)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report"}
+PREFIX = {kind: prefix for prefix, kind in KINDS.items()}
+PLURAL = {"trigger": "triggers", "thread": "threads", "worker": "workers", "report": "reports"}
+
+ID_RE = re.compile(r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}\Z")
+ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}$"
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def pattern(kind: str) -> str:
+    """The JSON-schema pattern of one kind's IDs."""
+    return rf"^{PREFIX[kind]}_[A-Za-z0-9_-]{{1,64}}$"
+
+
+def kind_of(value: str) -> str | None:
+    """The kind a well-formed ID names, or None when the string is not an ID at all."""
+    if not isinstance(value, str) or not ID_RE.match(value):
+        return None
+    return KINDS[value[:3]]
+
+
+def href(value: str) -> str:
+    """The canonical path of a well-formed ID."""
+    return f"/{PLURAL[KINDS[value[:3]]]}/{value}"
+
+
+def new(kind: str) -> str:
+    """A fresh ULID-style ID: 48-bit millisecond time then 80 random bits, Crockford base32.
+
+    Time first makes generated IDs sort by creation; the random tail makes collisions
+    across processes practically impossible without any coordination.
+    """
+    n = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        n, r = divmod(n, 32)
+        chars.append(_CROCKFORD[r])
+    return f"{PREFIX[kind]}_{''.join(reversed(chars))}"

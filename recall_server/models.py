@@ -1,0 +1,273 @@
+"""msgspec Structs: the wire shapes published in openapi.yaml.
+
+Request Structs forbid unknown fields, so a typo is a 400, not a silently dropped field.
+Length limits are what keep every inline view inside the smallest allowed budget.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from recall_server import ids
+
+MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
+
+OneLine = r"^[^\x00-\x1f\x7f]*$"
+AnyId = Annotated[str, Meta(pattern=ids.ANY_ID_PATTERN, examples=["thr_pr_412"])]
+Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine)]
+Summary = Annotated[str, Meta(max_length=200, pattern=OneLine)]
+Name = Annotated[str, Meta(min_length=1, max_length=80, pattern=OneLine)]
+Source = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:/-]+$", examples=["github.check_run"])]
+Status = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+$", examples=["open", "merged", "closed"])]
+ContentType = Annotated[
+    str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$", examples=["text/plain"])
+]
+Links = Annotated[list[AnyId], Meta(max_length=MAX_LINKS)]
+
+
+class Request(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every request body."""
+
+
+class CreateTrigger(Request, kw_only=True):
+    id: AnyId | None = None
+    source: Source
+    thread_id: AnyId | None = None
+    summary: Summary
+    payload: Any = None
+    content_type: ContentType | None = None
+    neighbours: Links = []
+    occurred_at: datetime | None = None
+
+
+class CreateThread(Request, kw_only=True):
+    id: AnyId | None = None
+    title: Title
+    summary: Summary = ""
+    status: Status = "open"
+
+
+class UpdateThread(Request, kw_only=True):
+    title: Title | UnsetType = UNSET
+    summary: Summary | UnsetType = UNSET
+    status: Status | UnsetType = UNSET
+
+
+class CreateWorker(Request, kw_only=True):
+    id: AnyId | None = None
+    name: Name
+    summary: Summary = ""
+
+
+class AssignOwner(Request, kw_only=True):
+    worker_id: AnyId
+
+
+class CreateReport(Request, kw_only=True):
+    id: AnyId | None = None
+    thread_id: AnyId
+    summary: Summary
+    body: Any = None
+    content_type: ContentType | None = None
+    refs: Links = []
+
+
+class CreateNote(Request, kw_only=True):
+    summary: Summary
+    ref: AnyId | None = None
+
+
+# ---- responses -------------------------------------------------------------------------
+
+
+class Link(Struct, omit_defaults=True):
+    """A neighbour in the graph: its ID and, when the budget allows, its one-line summary."""
+
+    id: str
+    summary: str | UnsetType = UNSET
+    refs: list[str] | UnsetType = UNSET  # on a worker's reports: the trigger IDs each one cites
+
+
+class Event(Struct):
+    seq: int
+    type: str
+    at: datetime
+    summary: str
+    ref: str | None
+
+
+class Spill(Struct):
+    """A pointer to content that did not fit the inline view."""
+
+    href: str
+    bytes: int
+    content_type: str
+    preview: str
+    hint: str
+
+
+class Spilled(Struct, omit_defaults=True):
+    payload: Spill | UnsetType = UNSET
+    body: Spill | UnsetType = UNSET
+
+
+class TriggerView(Struct, omit_defaults=True):
+    id: str
+    source: str
+    thread_id: str | None
+    summary: str
+    content_type: str
+    neighbours: list[Link]
+    occurred_at: datetime
+    created_at: datetime
+    links: dict[str, str]
+    payload: Any | UnsetType = UNSET
+    spilled: Spilled | UnsetType = UNSET
+
+
+class ThreadView(Struct, omit_defaults=True):
+    id: str
+    title: str
+    summary: str
+    status: str
+    owner_workers: list[Link]
+    events: list[Event]
+    events_total: int
+    created_at: datetime
+    updated_at: datetime
+    links: dict[str, str]
+
+
+class WorkerView(Struct, omit_defaults=True):
+    id: str
+    name: str
+    summary: str
+    threads: list[Link]
+    threads_total: int
+    reports: list[Link]
+    reports_total: int
+    created_at: datetime
+    links: dict[str, str]
+
+
+class ReportView(Struct, omit_defaults=True):
+    id: str
+    worker_id: str
+    thread_id: str
+    summary: str
+    content_type: str
+    refs: list[Link]
+    created_at: datetime
+    links: dict[str, str]
+    body: Any | UnsetType = UNSET
+    spilled: Spilled | UnsetType = UNSET
+
+
+class ThreadIndexEntry(Struct):
+    id: str
+    title: str
+    status: str
+    summary: str
+    updated_at: datetime
+    href: str
+
+
+class ReportIndexEntry(Struct):
+    id: str
+    thread_id: str
+    summary: str
+    created_at: datetime
+    href: str
+
+
+class ThreadPage(Struct):
+    data: list[ThreadIndexEntry]
+    next_cursor: str | None
+    has_more: bool
+
+
+class EventPage(Struct):
+    data: list[Event]
+    next_cursor: str | None
+    has_more: bool
+
+
+class ReportPage(Struct):
+    data: list[ReportIndexEntry]
+    next_cursor: str | None
+    has_more: bool
+
+
+class Resolved(Struct):
+    id: str
+    type: str
+    href: str
+    summary: str
+
+
+class Health(Struct):
+    status: str
+
+
+class ProblemBody(Struct):
+    """RFC 9457 problem details, as every error is rendered."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+
+
+# ---- rows read from the database (internal, never on the wire) ----------------------------
+
+
+class TriggerRow(Struct):
+    id: str
+    source: str
+    thread_id: str | None
+    summary: str
+    content_type: str
+    size: int
+    head: bytes  # the whole content when it may fit the budget, else a preview-length prefix
+    occurred_at: datetime
+    created_at: datetime
+    neighbours: list[Link]
+
+
+class ThreadRow(Struct):
+    id: str
+    title: str
+    summary: str
+    status: str
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+    owners: list[Link]
+    events: list[Event]  # newest first
+
+
+class WorkerRow(Struct):
+    id: str
+    name: str
+    summary: str
+    created_at: datetime
+    threads_total: int
+    threads: list[Link]  # most recently assigned first
+    reports_total: int
+    reports: list[Link]  # newest first
+
+
+class ReportRow(Struct):
+    id: str
+    worker_id: str
+    thread_id: str
+    summary: str
+    content_type: str
+    size: int
+    head: bytes
+    created_at: datetime
+    refs: list[Link]

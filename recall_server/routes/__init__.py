@@ -1,0 +1,79 @@
+"""Thin HTTP handlers: typed input -> one service call -> Struct out. No SQL here."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from litestar import Request, Response
+from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+
+from recall_server import content, spill
+from recall_server.errors import PROBLEM_JSON
+from recall_server.models import ProblemBody
+from recall_server.service import Content, Recall
+
+TENANT = "default"  # one tenant until authentication lands; every query is already keyed by it
+
+Budget = Annotated[
+    int,
+    Parameter(
+        ge=spill.MIN_BUDGET, le=spill.MAX_BUDGET,
+        description="Upper bound, in bytes, of the inline view; what does not fit is spilled behind hrefs.",
+    ),
+]
+Limit = Annotated[int, Parameter(ge=1, le=500, description="Page size.")]
+Cursor = Annotated[str | None, Parameter(description="Opaque cursor from a previous page's next_cursor.")]
+
+_DESCRIPTIONS = {
+    400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",
+    404: "No object with this ID (unknown, malformed, or of another kind).",
+    409: "The ID already exists with a different body.",
+    413: "The request body is larger than the configured limit.",
+    416: "The byte range cannot be satisfied.",
+    422: "The body is well-formed but names a wrong-kind or missing (dangling) ID.",
+    503: "The database is unavailable or overloaded; retry after Retry-After seconds.",
+}
+
+
+def problems(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the problem+json errors a route can return."""
+    return {
+        status: ResponseSpec(
+            data_container=ProblemBody, media_type=PROBLEM_JSON, description=_DESCRIPTIONS[status],
+            generate_examples=False,
+        )
+        for status in statuses
+    }
+
+
+def recall(state: State) -> Recall:
+    return state.recall
+
+
+def created(view: Any, is_new: bool, location: str) -> Response[Any]:
+    """201 + Location for a new object; 200 with the existing object for an identical retry."""
+    return Response(view, status_code=201 if is_new else 200, headers={"Location": location})
+
+
+def paged(request: Request[Any, Any, Any], page: Any) -> Response[Any]:
+    """A page with an RFC 8288 Link to the next one when there is more."""
+    headers = {}
+    if page.has_more:
+        query = {k: v for k, v in request.query_params.items() if k != "cursor"}
+        query["cursor"] = page.next_cursor
+        headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
+    return Response(page, headers=headers)
+
+
+def serve_content(request: Request[Any, Any, Any], found: Content) -> Response[bytes]:
+    served = content.serve(
+        found.data, found.sha256,
+        if_none_match=request.headers.get("if-none-match"),
+        range_=request.headers.get("range"),
+        if_range=request.headers.get("if-range"),
+    )
+    return Response(served.data, status_code=served.status, media_type=found.content_type,
+                    headers=served.headers)

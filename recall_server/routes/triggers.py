@@ -1,0 +1,31 @@
+"""Triggers and their immutable payloads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+
+from recall_server import spill
+from recall_server.models import CreateTrigger, TriggerView
+from recall_server.routes import TENANT, Budget, created, problems, serve_content
+from recall_server.service import Recall
+
+
+@post("/triggers", status_code=201, responses=problems(400, 409, 413, 422, 503))
+async def create_trigger(data: CreateTrigger, recall: Recall) -> Response[TriggerView]:
+    is_new, view = await recall.create_trigger(TENANT, data)
+    return created(view, is_new, f"/triggers/{view.id}")
+
+
+@get("/triggers/{trigger_id:str}", responses=problems(400, 404, 503))
+async def get_trigger(trigger_id: str, recall: Recall, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
+    return await recall.get_trigger(TENANT, trigger_id, budget)
+
+
+@get("/triggers/{trigger_id:str}/payload", responses=problems(404, 416, 503))
+async def get_payload(trigger_id: str, request: Request[Any, Any, Any], recall: Recall) -> Response[bytes]:
+    return serve_content(request, await recall.get_payload(TENANT, trigger_id))
+
+
+ROUTES: list[Any] = [create_trigger, get_trigger, get_payload]

@@ -1,0 +1,49 @@
+"""Workers and the reports they file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+
+from recall_server import spill
+from recall_server.models import CreateReport, CreateWorker, ReportPage, ReportView, WorkerView
+from recall_server.routes import TENANT, Budget, Cursor, Limit, created, paged, problems, serve_content
+from recall_server.service import Recall
+
+
+@post("/workers", status_code=201, responses=problems(400, 409, 413, 422, 503))
+async def create_worker(data: CreateWorker, recall: Recall) -> Response[WorkerView]:
+    is_new, view = await recall.create_worker(TENANT, data)
+    return created(view, is_new, f"/workers/{view.id}")
+
+
+@get("/workers/{worker_id:str}", responses=problems(400, 404, 503))
+async def get_worker(worker_id: str, recall: Recall, budget: Budget = spill.DEFAULT_BUDGET) -> WorkerView:
+    return await recall.get_worker(TENANT, worker_id, budget)
+
+
+@get("/workers/{worker_id:str}/reports", responses=problems(400, 404, 503))
+async def list_reports(
+    worker_id: str, request: Request[Any, Any, Any], recall: Recall, cursor: Cursor = None, limit: Limit = 50
+) -> Response[ReportPage]:
+    return paged(request, await recall.list_reports(TENANT, worker_id, cursor, limit))
+
+
+@post("/workers/{worker_id:str}/reports", status_code=201, responses=problems(400, 404, 409, 413, 422, 503))
+async def create_report(worker_id: str, data: CreateReport, recall: Recall) -> Response[ReportView]:
+    is_new, view = await recall.create_report(TENANT, worker_id, data)
+    return created(view, is_new, f"/reports/{view.id}")
+
+
+@get("/reports/{report_id:str}", responses=problems(400, 404, 503))
+async def get_report(report_id: str, recall: Recall, budget: Budget = spill.DEFAULT_BUDGET) -> ReportView:
+    return await recall.get_report(TENANT, report_id, budget)
+
+
+@get("/reports/{report_id:str}/body", responses=problems(404, 416, 503))
+async def get_body(report_id: str, request: Request[Any, Any, Any], recall: Recall) -> Response[bytes]:
+    return serve_content(request, await recall.get_body(TENANT, report_id))
+
+
+ROUTES: list[Any] = [create_worker, get_worker, list_reports, create_report, get_report, get_body]

@@ -1,0 +1,331 @@
+"""One async function per operation: validates links, owns transactions, renders views."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+import msgspec
+
+from recall_server import ids, spill
+from recall_server.cursor import CursorCodec
+from recall_server.db import queries as q
+from recall_server.db.pool import Database
+from recall_server.errors import Conflict, Unprocessable, not_found
+from recall_server.models import (
+    AssignOwner,
+    CreateNote,
+    CreateReport,
+    CreateThread,
+    CreateTrigger,
+    CreateWorker,
+    Event,
+    EventPage,
+    MAX_LINKS,
+    ReportPage,
+    ReportView,
+    Request,
+    Resolved,
+    ThreadPage,
+    ThreadView,
+    TriggerView,
+    UpdateThread,
+    WorkerView,
+)
+
+Content = q.Content
+
+
+def _expect(kind: str, value: str) -> None:
+    """A path ID of the wrong shape or kind is a miss, decided without touching the database."""
+    if ids.kind_of(value) != kind:
+        raise not_found(value, kind)
+
+
+def _body_id(field: str, value: str, kind: str) -> None:
+    if ids.kind_of(value) != kind:
+        raise Unprocessable(
+            f"{field} must be a {kind} ID ({ids.PREFIX[kind]}_...), got {value!r}.", field=field, id=value
+        )
+
+
+def _hash(req: Request) -> bytes:
+    return hashlib.sha256(msgspec.json.encode(req)).digest()
+
+
+def _encode_content(field: str, value: object, content_type: str | None) -> tuple[str, bytes]:
+    """The exact bytes to store and serve: JSON text for JSON types, the string's UTF-8 otherwise."""
+    if content_type is None:
+        content_type = "text/plain" if isinstance(value, str) else "application/json"
+    content_type = content_type.lower()
+    if spill.is_json(content_type):
+        return content_type, msgspec.json.encode(value)
+    if not isinstance(value, str):
+        raise Unprocessable(
+            f"{field} must be a JSON string when content_type is {content_type} (only JSON types take other values).",
+            field=field,
+        )
+    return content_type, value.encode()
+
+
+def _events_for(budget: int) -> int:
+    return max(8, min(500, budget // 64))
+
+
+class Recall:
+    """The operations behind the HTTP API, for one store."""
+
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+        self.db = db
+        self.cursors = cursors
+
+    async def _require(self, conn: q.Conn, tenant: str, linked: list[str]) -> None:
+        """No dangling edges: every linked ID must exist in the caller's tenant."""
+        if not linked:
+            return
+        found = await q.existing(conn, tenant, linked)
+        missing = [i for i in dict.fromkeys(linked) if i not in found]
+        if missing:
+            raise Unprocessable(f"Linked IDs do not exist: {', '.join(missing)}.", missing=missing)
+
+    async def _existing_or_conflict(self, conn: q.Conn, tenant: str, kind: str, object_id: str, h: bytes) -> None:
+        """A create that hit an existing ID: identical request is a retry, anything else a clash."""
+        if await q.request_hash(conn, tenant, kind, object_id) != h:
+            raise Conflict(
+                f"{object_id} already exists with a different body; IDs are never reassigned.", id=object_id
+            )
+
+    # ---- threads ---------------------------------------------------------------------
+
+    async def get_thread(self, tenant: str, thread_id: str, budget: int) -> ThreadView:
+        _expect("thread", thread_id)
+        async with self.db.connection() as conn:
+            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(budget))
+        if row is None:
+            raise not_found(thread_id, "thread")
+        return spill.thread_view(row, budget)
+
+    async def create_thread(self, tenant: str, req: CreateThread) -> tuple[bool, ThreadView]:
+        thread_id = req.id or ids.new("thread")
+        _body_id("id", thread_id, "thread")
+        h = _hash(msgspec.structs.replace(req, id=thread_id))
+        async with self.db.transaction() as conn:
+            created = await q.insert_thread(conn, tenant, thread_id, req.title, req.summary, req.status, h)
+            if not created:
+                await self._existing_or_conflict(conn, tenant, "thread", thread_id, h)
+            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
+        return created, spill.thread_view(row, spill.DEFAULT_BUDGET)
+
+    async def update_thread(self, tenant: str, thread_id: str, req: UpdateThread) -> ThreadView:
+        _expect("thread", thread_id)
+        unset = msgspec.UNSET
+        async with self.db.transaction() as conn:
+            changed = await q.update_thread(
+                conn, tenant, thread_id,
+                None if req.title is unset else req.title,
+                None if req.summary is unset else req.summary,
+                None if req.status is unset else req.status,
+            )
+            if changed is None:
+                raise not_found(thread_id, "thread")
+            old, new = changed
+            if old != new:
+                await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
+            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
+        return spill.thread_view(row, spill.DEFAULT_BUDGET)
+
+    async def list_threads(self, tenant: str, status: str | None, owner: str | None,
+                           cursor: str | None, limit: int) -> ThreadPage:
+        scope = f"{tenant}\0threads\0{status}\0{owner}"
+        after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
+        if owner is not None and ids.kind_of(owner) != "worker":
+            return ThreadPage(data=[], next_cursor=None, has_more=False)
+        async with self.db.connection() as conn:
+            rows = await q.list_threads(conn, tenant, status, owner, after, limit + 1)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = None
+        if has_more:
+            last, created_at = rows[-1]
+            next_cursor = self.cursors.encode(scope, [created_at, last.id])
+        return ThreadPage(data=[e for e, _ in rows], next_cursor=next_cursor, has_more=has_more)
+
+    async def list_events(self, tenant: str, thread_id: str, cursor: str | None, limit: int) -> EventPage:
+        _expect("thread", thread_id)
+        scope = f"{tenant}\0events\0{thread_id}"
+        after = self.cursors.decode(scope, cursor, tuple[int]) if cursor else (0,)
+        async with self.db.connection() as conn:
+            events = await q.list_events(conn, tenant, thread_id, after[0], limit + 1)
+        if events is None:
+            raise not_found(thread_id, "thread")
+        has_more = len(events) > limit
+        events = events[:limit]
+        # Always hand back a position: a caller tailing a live thread polls with it for new events.
+        position = events[-1].seq if events else after[0]
+        return EventPage(data=events, next_cursor=self.cursors.encode(scope, [position]), has_more=has_more)
+
+    async def add_note(self, tenant: str, thread_id: str, req: CreateNote) -> Event:
+        _expect("thread", thread_id)
+        async with self.db.transaction() as conn:
+            if req.ref is not None:
+                await self._require(conn, tenant, [req.ref])
+            event = await q.append_event(conn, tenant, thread_id, "note", req.summary, req.ref)
+        if event is None:
+            raise not_found(thread_id, "thread")
+        return event
+
+    async def assign_owner(self, tenant: str, thread_id: str, req: AssignOwner) -> tuple[bool, ThreadView]:
+        _expect("thread", thread_id)
+        _body_id("worker_id", req.worker_id, "worker")
+        async with self.db.transaction() as conn:
+            # The thread's row lock serialises assignments, so the owner cap holds under concurrency.
+            if not await q.lock_thread(conn, tenant, thread_id):
+                raise not_found(thread_id, "thread")
+            await self._require(conn, tenant, [req.worker_id])
+            created = await q.insert_owner(conn, tenant, thread_id, req.worker_id)
+            if created:
+                if await q.count_owners(conn, tenant, thread_id) > MAX_LINKS:
+                    raise Unprocessable(f"A thread has at most {MAX_LINKS} owner workers.", id=thread_id)
+                await q.append_event(conn, tenant, thread_id, "owner_assigned",
+                                     f"owner assigned: {req.worker_id}", req.worker_id)
+            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
+        return created, spill.thread_view(row, spill.DEFAULT_BUDGET)
+
+    # ---- workers and reports ---------------------------------------------------------
+
+    async def get_worker(self, tenant: str, worker_id: str, budget: int) -> WorkerView:
+        _expect("worker", worker_id)
+        async with self.db.connection() as conn:
+            row = await q.fetch_worker(conn, tenant, worker_id, _events_for(budget))
+        if row is None:
+            raise not_found(worker_id, "worker")
+        return spill.worker_view(row, budget)
+
+    async def create_worker(self, tenant: str, req: CreateWorker) -> tuple[bool, WorkerView]:
+        worker_id = req.id or ids.new("worker")
+        _body_id("id", worker_id, "worker")
+        h = _hash(msgspec.structs.replace(req, id=worker_id))
+        async with self.db.transaction() as conn:
+            created = await q.insert_worker(conn, tenant, worker_id, req.name, req.summary, h)
+            if not created:
+                await self._existing_or_conflict(conn, tenant, "worker", worker_id, h)
+            row = await q.fetch_worker(conn, tenant, worker_id, _events_for(spill.DEFAULT_BUDGET))
+        return created, spill.worker_view(row, spill.DEFAULT_BUDGET)
+
+    async def list_reports(self, tenant: str, worker_id: str, cursor: str | None, limit: int) -> ReportPage:
+        _expect("worker", worker_id)
+        scope = f"{tenant}\0reports\0{worker_id}"
+        after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
+        async with self.db.connection() as conn:
+            rows = await q.list_reports(conn, tenant, worker_id, after, limit + 1)
+        if rows is None:
+            raise not_found(worker_id, "worker")
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = None
+        if has_more:
+            last, created_at = rows[-1]
+            next_cursor = self.cursors.encode(scope, [created_at, last.id])
+        return ReportPage(data=[e for e, _ in rows], next_cursor=next_cursor, has_more=has_more)
+
+    async def create_report(self, tenant: str, worker_id: str, req: CreateReport) -> tuple[bool, ReportView]:
+        _expect("worker", worker_id)
+        report_id = req.id or ids.new("report")
+        _body_id("id", report_id, "report")
+        _body_id("thread_id", req.thread_id, "thread")
+        for ref in req.refs:
+            _body_id("refs", ref, "trigger")
+        content_type, body = _encode_content("body", req.body, req.content_type)
+        h = _hash(msgspec.structs.replace(req, id=report_id))
+        async with self.db.transaction() as conn:
+            if not await q.existing(conn, tenant, [worker_id]):
+                raise not_found(worker_id, "worker")
+            await self._require(conn, tenant, [req.thread_id, *req.refs])
+            created = await q.insert_report(
+                conn, tenant, report_id, worker_id, req.thread_id, req.summary, content_type, body,
+                hashlib.sha256(body).digest(), h,
+            )
+            if created:
+                await q.insert_refs(conn, tenant, report_id, req.refs)
+                await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
+            else:
+                await self._existing_or_conflict(conn, tenant, "report", report_id, h)
+            row = await q.fetch_report(conn, tenant, report_id, spill.DEFAULT_BUDGET, spill.PREVIEW_BYTES)
+        return created, spill.report_view(row, spill.DEFAULT_BUDGET)
+
+    async def get_report(self, tenant: str, report_id: str, budget: int) -> ReportView:
+        _expect("report", report_id)
+        async with self.db.connection() as conn:
+            row = await q.fetch_report(conn, tenant, report_id, budget, spill.PREVIEW_BYTES)
+        if row is None:
+            raise not_found(report_id, "report")
+        return spill.report_view(row, budget)
+
+    async def get_body(self, tenant: str, report_id: str) -> Content:
+        _expect("report", report_id)
+        async with self.db.connection() as conn:
+            content = await q.fetch_body(conn, tenant, report_id)
+        if content is None:
+            raise not_found(report_id, "report")
+        return content
+
+    # ---- triggers --------------------------------------------------------------------
+
+    async def create_trigger(self, tenant: str, req: CreateTrigger) -> tuple[bool, TriggerView]:
+        trigger_id = req.id or ids.new("trigger")
+        _body_id("id", trigger_id, "trigger")
+        if req.thread_id is not None:
+            _body_id("thread_id", req.thread_id, "thread")
+        for neighbour in req.neighbours:
+            _body_id("neighbours", neighbour, "trigger")
+        if trigger_id in req.neighbours:
+            raise Unprocessable("A trigger cannot be its own neighbour.", id=trigger_id)
+        content_type, payload = _encode_content("payload", req.payload, req.content_type)
+        h = _hash(msgspec.structs.replace(req, id=trigger_id))
+        linked = [*([req.thread_id] if req.thread_id else []), *req.neighbours]
+        async with self.db.transaction() as conn:
+            await self._require(conn, tenant, linked)
+            created = await q.insert_trigger(
+                conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
+                hashlib.sha256(payload).digest(), h, req.occurred_at,
+            )
+            if created:
+                await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
+                if req.thread_id:
+                    await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
+            else:
+                await self._existing_or_conflict(conn, tenant, "trigger", trigger_id, h)
+            row = await q.fetch_trigger(conn, tenant, trigger_id, spill.DEFAULT_BUDGET, spill.PREVIEW_BYTES)
+        return created, spill.trigger_view(row, spill.DEFAULT_BUDGET)
+
+    async def get_trigger(self, tenant: str, trigger_id: str, budget: int) -> TriggerView:
+        _expect("trigger", trigger_id)
+        async with self.db.connection() as conn:
+            row = await q.fetch_trigger(conn, tenant, trigger_id, budget, spill.PREVIEW_BYTES)
+        if row is None:
+            raise not_found(trigger_id, "trigger")
+        return spill.trigger_view(row, budget)
+
+    async def get_payload(self, tenant: str, trigger_id: str) -> Content:
+        _expect("trigger", trigger_id)
+        async with self.db.connection() as conn:
+            content = await q.fetch_payload(conn, tenant, trigger_id)
+        if content is None:
+            raise not_found(trigger_id, "trigger")
+        return content
+
+    # ---- any ID ----------------------------------------------------------------------
+
+    async def resolve(self, tenant: str, value: str) -> Resolved:
+        kind = ids.kind_of(value)
+        if kind is None:
+            raise not_found(value, "recall")
+        async with self.db.connection() as conn:
+            resolved = await q.resolve(conn, tenant, kind, value, ids.href(value))
+        if resolved is None:
+            raise not_found(value, kind)
+        return resolved
+
+    async def ready(self) -> None:
+        async with self.db.connection() as conn:
+            await q.ping(conn)

@@ -1,0 +1,157 @@
+"""Inline-vs-spill rendering of objects under a byte budget (pure).
+
+Every view is built the same way: the fixed core first (its size is bounded by the field
+limits in models.py), then linked objects, most useful first, each with its summary while
+it fits and as a bare ID after that, then recent events or reports, then content inline or
+as a spill pointer with a preview. Sizes are counted in encoded JSON bytes, so the response
+body never exceeds the budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from recall_server.models import (
+    Link,
+    ReportRow,
+    ReportView,
+    Spill,
+    Spilled,
+    ThreadRow,
+    ThreadView,
+    TriggerRow,
+    TriggerView,
+    WorkerRow,
+    WorkerView,
+)
+
+MIN_BUDGET = 4096
+DEFAULT_BUDGET = 4096
+MAX_BUDGET = 1_048_576
+PREVIEW_BYTES = 512  # the longest preview a spill pointer carries
+
+_encode = msgspec.json.encode
+
+
+def is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+class _Room:
+    """Bytes still free in a view whose current encoding is `used` bytes long."""
+
+    def __init__(self, budget: int, view: msgspec.Struct) -> None:
+        self.left = budget - len(_encode(view))
+
+    def take(self, cost: int) -> bool:
+        if cost > self.left:
+            return False
+        self.left -= cost
+        return True
+
+
+def _links(items: list[Link], room: _Room) -> list[Link]:
+    """Links with summaries while they fit, then bare IDs so no neighbour is ever lost."""
+    out: list[Link] = []
+    for item in items:
+        if room.take(len(_encode(item)) + 1):
+            out.append(item)
+        elif room.take(len(_encode(Link(id=item.id))) + 1):
+            out.append(Link(id=item.id))
+    return out
+
+
+def _recent(items: list[Any], room: _Room) -> list[Any]:
+    """The newest items (given newest first) that fit, as many as possible, in given order."""
+    out = []
+    for item in items:
+        if not room.take(len(_encode(item)) + 1):
+            break
+        out.append(item)
+    return out
+
+
+def _preview(head: bytes, limit: int) -> str:
+    return head[:limit].decode("utf-8", errors="ignore")
+
+
+def _content(field: str, href: str, content_type: str, size: int, head: bytes, room: _Room) -> tuple[Any, Any]:
+    """Inline the content if all of it fits, else a spill pointer with the longest preview that fits."""
+    key_cost = len(field) + 4  # ,"field":
+    if len(head) == size:
+        inline: Any = msgspec.Raw(head) if is_json(content_type) else head.decode("utf-8")
+        if room.take(key_cost + len(_encode(inline))):
+            return inline, msgspec.UNSET
+    kb = max(1, round(size / 1024))
+    hint = f"GET {href} ({kb} KB, {'truncated' if len(head) < size or size > PREVIEW_BYTES else 'not inlined'})"
+    wrapper_cost = len(',"spilled":{"":}') + len(field)
+    limit = min(PREVIEW_BYTES, len(head))
+    while True:
+        spill = Spill(href=href, bytes=size, content_type=content_type, preview=_preview(head, limit), hint=hint)
+        cost = wrapper_cost + len(_encode(spill))
+        if cost <= room.left or limit == 0:
+            room.take(min(cost, room.left))
+            return msgspec.UNSET, Spilled(**{field: spill})
+        limit = max(0, limit - max(16, cost - room.left))
+
+
+def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
+    href = f"/triggers/{row.id}/payload"
+    links = {"self": f"/triggers/{row.id}", "payload": href}
+    if row.thread_id:
+        links["thread"] = f"/threads/{row.thread_id}"
+    view = TriggerView(
+        id=row.id, source=row.source, thread_id=row.thread_id, summary=row.summary,
+        content_type=row.content_type, neighbours=[], occurred_at=row.occurred_at,
+        created_at=row.created_at, links=links,
+    )
+    room = _Room(budget, view)
+    view.neighbours = _links(row.neighbours, room)
+    view.payload, view.spilled = _content("payload", href, row.content_type, row.size, row.head, room)
+    return view
+
+
+def thread_view(row: ThreadRow, budget: int) -> ThreadView:
+    view = ThreadView(
+        id=row.id, title=row.title, summary=row.summary, status=row.status, owner_workers=[],
+        events=[], events_total=row.last_seq, created_at=row.created_at, updated_at=row.updated_at,
+        links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events"},
+    )
+    room = _Room(budget, view)
+    view.owner_workers = _links(row.owners, room)
+    view.events = list(reversed(_recent(row.events, room)))
+    return view
+
+
+def worker_view(row: WorkerRow, budget: int) -> WorkerView:
+    view = WorkerView(
+        id=row.id, name=row.name, summary=row.summary, threads=[], threads_total=row.threads_total,
+        reports=[], reports_total=row.reports_total, created_at=row.created_at,
+        links={
+            "self": f"/workers/{row.id}",
+            "reports": f"/workers/{row.id}/reports",
+            "threads": f"/threads?owner={row.id}",
+        },
+    )
+    room = _Room(budget, view)
+    view.reports = _recent(row.reports, room)
+    view.threads = _recent(row.threads, room)
+    return view
+
+
+def report_view(row: ReportRow, budget: int) -> ReportView:
+    href = f"/reports/{row.id}/body"
+    view = ReportView(
+        id=row.id, worker_id=row.worker_id, thread_id=row.thread_id, summary=row.summary,
+        content_type=row.content_type, refs=[], created_at=row.created_at,
+        links={
+            "self": f"/reports/{row.id}", "body": href,
+            "worker": f"/workers/{row.worker_id}", "thread": f"/threads/{row.thread_id}",
+        },
+    )
+    room = _Room(budget, view)
+    view.refs = _links(row.refs, room)
+    view.body, view.spilled = _content("body", href, row.content_type, row.size, row.head, room)
+    return view
