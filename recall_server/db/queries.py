@@ -296,14 +296,23 @@ async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, sum
 
 async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
                         status: str | None) -> tuple[str, str] | None:
-    """Apply the given fields under the row lock; return (old status, new status), None if missing."""
+    """Apply the given fields under the row lock, touching updated_at only on a real change.
+
+    Returns (old status, new status), or None when the thread does not exist.
+    """
     row = await conn.fetchrow(
         """
-        UPDATE threads t SET title = coalesce($3, t.title), summary = coalesce($4, t.summary),
-               status = coalesce($5, t.status), updated_at = clock_timestamp()
-        FROM (SELECT status FROM threads WHERE tenant_id = $1 AND id = $2 FOR UPDATE) old
-        WHERE t.tenant_id = $1 AND t.id = $2
-        RETURNING old.status, t.status
+        WITH old AS (
+          SELECT title, summary, status FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE),
+        upd AS (
+          UPDATE threads t SET title = coalesce($3, old.title), summary = coalesce($4, old.summary),
+                 status = coalesce($5, old.status), updated_at = clock_timestamp()
+            FROM old
+           WHERE t.tenant_id = $1 AND t.id = $2
+             AND (old.title, old.summary, old.status)
+                 IS DISTINCT FROM (coalesce($3, old.title), coalesce($4, old.summary), coalesce($5, old.status))
+          RETURNING t.status)
+        SELECT old.status, coalesce((SELECT status FROM upd), old.status) FROM old
         """,
         tenant, thread_id, title, summary, status,
     )

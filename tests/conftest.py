@@ -1,0 +1,83 @@
+"""Fixtures: a real PostgreSQL (embedded, or DATABASE_URL's server) and real server processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+import pytest
+from helpers import Graph, ServerProcess
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh, empty database: on DATABASE_URL's server when set, else in an embedded cluster."""
+    server_url = os.environ.get("DATABASE_URL")
+    if not server_url:
+        from recall_server.db import embedded
+
+        yield embedded.start(tmp_path_factory.mktemp("embedded"))
+        return
+    name = f"recall_test_{uuid.uuid4().hex[:12]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(server_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    yield _with_database(server_url, name)
+    asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(database_url, tmp_path_factory.mktemp("server") / "server.log").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(server: ServerProcess) -> str:
+    return server.url
+
+
+@pytest.fixture()
+def client(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture()
+def sql(database_url: str):
+    """Run one query against the test database (to check what was, or was not, written)."""
+
+    def run(query: str, *args: Any) -> list[asyncpg.Record]:
+        async def go() -> list[asyncpg.Record]:
+            conn = await asyncpg.connect(database_url)
+            try:
+                return await conn.fetch(query, *args)
+            finally:
+                await conn.close()
+
+        return asyncio.run(go())
+
+    return run
+
+
+@pytest.fixture()
+def graph(client: httpx.Client) -> Graph:
+    return Graph(client)

@@ -1,0 +1,152 @@
+"""Contract 4: cursors page a thread's log with every event exactly once, in order, while it grows."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+from helpers import Graph, assert_problem, uid
+
+
+def walk(client: httpx.Client, path: str, limit: int, cursor: str | None = None) -> tuple[list[dict], str | None]:
+    items: list[dict] = []
+    while True:
+        params = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        page = client.get(path, params=params)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        items += body["data"]
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            return items, cursor
+        assert page.headers["link"].endswith('rel="next"')
+
+
+def test_paging_while_others_append_yields_every_seq_once_in_order(base_url: str, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    writers, per_writer = 4, 40
+    done = threading.Event()
+
+    def append(n: int) -> None:
+        with httpx.Client(base_url=base_url, timeout=30) as c:
+            for i in range(per_writer):
+                assert c.post(f"/threads/{thread}/events", json={"summary": f"w{n} e{i}"}).status_code == 201
+
+    def page_concurrently(seen: list[int]) -> None:
+        with httpx.Client(base_url=base_url, timeout=30) as c:
+            cursor = None
+            while True:
+                body = c.get(f"/threads/{thread}/events",
+                              params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+                seen += [e["seq"] for e in body["data"]]
+                cursor = body["next_cursor"]
+                if done.is_set() and not body["has_more"] and not body["data"]:
+                    return
+
+    seen: list[int] = []
+    reader = threading.Thread(target=page_concurrently, args=(seen,))
+    reader.start()
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join(60)
+    assert seen == list(range(1, writers * per_writer + 1))
+
+
+def test_an_old_cursor_keeps_working_after_more_appends(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    for i in range(5):
+        graph.note(thread, f"e{i}")
+    first = client.get(f"/threads/{thread}/events", params={"limit": 2}).json()
+    assert [e["seq"] for e in first["data"]] == [1, 2]
+    for i in range(5, 8):
+        graph.note(thread, f"e{i}")
+    rest, _ = walk(client, f"/threads/{thread}/events", 2, first["next_cursor"])
+    assert [e["seq"] for e in rest] == [3, 4, 5, 6, 7, 8]
+
+
+def test_the_last_cursor_picks_up_events_appended_later(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    graph.note(thread, "one")
+    items, tail = walk(client, f"/threads/{thread}/events", 10)
+    assert [e["summary"] for e in items] == ["one"] and tail
+    graph.note(thread, "two")
+    later, _ = walk(client, f"/threads/{thread}/events", 10, tail)
+    assert [e["summary"] for e in later] == ["two"]
+
+
+def test_events_carry_seq_type_at_summary_and_ref(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    trigger = graph.trigger(thread_id=thread, summary="filed here")
+    event = client.get(f"/threads/{thread}/events").json()["data"][0]
+    assert event.keys() == {"seq", "type", "at", "summary", "ref"}
+    assert (event["seq"], event["type"], event["summary"], event["ref"]) == (1, "trigger_filed", "filed here",
+                                                                             trigger["id"])
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda c: c[:-1],
+    lambda c: c[:5],
+    lambda c: "A" + c[1:] if c[0] != "A" else "B" + c[1:],
+    lambda c: c.replace(".", ""),
+    lambda c: "WzJd." + c.split(".")[1],  # a forged position ([2]) under the real signature of [1]
+    lambda c: "garbage",
+    lambda c: c + "=",
+])
+def test_a_forged_or_corrupted_cursor_is_a_400_problem(client: httpx.Client, graph: Graph, mangle) -> None:
+    thread = graph.thread()["id"]
+    for i in range(3):
+        graph.note(thread, f"e{i}")
+    cursor = client.get(f"/threads/{thread}/events", params={"limit": 1}).json()["next_cursor"]
+    assert_problem(client.get(f"/threads/{thread}/events", params={"cursor": mangle(cursor)}), 400, "cursor")
+
+
+def test_a_cursor_is_bound_to_the_list_it_came_from(client: httpx.Client, graph: Graph) -> None:
+    a, b = graph.thread()["id"], graph.thread()["id"]
+    for thread in (a, b):
+        graph.note(thread), graph.note(thread)
+    cursor = client.get(f"/threads/{a}/events", params={"limit": 1}).json()["next_cursor"]
+    assert_problem(client.get(f"/threads/{b}/events", params={"cursor": cursor}), 400)
+    assert_problem(client.get("/threads", params={"cursor": cursor}), 400)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 501, "ten"])
+def test_out_of_range_limit_is_a_400_problem(client: httpx.Client, graph: Graph, limit) -> None:
+    thread = graph.thread()["id"]
+    assert_problem(client.get(f"/threads/{thread}/events", params={"limit": limit}), 400)
+    assert_problem(client.get("/threads", params={"limit": limit}), 400)
+
+
+def test_thread_index_pages_newest_first_with_status_and_owner_filters(client: httpx.Client, graph: Graph) -> None:
+    worker = graph.worker()["id"]
+    status = uid("st")[:30].replace("st_", "st-")
+    made = [graph.thread(status=status)["id"] for _ in range(5)]
+    for thread in made[:2]:
+        client.post(f"/threads/{thread}/owners", json={"worker_id": worker})
+    listed, _ = walk_filtered(client, {"status": status})
+    assert [t["id"] for t in listed] == list(reversed(made))
+    owned, _ = walk_filtered(client, {"owner": worker})
+    assert [t["id"] for t in owned] == list(reversed(made[:2]))
+
+
+def walk_filtered(client: httpx.Client, filters: dict) -> tuple[list[dict], str | None]:
+    items, cursor = [], None
+    while True:
+        body = client.get("/threads", params={"limit": 2, **filters, **({"cursor": cursor} if cursor else {})}).json()
+        items += body["data"]
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            return items, cursor
+
+
+def test_worker_reports_page_newest_first(client: httpx.Client, graph: Graph) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    made = [graph.report(worker, thread)["id"] for _ in range(5)]
+    items, _ = walk(client, f"/workers/{worker}/reports", 2)
+    assert [r["id"] for r in items] == list(reversed(made))
+    for r in items:
+        assert client.get(r["href"]).status_code == 200
