@@ -8,17 +8,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
-from litestar import Litestar, Request, Response
+from litestar import Litestar, Request, Response, route
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, SerializationException, ValidationException
+from litestar.enums import HttpMethod
+from litestar.exceptions import (
+    HTTPException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
 
 from recall_server import __version__, config, errors
 from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database
+from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import meta, recall, threads, triggers, workers
 from recall_server.service import Recall
 
@@ -59,6 +64,28 @@ def _problem_response(request: Request[Any, Any, Any], exc: Exception) -> Respon
     )
 
 
+def _options_handlers(handlers: list[Any]) -> list[Any]:
+    """One OPTIONS handler per path, advertising every method of the path.
+
+    Litestar's automatic OPTIONS handler only lists the methods of the first handler registered
+    for a path (GET /threads and POST /threads are separate handlers), so Allow would lie.
+    """
+    methods: dict[str, set[str]] = {}
+    for handler in handlers:
+        for path in handler.paths:
+            methods.setdefault(path, {"OPTIONS"}).update(handler.http_methods)
+
+    def make(path: str, allow: str) -> Any:
+        @route(path, http_method=HttpMethod.OPTIONS, include_in_schema=False, sync_to_thread=False,
+               name=f"options:{path}")
+        def options() -> Response[None]:
+            return Response(None, status_code=204, headers={"Allow": allow})
+
+        return options
+
+    return [make(path, ", ".join(sorted(allowed))) for path, allowed in methods.items()]
+
+
 def create_app(settings: Settings) -> Litestar:
     if not settings.database_url:
         raise ValueError("create_app needs settings.database_url (the CLI starts the embedded database first)")
@@ -77,8 +104,9 @@ def create_app(settings: Settings) -> Litestar:
         finally:
             await db.close()
 
+    handlers = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES]
     return Litestar(
-        route_handlers=[*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES],
+        route_handlers=[*_options_handlers(handlers), *handlers],  # ours first: Litestar then adds none
         dependencies={"recall": Provide(recall, sync_to_thread=False)},
         lifespan=[lifespan],
         exception_handlers={Exception: _problem_response},
@@ -88,7 +116,7 @@ def create_app(settings: Settings) -> Litestar:
             version=__version__,
             description="The Chain-of-Recall reference graph: exact fetch by stable ID, loud misses, lossless cursors.",
             path="/schema",
-            render_plugins=[JsonRenderPlugin()],
+            render_plugins=[CorrectedJsonPlugin()],
         ),
         debug=False,
     )

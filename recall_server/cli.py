@@ -76,9 +76,10 @@ def migrate_command(data_dir: Path | None) -> None:
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="Write here instead of stdout.")
 def openapi(output: Path | None) -> None:
     """Print the OpenAPI document the server serves, as YAML (this is how openapi.yaml is made)."""
+    from recall_server.app import create_app
     from recall_server.openapi import document_yaml
 
-    text = document_yaml()
+    text = document_yaml(create_app(msgspec.structs.replace(config.load(), database_url="postgresql://unused")))
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -53,6 +53,6 @@ def to_env(settings: Settings) -> dict[str, str]:
 
 
 def _dec_hook(type_: type, value: object) -> object:
-    if type_ is Path and isinstance(value, str):
+    if type_ is Path and isinstance(value, (str, Path)):
         return Path(value).expanduser()
     raise NotImplementedError

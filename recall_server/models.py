@@ -26,6 +26,9 @@ ContentType = Annotated[
     str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$", examples=["text/plain"])
 ]
 Links = Annotated[list[AnyId], Meta(max_length=MAX_LINKS)]
+Timestamp = Annotated[datetime, Meta(extra_json_schema={"format": "date-time"})]
+# A string in bodies: Litestar decodes bodies leniently and would take a number as Unix seconds.
+DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "date-time"})]
 
 
 class Request(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -40,7 +43,7 @@ class CreateTrigger(Request, kw_only=True):
     payload: Any = None
     content_type: ContentType | None = None
     neighbours: Links = []
-    occurred_at: datetime | None = None
+    occurred_at: DateTimeText | None = None
 
 
 class CreateThread(Request, kw_only=True):
@@ -94,7 +97,7 @@ class Link(Struct, omit_defaults=True):
 class Event(Struct):
     seq: int
     type: str
-    at: datetime
+    at: Timestamp
     summary: str
     ref: str | None
 
@@ -121,8 +124,8 @@ class TriggerView(Struct, omit_defaults=True):
     summary: str
     content_type: str
     neighbours: list[Link]
-    occurred_at: datetime
-    created_at: datetime
+    occurred_at: Timestamp
+    created_at: Timestamp
     links: dict[str, str]
     payload: Any | UnsetType = UNSET
     spilled: Spilled | UnsetType = UNSET
@@ -136,8 +139,8 @@ class ThreadView(Struct, omit_defaults=True):
     owner_workers: list[Link]
     events: list[Event]
     events_total: int
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     links: dict[str, str]
 
 
@@ -149,7 +152,7 @@ class WorkerView(Struct, omit_defaults=True):
     threads_total: int
     reports: list[Link]
     reports_total: int
-    created_at: datetime
+    created_at: Timestamp
     links: dict[str, str]
 
 
@@ -160,7 +163,7 @@ class ReportView(Struct, omit_defaults=True):
     summary: str
     content_type: str
     refs: list[Link]
-    created_at: datetime
+    created_at: Timestamp
     links: dict[str, str]
     body: Any | UnsetType = UNSET
     spilled: Spilled | UnsetType = UNSET
@@ -171,7 +174,7 @@ class ThreadIndexEntry(Struct):
     title: str
     status: str
     summary: str
-    updated_at: datetime
+    updated_at: Timestamp
     href: str
 
 
@@ -179,7 +182,7 @@ class ReportIndexEntry(Struct):
     id: str
     thread_id: str
     summary: str
-    created_at: datetime
+    created_at: Timestamp
     href: str
 
 
@@ -233,8 +236,8 @@ class TriggerRow(Struct):
     content_type: str
     size: int
     head: bytes  # the whole content when it may fit the budget, else a preview-length prefix
-    occurred_at: datetime
-    created_at: datetime
+    occurred_at: Timestamp
+    created_at: Timestamp
     neighbours: list[Link]
 
 
@@ -244,8 +247,8 @@ class ThreadRow(Struct):
     summary: str
     status: str
     last_seq: int
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     owners: list[Link]
     events: list[Event]  # newest first
 
@@ -254,7 +257,7 @@ class WorkerRow(Struct):
     id: str
     name: str
     summary: str
-    created_at: datetime
+    created_at: Timestamp
     threads_total: int
     threads: list[Link]  # most recently assigned first
     reports_total: int
@@ -269,5 +272,5 @@ class ReportRow(Struct):
     content_type: str
     size: int
     head: bytes
-    created_at: datetime
+    created_at: Timestamp
     refs: list[Link]

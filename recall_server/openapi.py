@@ -1,19 +1,149 @@
-"""The published OpenAPI document: Litestar's schema, corrected where Litestar falls short."""
+"""The published OpenAPI document: Litestar's schema, corrected where Litestar falls short.
+
+Litestar (2.x) generates paths, parameters and component schemas from the handlers and
+Structs. What it cannot know, added here in one place:
+  - component schemas come from msgspec itself, so every constraint (patterns on list items,
+    additionalProperties: false from forbid_unknown_fields) is exactly what the server enforces;
+  - errors it documents itself (400 on parameter validation) are problem+json like all ours;
+  - response headers: Location on creates, Link on pages, ETag/Content-Range on content,
+    Retry-After on 503, and the content routes' 206/304 and any-media-type bodies;
+  - OpenAPI links from every create to the reads and writes it enables, so a stateful
+    tester (schemathesis) walks the same hop chains an agent does.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import msgspec
 import yaml
+from litestar import Litestar, Request
+from litestar.openapi.plugins import JsonRenderPlugin
 
-from recall_server.app import create_app
-from recall_server.config import Settings
+from recall_server import models
+from recall_server.errors import PROBLEM_JSON
+
+_PROBLEM = {"$ref": "#/components/schemas/ProblemBody"}
+_HEADER_DOCS = {
+    "Location": "Path of the created (or, on an identical retry, existing) object.",
+    "Link": 'RFC 8288 link to the next page (rel="next"); present only when has_more is true.',
+    "ETag": "Strong validator: a hash of the content, which never changes.",
+    "Cache-Control": "Content is immutable.",
+    "Content-Range": "The range served, or bytes */size on 416.",
+    "Retry-After": "Seconds to wait before retrying.",
+}
+
+# operationId of each create -> (path parameter of the objects it makes, operations to link to)
+_CREATES = {
+    "CreateThread": ("thread_id", ["GetThread", "ListEvents", "AddNote", "AssignOwner", "UpdateThread"]),
+    "CreateWorker": ("worker_id", ["GetWorker", "ListReports", "CreateReport"]),
+    "CreateTrigger": ("trigger_id", ["GetTrigger", "GetPayload"]),
+    "CreateReport": ("report_id", ["GetReport", "GetBody"]),
+}
+_PAGES = {"ListThreads", "ListEvents", "ListReports"}
+_CONTENT = {"GetPayload", "GetBody"}
 
 
-def document() -> dict[str, Any]:
-    app = create_app(Settings(database_url="postgresql://unused"))
-    return app.openapi_schema.to_schema()
+def _header(name: str, required: bool) -> dict[str, Any]:
+    return {"description": _HEADER_DOCS[name], "required": required, "schema": {"type": "string"}}
 
 
-def document_yaml() -> str:
-    return yaml.safe_dump(document(), sort_keys=False, allow_unicode=True, width=120)
+def _operations(doc: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """operationId -> (path, method, operation)."""
+    found = {}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            found[op["operationId"]] = (path, method, op)
+    return found
+
+
+def _exact_components(names: list[str]) -> dict[str, Any]:
+    """msgspec's own JSON Schema of the Structs: exact constraints (Litestar drops some on list items)."""
+    structs = [getattr(models, name) for name in names]
+    _, components = msgspec.json.schema_components(structs, ref_template="#/components/schemas/{name}")
+    return components
+
+
+def correct(doc: dict[str, Any]) -> dict[str, Any]:
+    """Litestar's generated document with the corrections listed at the top of this module."""
+    doc = copy.deepcopy(doc)
+    doc["components"]["schemas"] = schemas = _exact_components(sorted(doc["components"]["schemas"]))
+    ops = _operations(doc)
+
+    for _, _, op in ops.values():
+        for status, response in op["responses"].items():
+            if int(status) >= 400:
+                response["content"] = {PROBLEM_JSON: {"schema": _PROBLEM}}
+            if status == "503":
+                response["headers"] = {"Retry-After": _header("Retry-After", True)}
+            if not response.get("headers"):
+                response.pop("headers", None)
+
+    for op_id, (param, targets) in _CREATES.items():
+        _, _, op = ops[op_id]
+        for status in ("201", "200"):
+            if status == "200":
+                op["responses"]["200"] = copy.deepcopy(op["responses"]["201"])
+                op["responses"]["200"]["description"] = "An identical retry: the existing object, unchanged."
+            response = op["responses"][status]
+            response["headers"] = {"Location": _header("Location", True)}
+            response["links"] = {
+                target: {"operationId": target, "parameters": {param: "$response.body#/id"}}
+                for target in targets
+            }
+            response["links"]["ResolveId"] = {"operationId": "ResolveId",
+                                              "parameters": {"object_id": "$response.body#/id"}}
+    ops["AssignOwner"][2]["responses"]["200"] = copy.deepcopy(ops["AssignOwner"][2]["responses"]["201"])
+    ops["AssignOwner"][2]["responses"]["200"]["description"] = "The worker already owned the thread."
+
+    for op_id in _PAGES:
+        ops[op_id][2]["responses"]["200"]["headers"] = {"Link": _header("Link", False)}
+
+    for op_id in _CONTENT:
+        responses = ops[op_id][2]["responses"]
+        any_media = {"*/*": {"schema": {}}}
+        cached = {"ETag": _header("ETag", True), "Cache-Control": _header("Cache-Control", True)}
+        responses["200"] = {"description": "The full content, in its own content type.", "headers": cached,
+                            "content": any_media}
+        responses["206"] = {"description": "One byte range of the content.",
+                            "headers": {**cached, "Content-Range": _header("Content-Range", True)},
+                            "content": any_media}
+        responses["304"] = {"description": "Not modified (If-None-Match matched the ETag).", "headers": cached}
+        responses["416"]["headers"] = {"Content-Range": _header("Content-Range", True)}
+        op = ops[op_id][2]
+        op["parameters"] = [p for p in op.get("parameters", []) if p["in"] == "path"] + [
+            {"name": name, "in": "header", "required": False, "schema": {"type": "string"}, "description": text}
+            for name, text in (("Range", "bytes=first-last, first-, or -suffix (one range)."),
+                               ("If-None-Match", "ETag(s) the client holds."),
+                               ("If-Range", "Serve the range only if the ETag still matches."))
+        ]
+
+    schemas["Spilled"]["minProperties"] = 1
+    for op in (o for _, _, o in ops.values()):
+        op["responses"] = dict(sorted(op["responses"].items()))
+    return doc
+
+
+def document(app: Litestar) -> dict[str, Any]:
+    return correct(app.openapi_schema.to_schema())
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:  # no &id001 anchors: the file is read by people too
+        return True
+
+
+def document_yaml(app: Litestar) -> str:
+    return yaml.dump(document(app), Dumper=_PlainDumper, sort_keys=False, allow_unicode=True, width=120)
+
+
+class CorrectedJsonPlugin(JsonRenderPlugin):
+    """Serves the corrected document at /schema/openapi.json, the same one `recall-server openapi` writes."""
+
+    _rendered: bytes | None = None
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        if self._rendered is None:
+            self._rendered = msgspec.json.encode(correct(openapi_schema))
+        return self._rendered

@@ -11,8 +11,9 @@ from recall_server import ids, spill
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
-from recall_server.errors import Conflict, Unprocessable, not_found
+from recall_server.errors import BadRequest, Conflict, Unprocessable, not_found
 from recall_server.models import (
+    MAX_LINKS,
     AssignOwner,
     CreateNote,
     CreateReport,
@@ -21,7 +22,6 @@ from recall_server.models import (
     CreateWorker,
     Event,
     EventPage,
-    MAX_LINKS,
     ReportPage,
     ReportView,
     Request,
@@ -66,6 +66,18 @@ def _encode_content(field: str, value: object, content_type: str | None) -> tupl
             field=field,
         )
     return content_type, value.encode()
+
+
+def _timestamp(field: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = msgspec.convert(value, datetime)
+    except msgspec.ValidationError:
+        raise BadRequest(f"{field} must be an RFC 3339 date-time, got {value!r}.", field=field) from None
+    if parsed.tzinfo is None:
+        raise BadRequest(f"{field} must carry a UTC offset (e.g. 2026-11-30T12:00:00Z).", field=field)
+    return parsed
 
 
 def _events_for(budget: int) -> int:
@@ -281,13 +293,14 @@ class Recall:
         if trigger_id in req.neighbours:
             raise Unprocessable("A trigger cannot be its own neighbour.", id=trigger_id)
         content_type, payload = _encode_content("payload", req.payload, req.content_type)
+        occurred_at = _timestamp("occurred_at", req.occurred_at)
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
         linked = [*([req.thread_id] if req.thread_id else []), *req.neighbours]
         async with self.db.transaction() as conn:
             await self._require(conn, tenant, linked)
             created = await q.insert_trigger(
                 conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
-                hashlib.sha256(payload).digest(), h, req.occurred_at,
+                hashlib.sha256(payload).digest(), h, occurred_at,
             )
             if created:
                 await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))

@@ -2,60 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from recall_server.process import ServerProcess as _ServerProcess
 
 
-class ServerProcess:
-    """`python -m recall_server serve` on a free loopback port, as a user would start it."""
+class ServerProcess(_ServerProcess):
+    """A server process on the given database."""
 
     def __init__(self, database_url: str, log: Path, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.env = {**os.environ, "DATABASE_URL": database_url, **env}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ServerProcess:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recall_server", "serve", "--port", str(self.port)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server did not become ready:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(log, DATABASE_URL=database_url, **env)
 
 
 def uid(prefix: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -31,29 +32,30 @@ def test_paging_while_others_append_yields_every_seq_once_in_order(base_url: str
     def append(n: int) -> None:
         with httpx.Client(base_url=base_url, timeout=30) as c:
             for i in range(per_writer):
-                assert c.post(f"/threads/{thread}/events", json={"summary": f"w{n} e{i}"}).status_code == 201
+                response = c.post(f"/threads/{thread}/events", json={"summary": f"w{n} e{i}"})
+                assert response.status_code == 201, response.text
 
-    def page_concurrently(seen: list[int]) -> None:
+    def page_concurrently() -> list[int]:
+        seen: list[int] = []
         with httpx.Client(base_url=base_url, timeout=30) as c:
             cursor = None
             while True:
-                body = c.get(f"/threads/{thread}/events",
-                              params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+                finished = done.is_set()  # read before the page, so the page sees every append
+                response = c.get(f"/threads/{thread}/events",
+                                 params={"limit": 3, **({"cursor": cursor} if cursor else {})})
+                assert response.status_code == 200, response.text
+                body = response.json()
                 seen += [e["seq"] for e in body["data"]]
                 cursor = body["next_cursor"]
-                if done.is_set() and not body["has_more"] and not body["data"]:
-                    return
+                if finished and not body["has_more"]:
+                    return seen
 
-    seen: list[int] = []
-    reader = threading.Thread(target=page_concurrently, args=(seen,))
-    reader.start()
-    threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    done.set()
-    reader.join(60)
+    with ThreadPoolExecutor(writers + 1) as pool:
+        reader = pool.submit(page_concurrently)
+        for future in [pool.submit(append, n) for n in range(writers)]:
+            future.result()
+        done.set()
+        seen = reader.result(timeout=120)
     assert seen == list(range(1, writers * per_writer + 1))
 
 

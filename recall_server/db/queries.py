@@ -7,6 +7,7 @@ trip): linked summaries and recent events arrive as JSON arrays in the same row.
 from __future__ import annotations
 
 from datetime import datetime
+
 import asyncpg
 import msgspec
 

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 
 from litestar import Request, Response
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 
@@ -25,7 +26,11 @@ Budget = Annotated[
     ),
 ]
 Limit = Annotated[int, Parameter(ge=1, le=500, description="Page size.")]
-Cursor = Annotated[str | None, Parameter(description="Opaque cursor from a previous page's next_cursor.")]
+Cursor = Annotated[
+    str | None,
+    Parameter(description="Opaque cursor from a previous page's next_cursor.", max_length=512,
+              pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"),
+]
 
 _DESCRIPTIONS = {
     400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",
@@ -51,6 +56,9 @@ def problems(*statuses: int) -> dict[int, ResponseSpec]:
 
 def recall(state: State) -> Recall:
     return state.recall
+
+
+Service = NamedDependency[Recall]  # injected as `recall` by create_app
 
 
 def created(view: Any, is_new: bool, location: str) -> Response[Any]:

@@ -7,23 +7,22 @@ from typing import Any
 from litestar import get
 
 from recall_server.models import Health, Resolved
-from recall_server.routes import TENANT, problems
-from recall_server.service import Recall
+from recall_server.routes import TENANT, Service, problems
 
 
-@get("/ids/{object_id:str}", responses=problems(404, 503))
-async def resolve_id(object_id: str, recall: Recall) -> Resolved:
+@get("/ids/{object_id:str}", responses=problems(404, 503), operation_id="ResolveId")
+async def resolve_id(object_id: str, recall: Service) -> Resolved:
     return await recall.resolve(TENANT, object_id)
 
 
-@get("/healthz")
+@get("/healthz", operation_id="Healthz")
 async def healthz() -> Health:
     """The process is up (says nothing about the database)."""
     return Health(status="ok")
 
 
-@get("/readyz", responses=problems(503))
-async def readyz(recall: Recall) -> Health:
+@get("/readyz", responses=problems(503), operation_id="Readyz")
+async def readyz(recall: Service) -> Health:
     """The database answers a query."""
     await recall.ready()
     return Health(status="ready")

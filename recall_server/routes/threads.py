@@ -8,31 +8,48 @@ from litestar import Request, Response, get, patch, post
 from litestar.params import Parameter
 
 from recall_server import spill
-from recall_server.models import AssignOwner, CreateNote, CreateThread, Event, EventPage, ThreadPage, ThreadView, UpdateThread
-from recall_server.routes import TENANT, Budget, Cursor, Limit, created, paged, problems
-from recall_server.service import Recall
+from recall_server.models import (
+    AssignOwner,
+    CreateNote,
+    CreateThread,
+    Event,
+    EventPage,
+    ThreadPage,
+    ThreadView,
+    UpdateThread,
+)
+from recall_server.routes import (
+    TENANT,
+    Budget,
+    Cursor,
+    Limit,
+    Service,
+    created,
+    paged,
+    problems,
+)
 
 
-@post("/threads", status_code=201, responses=problems(400, 409, 413, 422, 503))
-async def create_thread(data: CreateThread, recall: Recall) -> Response[ThreadView]:
+@post("/threads", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateThread")
+async def create_thread(data: CreateThread, recall: Service) -> Response[ThreadView]:
     is_new, view = await recall.create_thread(TENANT, data)
     return created(view, is_new, f"/threads/{view.id}")
 
 
-@get("/threads/{thread_id:str}", responses=problems(400, 404, 503))
-async def get_thread(thread_id: str, recall: Recall, budget: Budget = spill.DEFAULT_BUDGET) -> ThreadView:
+@get("/threads/{thread_id:str}", responses=problems(400, 404, 503), operation_id="GetThread")
+async def get_thread(thread_id: str, recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ThreadView:
     return await recall.get_thread(TENANT, thread_id, budget)
 
 
-@patch("/threads/{thread_id:str}", responses=problems(400, 404, 413, 503))
-async def update_thread(thread_id: str, data: UpdateThread, recall: Recall) -> ThreadView:
+@patch("/threads/{thread_id:str}", responses=problems(400, 404, 413, 503), operation_id="UpdateThread")
+async def update_thread(thread_id: str, data: UpdateThread, recall: Service) -> ThreadView:
     return await recall.update_thread(TENANT, thread_id, data)
 
 
-@get("/threads", responses=problems(400, 503))
+@get("/threads", responses=problems(400, 503), operation_id="ListThreads")
 async def list_threads(
     request: Request[Any, Any, Any],
-    recall: Recall,
+    recall: Service,
     status: Annotated[str | None, Parameter(description="Only threads with this status.")] = None,
     owner: Annotated[str | None, Parameter(description="Only threads this worker owns.")] = None,
     cursor: Cursor = None,
@@ -41,20 +58,20 @@ async def list_threads(
     return paged(request, await recall.list_threads(TENANT, status, owner, cursor, limit))
 
 
-@get("/threads/{thread_id:str}/events", responses=problems(400, 404, 503))
+@get("/threads/{thread_id:str}/events", responses=problems(400, 404, 503), operation_id="ListEvents")
 async def list_events(
-    thread_id: str, request: Request[Any, Any, Any], recall: Recall, cursor: Cursor = None, limit: Limit = 50
+    thread_id: str, request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
 ) -> Response[EventPage]:
     return paged(request, await recall.list_events(TENANT, thread_id, cursor, limit))
 
 
-@post("/threads/{thread_id:str}/events", status_code=201, responses=problems(400, 404, 413, 422, 503))
-async def add_note(thread_id: str, data: CreateNote, recall: Recall) -> Event:
+@post("/threads/{thread_id:str}/events", status_code=201, responses=problems(400, 404, 413, 422, 503), operation_id="AddNote")
+async def add_note(thread_id: str, data: CreateNote, recall: Service) -> Event:
     return await recall.add_note(TENANT, thread_id, data)
 
 
-@post("/threads/{thread_id:str}/owners", status_code=201, responses=problems(400, 404, 413, 422, 503))
-async def assign_owner(thread_id: str, data: AssignOwner, recall: Recall) -> Response[ThreadView]:
+@post("/threads/{thread_id:str}/owners", status_code=201, responses=problems(400, 404, 413, 422, 503), operation_id="AssignOwner")
+async def assign_owner(thread_id: str, data: AssignOwner, recall: Service) -> Response[ThreadView]:
     is_new, view = await recall.assign_owner(TENANT, thread_id, data)
     return created(view, is_new, f"/threads/{view.id}")
 

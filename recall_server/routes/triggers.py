@@ -8,23 +8,29 @@ from litestar import Request, Response, get, post
 
 from recall_server import spill
 from recall_server.models import CreateTrigger, TriggerView
-from recall_server.routes import TENANT, Budget, created, problems, serve_content
-from recall_server.service import Recall
+from recall_server.routes import (
+    TENANT,
+    Budget,
+    Service,
+    created,
+    problems,
+    serve_content,
+)
 
 
-@post("/triggers", status_code=201, responses=problems(400, 409, 413, 422, 503))
-async def create_trigger(data: CreateTrigger, recall: Recall) -> Response[TriggerView]:
+@post("/triggers", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateTrigger")
+async def create_trigger(data: CreateTrigger, recall: Service) -> Response[TriggerView]:
     is_new, view = await recall.create_trigger(TENANT, data)
     return created(view, is_new, f"/triggers/{view.id}")
 
 
-@get("/triggers/{trigger_id:str}", responses=problems(400, 404, 503))
-async def get_trigger(trigger_id: str, recall: Recall, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
+@get("/triggers/{trigger_id:str}", responses=problems(400, 404, 503), operation_id="GetTrigger")
+async def get_trigger(trigger_id: str, recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
     return await recall.get_trigger(TENANT, trigger_id, budget)
 
 
-@get("/triggers/{trigger_id:str}/payload", responses=problems(404, 416, 503))
-async def get_payload(trigger_id: str, request: Request[Any, Any, Any], recall: Recall) -> Response[bytes]:
+@get("/triggers/{trigger_id:str}/payload", responses=problems(404, 416, 503), operation_id="GetPayload")
+async def get_payload(trigger_id: str, request: Request[Any, Any, Any], recall: Service) -> Response[bytes]:
     return serve_content(request, await recall.get_payload(TENANT, trigger_id))
 
 

@@ -1,0 +1,24 @@
+"""schemathesis, every check and every phase, against a live server and the committed openapi.yaml."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JUNIT = ROOT / "reports" / "schemathesis-junit.xml"
+
+
+def test_schemathesis_finds_no_failures(base_url: str) -> None:
+    st = Path(sys.executable).with_name("st")
+    command = [str(st), "--config-file", str(ROOT / "contract_tests" / "schemathesis.toml"), "--no-color", "run",
+               str(ROOT / "openapi.yaml"), "--url", base_url]
+    if os.environ.get("RECALL_API_KEY"):
+        command += ["--header", f"Authorization: Bearer {os.environ['RECALL_API_KEY']}"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    summary = run.stdout[-6000:]
+    assert run.returncode == 0, summary
+    assert "passed" in summary and JUNIT.exists()
+    print(summary[-1500:])

@@ -1,0 +1,60 @@
+"""Start and stop `recall-server serve` as a child process, as a user would (tests, contract suite, bench)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m recall_server serve` on a free loopback port, logging to a file."""
+
+    def __init__(self, log: Path, *args: str, command: list[str] | None = None, **env: str) -> None:
+        self.command = command or [sys.executable, "-m", "recall_server"]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.args = args
+        self.env = {**os.environ, **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> ServerProcess:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [*self.command, "serve", "--port", str(self.port), *self.args],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        return self
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server did not become ready:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
