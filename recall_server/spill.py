@@ -53,14 +53,13 @@ class _Room:
 
 
 def _links(items: list[Link], room: _Room) -> list[Link]:
-    """Links with summaries while they fit, then bare IDs so no neighbour is ever lost."""
-    out: list[Link] = []
-    for item in items:
-        if room.take(len(_encode(item)) + 1):
-            out.append(item)
-        elif room.take(len(_encode(Link(id=item.id))) + 1):
-            out.append(Link(id=item.id))
-    return out
+    """Every linked ID, always; then summaries, in order, while they fit. No neighbour is ever lost.
+
+    The field limits in models.py make the bare IDs fit even the smallest budget.
+    """
+    bare = [Link(id=item.id) for item in items]
+    room.left -= sum(len(_encode(b)) + 1 for b in bare)
+    return [item if room.take(len(_encode(item)) - len(_encode(b))) else b for item, b in zip(items, bare)]
 
 
 def _recent(items: list[Any], room: _Room) -> list[Any]:
@@ -77,6 +76,17 @@ def _preview(head: bytes, limit: int) -> str:
     return head[:limit].decode("utf-8", errors="ignore")
 
 
+def _spill(href: str, content_type: str, size: int, head: bytes, limit: int) -> Spill:
+    kb = max(1, round(size / 1024))
+    hint = f"GET {href} ({kb} KB, {'truncated' if len(head) < size or size > PREVIEW_BYTES else 'not inlined'})"
+    return Spill(href=href, bytes=size, content_type=content_type, preview=_preview(head, limit), hint=hint)
+
+
+def _spill_floor(field: str, href: str, content_type: str, size: int) -> int:
+    """The bytes a spill pointer with an empty preview needs: reserved before links are filled."""
+    return len(',"spilled":{"":}') + len(field) + len(_encode(_spill(href, content_type, size, b"", 0)))
+
+
 def _content(field: str, href: str, content_type: str, size: int, head: bytes, room: _Room) -> tuple[Any, Any]:
     """Inline the content if all of it fits, else a spill pointer with the longest preview that fits."""
     key_cost = len(field) + 4  # ,"field":
@@ -84,12 +94,10 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
         inline: Any = msgspec.Raw(head) if is_json(content_type) else head.decode("utf-8")
         if room.take(key_cost + len(_encode(inline))):
             return inline, msgspec.UNSET
-    kb = max(1, round(size / 1024))
-    hint = f"GET {href} ({kb} KB, {'truncated' if len(head) < size or size > PREVIEW_BYTES else 'not inlined'})"
     wrapper_cost = len(',"spilled":{"":}') + len(field)
     limit = min(PREVIEW_BYTES, len(head))
     while True:
-        spill = Spill(href=href, bytes=size, content_type=content_type, preview=_preview(head, limit), hint=hint)
+        spill = _spill(href, content_type, size, head, limit)
         cost = wrapper_cost + len(_encode(spill))
         if cost <= room.left or limit == 0:
             room.take(min(cost, room.left))
@@ -108,7 +116,10 @@ def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
         created_at=row.created_at, links=links,
     )
     room = _Room(budget, view)
+    reserved = _spill_floor("payload", href, row.content_type, row.size)
+    room.left -= reserved
     view.neighbours = _links(row.neighbours, room)
+    room.left += reserved
     view.payload, view.spilled = _content("payload", href, row.content_type, row.size, row.head, room)
     return view
 
@@ -152,6 +163,9 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
         },
     )
     room = _Room(budget, view)
+    reserved = _spill_floor("body", href, row.content_type, row.size)
+    room.left -= reserved
     view.refs = _links(row.refs, room)
+    room.left += reserved
     view.body, view.spilled = _content("body", href, row.content_type, row.size, row.head, room)
     return view

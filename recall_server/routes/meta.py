@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import get
+from litestar.params import FromPath
 
 from recall_server.models import Health, Resolved
 from recall_server.routes import TENANT, Service, problems
 
 
 @get("/ids/{object_id:str}", responses=problems(404, 503), operation_id="ResolveId")
-async def resolve_id(object_id: str, recall: Service) -> Resolved:
+async def resolve_id(object_id: FromPath[str], recall: Service) -> Resolved:
     return await recall.resolve(TENANT, object_id)
 
 

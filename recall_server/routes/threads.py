@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, patch, post
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, Parameter
 
 from recall_server import spill
 from recall_server.models import (
@@ -31,18 +31,18 @@ from recall_server.routes import (
 
 
 @post("/threads", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateThread")
-async def create_thread(data: CreateThread, recall: Service) -> Response[ThreadView]:
+async def create_thread(data: JSONBody[CreateThread], recall: Service) -> Response[ThreadView]:
     is_new, view = await recall.create_thread(TENANT, data)
     return created(view, is_new, f"/threads/{view.id}")
 
 
 @get("/threads/{thread_id:str}", responses=problems(400, 404, 503), operation_id="GetThread")
-async def get_thread(thread_id: str, recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ThreadView:
+async def get_thread(thread_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ThreadView:
     return await recall.get_thread(TENANT, thread_id, budget)
 
 
 @patch("/threads/{thread_id:str}", responses=problems(400, 404, 413, 503), operation_id="UpdateThread")
-async def update_thread(thread_id: str, data: UpdateThread, recall: Service) -> ThreadView:
+async def update_thread(thread_id: FromPath[str], data: JSONBody[UpdateThread], recall: Service) -> ThreadView:
     return await recall.update_thread(TENANT, thread_id, data)
 
 
@@ -60,18 +60,18 @@ async def list_threads(
 
 @get("/threads/{thread_id:str}/events", responses=problems(400, 404, 503), operation_id="ListEvents")
 async def list_events(
-    thread_id: str, request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
+    thread_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
 ) -> Response[EventPage]:
     return paged(request, await recall.list_events(TENANT, thread_id, cursor, limit))
 
 
 @post("/threads/{thread_id:str}/events", status_code=201, responses=problems(400, 404, 413, 422, 503), operation_id="AddNote")
-async def add_note(thread_id: str, data: CreateNote, recall: Service) -> Event:
+async def add_note(thread_id: FromPath[str], data: JSONBody[CreateNote], recall: Service) -> Event:
     return await recall.add_note(TENANT, thread_id, data)
 
 
 @post("/threads/{thread_id:str}/owners", status_code=201, responses=problems(400, 404, 413, 422, 503), operation_id="AssignOwner")
-async def assign_owner(thread_id: str, data: AssignOwner, recall: Service) -> Response[ThreadView]:
+async def assign_owner(thread_id: FromPath[str], data: JSONBody[AssignOwner], recall: Service) -> Response[ThreadView]:
     is_new, view = await recall.assign_owner(TENANT, thread_id, data)
     return created(view, is_new, f"/threads/{view.id}")
 

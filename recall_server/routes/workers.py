@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request, Response, get, post
+from litestar.params import FromPath, JSONBody
 
 from recall_server import spill
 from recall_server.models import (
@@ -28,36 +29,36 @@ from recall_server.routes import (
 
 
 @post("/workers", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateWorker")
-async def create_worker(data: CreateWorker, recall: Service) -> Response[WorkerView]:
+async def create_worker(data: JSONBody[CreateWorker], recall: Service) -> Response[WorkerView]:
     is_new, view = await recall.create_worker(TENANT, data)
     return created(view, is_new, f"/workers/{view.id}")
 
 
 @get("/workers/{worker_id:str}", responses=problems(400, 404, 503), operation_id="GetWorker")
-async def get_worker(worker_id: str, recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> WorkerView:
+async def get_worker(worker_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> WorkerView:
     return await recall.get_worker(TENANT, worker_id, budget)
 
 
 @get("/workers/{worker_id:str}/reports", responses=problems(400, 404, 503), operation_id="ListReports")
 async def list_reports(
-    worker_id: str, request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
+    worker_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
 ) -> Response[ReportPage]:
     return paged(request, await recall.list_reports(TENANT, worker_id, cursor, limit))
 
 
 @post("/workers/{worker_id:str}/reports", status_code=201, responses=problems(400, 404, 409, 413, 422, 503), operation_id="CreateReport")
-async def create_report(worker_id: str, data: CreateReport, recall: Service) -> Response[ReportView]:
+async def create_report(worker_id: FromPath[str], data: JSONBody[CreateReport], recall: Service) -> Response[ReportView]:
     is_new, view = await recall.create_report(TENANT, worker_id, data)
     return created(view, is_new, f"/reports/{view.id}")
 
 
 @get("/reports/{report_id:str}", responses=problems(400, 404, 503), operation_id="GetReport")
-async def get_report(report_id: str, recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ReportView:
+async def get_report(report_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ReportView:
     return await recall.get_report(TENANT, report_id, budget)
 
 
 @get("/reports/{report_id:str}/body", responses=problems(404, 416, 503), operation_id="GetBody")
-async def get_body(report_id: str, request: Request[Any, Any, Any], recall: Service) -> Response[bytes]:
+async def get_body(report_id: FromPath[str], request: Request[Any, Any, Any], recall: Service) -> Response[bytes]:
     return serve_content(request, await recall.get_body(TENANT, report_id))
 
 
