@@ -7,7 +7,7 @@ import re
 from recall_server.errors import RangeNotSatisfiable
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 
 
 class Served:
@@ -30,6 +30,7 @@ def _matches(header: str, tag: str) -> bool:
 
 def _position(digits: str) -> int:
     """A byte position; absurdly long numbers saturate instead of tripping int()'s digit limit."""
+    digits = digits.lstrip("0") or "0"  # RFC 9110 allows leading zeros
     return int(digits) if len(digits) <= 18 else 10**18
 
 

@@ -77,8 +77,7 @@ def _preview(head: bytes, limit: int) -> str:
 
 
 def _spill(href: str, content_type: str, size: int, head: bytes, limit: int) -> Spill:
-    kb = max(1, round(size / 1024))
-    hint = f"GET {href} ({kb} KB, {'truncated' if len(head) < size or size > PREVIEW_BYTES else 'not inlined'})"
+    hint = f"GET {href} ({max(1, round(size / 1024))} KB, truncated)"  # independent of the preview: see _spill_floor
     return Spill(href=href, bytes=size, content_type=content_type, preview=_preview(head, limit), hint=hint)
 
 

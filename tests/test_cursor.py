@@ -1,0 +1,193 @@
+"""recall_server.cursor: a cursor returns its position on the list it was issued for, and is a 400 anywhere else."""
+
+from __future__ import annotations
+
+import string
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from recall_server.cursor import CursorCodec
+from recall_server.errors import BadRequest
+
+SECRET = b"k" * 32
+EVENTS = "tenant-a\0events\0thr_x"
+THREADS = "tenant-a\0threads\0status=open"
+TOKEN_ALPHABET = string.ascii_letters + string.digits + "-_.="
+
+
+def codec() -> CursorCodec:
+    return CursorCodec(SECRET)
+
+
+def token_for(position: list, scope: str = EVENTS) -> str:
+    return codec().encode(scope, position)
+
+
+def assert_rejected(token: str, scope: str = EVENTS, shape: type = tuple[int]) -> None:
+    """Rejection is always a BadRequest: never a position, never another exception type."""
+    with pytest.raises(BadRequest) as raised:
+        codec().decode(scope, token, shape)
+    assert raised.value.status == 400
+
+
+# ---- round trip -------------------------------------------------------------------------
+
+
+def test_an_integer_position_round_trips() -> None:
+    assert codec().decode(EVENTS, token_for([5]), tuple[int]) == (5,)
+
+
+def test_a_timestamp_and_id_position_round_trips_as_typed_values() -> None:
+    token = codec().encode(THREADS, ["2026-01-01T00:00:00Z", "thr_x"])
+    decoded = codec().decode(THREADS, token, tuple[datetime, str])
+    assert decoded == (datetime(2026, 1, 1, tzinfo=UTC), "thr_x")
+
+
+def test_a_datetime_position_round_trips() -> None:
+    at = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+    token = codec().encode(THREADS, [at, "thr_y"])
+    assert codec().decode(THREADS, token, tuple[datetime, str]) == (at, "thr_y")
+
+
+@given(st.integers(min_value=0, max_value=2**63 - 1), st.text(max_size=80))
+def test_any_position_round_trips_on_its_own_list(seq: int, scope: str) -> None:
+    c = codec()
+    assert c.decode(scope, c.encode(scope, [seq]), tuple[int]) == (seq,)
+
+
+def test_tokens_are_url_safe() -> None:
+    token = codec().encode(THREADS, ["2026-01-01T00:00:00Z", "thr_" + "~" * 40])
+    assert set(token) <= set(string.ascii_letters + string.digits + "-_.")
+
+
+def test_a_codec_with_the_same_secret_accepts_the_token() -> None:
+    """Cursors survive a restart: nothing but the secret is needed to verify them."""
+    token = CursorCodec(SECRET).encode(EVENTS, [7])
+    assert CursorCodec(bytes(SECRET)).decode(EVENTS, token, tuple[int]) == (7,)
+
+
+# ---- scope binding ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "other_scope",
+    [
+        "tenant-b\0events\0thr_x",  # another tenant
+        "tenant-a\0events\0thr_y",  # another thread
+        "tenant-a\0reports\0thr_x",  # another route
+        "tenant-a\0events\0thr_x\0",  # a trailing byte
+        "",
+    ],
+)
+def test_a_cursor_replayed_on_another_list_is_a_bad_request(other_scope: str) -> None:
+    assert_rejected(token_for([5], EVENTS), other_scope)
+
+
+def test_a_cursor_signed_with_another_secret_is_a_bad_request() -> None:
+    token = CursorCodec(b"z" * 32).encode(EVENTS, [5])
+    assert_rejected(token)
+
+
+def test_a_verified_position_of_the_wrong_shape_is_a_bad_request() -> None:
+    assert_rejected(token_for(["not-a-number"]), shape=tuple[int])
+    assert_rejected(token_for([1, 2]), shape=tuple[int])
+    assert_rejected(token_for([5]), shape=tuple[datetime, str])
+
+
+def test_the_rejection_names_the_cursor_and_says_what_to_do() -> None:
+    token = token_for([5]) + "x"
+    with pytest.raises(BadRequest) as raised:
+        codec().decode(EVENTS, token, tuple[int])
+    assert raised.value.extra["cursor"] == token
+    assert "without a cursor" in raised.value.detail
+
+
+# ---- tampering: every edit is a 400 -------------------------------------------------------
+
+
+@st.composite
+def mutated_tokens(draw: st.DrawFn) -> str:
+    """A valid token with one edit: flip, replace, insert or delete a character, or truncate."""
+    seq = draw(st.integers(min_value=0, max_value=10**12))
+    token = token_for([seq])
+    i = draw(st.integers(min_value=0, max_value=len(token) - 1))
+    edit = draw(st.sampled_from(["flip", "replace", "insert", "delete", "truncate"]))
+    if edit == "flip":
+        bit = draw(st.integers(min_value=0, max_value=6))
+        mutated = token[:i] + chr(ord(token[i]) ^ (1 << bit)) + token[i + 1:]
+    elif edit == "replace":
+        char = draw(st.one_of(st.sampled_from(TOKEN_ALPHABET), st.characters()))
+        mutated = token[:i] + char + token[i + 1:]
+    elif edit == "insert":
+        char = draw(st.one_of(st.sampled_from(TOKEN_ALPHABET), st.characters()))
+        mutated = token[:i] + char + token[i:]
+    elif edit == "delete":
+        mutated = token[:i] + token[i + 1:]
+    else:
+        mutated = token[:i]
+    if mutated == token:  # a replace that drew the same character is no edit at all
+        mutated = token + "A"
+    return mutated
+
+
+@given(mutated_tokens())
+def test_any_single_edit_of_a_valid_token_is_a_bad_request(token: str) -> None:
+    assert_rejected(token)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 10, 22])
+def test_a_truncated_token_is_a_bad_request(cut: int) -> None:
+    assert_rejected(token_for([5])[:-cut])
+
+
+def test_padding_or_extra_separators_are_tampering() -> None:
+    token = token_for([5])
+    body, mac = token.split(".")
+    for edited in (f"{body}=.{mac}", f"{body}.{mac}=", f"{body}..{mac}", f"{body}.{mac}.", f".{token}", mac, body):
+        assert_rejected(edited)
+
+
+@given(st.text())
+def test_arbitrary_text_is_only_ever_a_bad_request(text: str) -> None:
+    assert_rejected(text)
+
+
+@given(st.text(alphabet=TOKEN_ALPHABET, min_size=1, max_size=120))
+def test_token_shaped_garbage_is_only_ever_a_bad_request(text: str) -> None:
+    assert_rejected(text)
+
+
+def test_a_token_over_512_characters_is_rejected_even_if_signed() -> None:
+    long_token = token_for(["x" * 600])
+    assert len(long_token) > 512
+    assert_rejected(long_token, shape=tuple[str])
+
+
+def test_the_longest_signed_token_within_512_characters_is_still_read() -> None:
+    # A 22-character MAC and unpadded base64 make 511 the longest token a position can produce.
+    tokens = {len(token_for(["x" * n])): n for n in range(300, 400)}
+    n = tokens[max(length for length in tokens if length <= 512)]
+    assert len(token_for(["x" * n])) >= 511
+    assert codec().decode(EVENTS, token_for(["x" * n]), tuple[str]) == ("x" * n,)
+
+
+def test_the_rejection_of_a_huge_token_does_not_echo_all_of_it() -> None:
+    with pytest.raises(BadRequest) as raised:
+        codec().decode(EVENTS, "A" * 100_000, tuple[int])
+    assert len(raised.value.extra["cursor"]) <= 512
+
+
+# ---- secret -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [0, 1, 16, 31])
+def test_a_secret_shorter_than_32_bytes_is_refused(length: int) -> None:
+    with pytest.raises(ValueError):
+        CursorCodec(b"s" * length)
+
+
+def test_a_32_byte_secret_is_accepted() -> None:
+    CursorCodec(b"s" * 32)
