@@ -28,6 +28,9 @@ CREATE TABLE IF NOT EXISTS threads (
     title        text NOT NULL,
     summary      text NOT NULL,
     status       text NOT NULL,
+    app_id       text,
+    agent_id     text,
+    run_id       text,
     last_seq     bigint NOT NULL DEFAULT 0 CHECK (last_seq >= 0),
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -42,6 +45,9 @@ CREATE TABLE IF NOT EXISTS workers (
     id           text NOT NULL CHECK (id ~ '^wkr_[A-Za-z0-9_-]{1,64}$'),
     name         text NOT NULL,
     summary      text NOT NULL,
+    app_id       text,
+    agent_id     text,
+    run_id       text,
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (tenant_id, id)
@@ -70,6 +76,9 @@ CREATE TABLE IF NOT EXISTS triggers (
     content_type   text NOT NULL,
     payload        bytea NOT NULL,
     payload_sha256 bytea NOT NULL,
+    app_id         text,
+    agent_id       text,
+    run_id         text,
     request_hash   bytea NOT NULL,
     occurred_at    timestamptz NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -98,6 +107,9 @@ CREATE TABLE IF NOT EXISTS reports (
     content_type text NOT NULL,
     body         bytea NOT NULL,
     body_sha256  bytea NOT NULL,
+    app_id       text,
+    agent_id     text,
+    run_id       text,
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (tenant_id, id),
@@ -131,5 +143,67 @@ CREATE TABLE IF NOT EXISTS thread_events (
     PRIMARY KEY (tenant_id, thread_id, seq),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
+
+-- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read
+-- on every request, so it takes effect at once in every server process.
+CREATE TABLE IF NOT EXISTS api_keys (
+    id            text PRIMARY KEY CHECK (id ~ '^[0-9a-f]{16}$'),
+    tenant_id     text NOT NULL REFERENCES tenants (id),
+    scope         text NOT NULL CHECK (scope IN ('read', 'write', 'admin')),
+    secret_sha256 bytea NOT NULL CHECK (octet_length(secret_sha256) = 32),
+    label         text NOT NULL DEFAULT '',
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    revoked_at    timestamptz
+);
+CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at);
+
+-- ---- isolation ---------------------------------------------------------------------------
+-- Requests run as recall_app: it owns nothing, is not a superuser and cannot bypass RLS. Every
+-- tenant-owned table forces row-level security keyed on app.tenant_id, which the server sets
+-- from the authenticated key (and RESET ALL clears when a pooled connection is returned), so
+-- a query that forgets its tenant filter still sees one tenant only.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'recall_app') THEN
+        CREATE ROLE recall_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOINHERIT;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA public TO recall_app;
+GRANT SELECT ON server_secrets, schema_migrations TO recall_app;
+GRANT SELECT, INSERT, UPDATE ON threads, workers, thread_owners, triggers, trigger_neighbours, reports,
+    report_refs, thread_events TO recall_app;
+GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
+
+DO $$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours',
+                             'reports', 'report_refs', 'thread_events', 'api_keys'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
+        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
+        -- The owner runs migrations and the operator CLI (keys, sweeps), never requests.
+        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
+                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
+                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
+        IF t <> 'api_keys' THEN  -- the key lookup below runs as the owner, before a tenant is known
+            EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The one way recall_app learns a tenant: present a key, get its tenant and scope. SECURITY
+-- DEFINER (as the owner) so recall_app never needs to read other tenants' key rows.
+CREATE OR REPLACE FUNCTION recall_authenticate(key_id text, key_sha256 bytea)
+RETURNS TABLE (tenant_id text, scope text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT k.tenant_id, k.scope FROM api_keys k
+     WHERE k.id = key_id AND k.secret_sha256 = key_sha256 AND k.revoked_at IS NULL
+$$;
+REVOKE ALL ON FUNCTION recall_authenticate(text, bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_authenticate(text, bytea) TO recall_app;
 
 INSERT INTO schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING;

@@ -1,4 +1,4 @@
-"""The contract suites' target: RECALL_BASE_URL (any deployment), else a fresh local server."""
+"""The contract suites' target: RECALL_BASE_URL + RECALL_API_KEY (any deployment), else a fresh local server."""
 
 from __future__ import annotations
 
@@ -7,24 +7,36 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from local import fresh_server
+from local import admin_key, fresh_server
 
 
 @pytest.fixture(scope="session")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(base URL, admin API key): RECALL_BASE_URL and RECALL_API_KEY, or a fresh local server and a new key."""
     deployed = os.environ.get("RECALL_BASE_URL")
     if deployed:
-        yield deployed.rstrip("/")
+        key = os.environ.get("RECALL_API_KEY")
+        if not key:
+            pytest.exit("RECALL_BASE_URL needs RECALL_API_KEY (an admin-scope key) as well", returncode=2)
+        yield deployed.rstrip("/"), key
         return
-    server = fresh_server(tmp_path_factory.mktemp("contract"))
-    yield server.url
+    home = tmp_path_factory.mktemp("contract")
+    server = fresh_server(home)
+    yield server.url, admin_key(server, home)
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def base_url(target: tuple[str, str]) -> str:
+    return target[0]
+
+
+@pytest.fixture(scope="session")
+def api_key(target: tuple[str, str]) -> str:
+    return target[1]
+
+
 @pytest.fixture()
-def client(base_url: str) -> Iterator[httpx.Client]:
-    headers = {}
-    if os.environ.get("RECALL_API_KEY"):
-        headers["Authorization"] = f"Bearer {os.environ['RECALL_API_KEY']}"
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30) as c:
+def client(base_url: str, api_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as c:
         yield c

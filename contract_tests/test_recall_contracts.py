@@ -1,6 +1,7 @@
 """The four recall contracts, portable: run unchanged against any deployment.
 
-    RECALL_BASE_URL=https://recall.example.internal .venv/bin/python -m pytest contract_tests/test_recall_contracts.py
+    RECALL_BASE_URL=https://recall.example.internal RECALL_API_KEY=rk_... \
+        .venv/bin/python -m pytest contract_tests/test_recall_contracts.py
 
 Every object is created under a fresh unique ID; nothing is deleted or truncated, so a shared
 deployment stays usable.
@@ -9,8 +10,8 @@ deployment stays usable.
 from __future__ import annotations
 
 import re
-import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -120,18 +121,19 @@ def test_paging_events_while_another_client_appends_sees_each_once_in_order(
             for i in range(appended):
                 assert c.post(f"/threads/{thread}/events", json={"summary": f"note {i}"}).status_code == 201
 
-    writing = threading.Thread(target=writer)
-    writing.start()
     seqs: list[int] = []
     cursor = None
-    while True:
-        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
-        body = client.get(f"/threads/{thread}/events", params=params).json()
-        seqs += [e["seq"] for e in body["data"]]
-        cursor = body["next_cursor"]
-        if not writing.is_alive() and not body["has_more"] and not body["data"]:
-            break
-    writing.join()
+    with ThreadPoolExecutor(1) as pool:
+        writing = pool.submit(writer)
+        while True:
+            finished = writing.done()  # read before the page, so the last page sees every append
+            params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+            body = client.get(f"/threads/{thread}/events", params=params).json()
+            seqs += [e["seq"] for e in body["data"]]
+            cursor = body["next_cursor"]
+            if finished and not body["has_more"]:
+                break
+        writing.result()
     total = client.get(f"/threads/{thread}").json()["events_total"]
     assert seqs == list(range(1, total + 1))
     assert total >= appended + 4

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from local import fresh_server
+from local import admin_key, fresh_server
 
 HERE = Path(__file__).parent
 
@@ -24,7 +24,8 @@ def test_the_contract_suite_fails_on_a_broken_build(tmp_path: Path, mutant: str,
     try:
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_recall_contracts.py")],
-            env={**server.env, "RECALL_BASE_URL": server.url}, capture_output=True, text=True, timeout=600,
+            env={**server.env, "RECALL_BASE_URL": server.url, "RECALL_API_KEY": admin_key(server, tmp_path)},
+            capture_output=True, text=True, timeout=600,
         )
     finally:
         server.stop()

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
-from litestar import Litestar, Request, Response, route
+from litestar import Litestar, Request, Response, Router, route
 from litestar.di import Provide
 from litestar.enums import HttpMethod
 from litestar.exceptions import (
@@ -17,14 +17,25 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
 
 from recall_server import __version__, config, errors
 from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
-from recall_server.db.pool import Database
+from recall_server.db.pool import Database, as_app_role
 from recall_server.openapi import CorrectedJsonPlugin
-from recall_server.routes import meta, recall, threads, triggers, workers
+from recall_server.routes import (
+    credential,
+    keys,
+    labels,
+    meta,
+    recall,
+    require_key,
+    threads,
+    triggers,
+    workers,
+)
 from recall_server.service import Recall
 
 log = logging.getLogger("recall_server")
@@ -41,7 +52,7 @@ def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Probl
         return errors.BadRequest(f"The request body is not valid JSON: {exc}")
     if isinstance(exc, HTTPException):
         cls = errors.BY_STATUS.get(exc.status_code)
-        if cls is not None and cls is not errors.Unavailable:
+        if cls is not None and cls not in (errors.Unavailable, errors.Unauthorized):
             detail = exc.detail
             if exc.status_code == 404:
                 detail = f"No route matches {request.method} {request.url.path}."
@@ -93,7 +104,7 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = await Database.open(
-            settings.database_url, min_size=settings.pool_min, max_size=settings.pool_max,
+            settings.app_database_url or as_app_role(settings.database_url), min_size=settings.pool_min, max_size=settings.pool_max,
             timeout=settings.db_timeout,
         )
         async with db.connection() as conn:
@@ -104,10 +115,19 @@ def create_app(settings: Settings) -> Litestar:
         finally:
             await db.close()
 
-    handlers = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES]
+    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(
-        route_handlers=[*_options_handlers(handlers), *handlers],  # ours first: Litestar then adds none
-        dependencies={"recall": Provide(recall, sync_to_thread=False)},
+        route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
+            Router("/", route_handlers=[*_options_handlers(protected), *protected], guards=[require_key],
+                   security=[{"bearer": []}]),
+            *_options_handlers(meta.PUBLIC),
+            *meta.PUBLIC,
+        ],
+        dependencies={
+            "recall": Provide(recall, sync_to_thread=False),
+            "cred": Provide(credential, sync_to_thread=False),
+            "labels": Provide(labels, sync_to_thread=False),
+        },
         lifespan=[lifespan],
         exception_handlers={Exception: _problem_response},
         request_max_body_size=settings.max_body_bytes,
@@ -116,6 +136,9 @@ def create_app(settings: Settings) -> Litestar:
             version=__version__,
             description="The Chain-of-Recall reference graph: exact fetch by stable ID, loud misses, lossless cursors.",
             path="/schema",
+            components=Components(security_schemes={
+                "bearer": SecurityScheme(type="http", scheme="bearer", description="API key: rk_<id>.<secret>"),
+            }),
             render_plugins=[CorrectedJsonPlugin()],
         ),
         debug=False,

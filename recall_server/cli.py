@@ -6,13 +6,18 @@ import asyncio
 import os
 import sys
 import urllib.error
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
+import asyncpg
 import click
 import msgspec
 
 from recall_server import config
 from recall_server.config import ENV_NAMES, Settings
+
+T = TypeVar("T")
 
 
 def _settings(**flags: object) -> Settings:
@@ -25,6 +30,38 @@ def _dsn(settings: Settings) -> str:
     from recall_server.db import embedded
 
     return embedded.start(settings.data_dir)
+
+
+def _key_file(settings: Settings) -> Path:
+    return settings.data_dir / "api-key"
+
+
+def _owner(settings: Settings, operation: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    """Run one operator operation on an owner connection (works while a server runs on the store)."""
+
+    async def run() -> T:
+        conn = await asyncpg.connect(_dsn(settings))
+        try:
+            return await operation(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def _bootstrap_local_key(settings: Settings) -> None:
+    """Embedded default: on first start, one write key for `default`, printed once, kept 0600 in the data dir."""
+    from recall_server import service
+
+    path = _key_file(settings)
+    if path.exists():
+        return
+    key = _owner(settings, lambda conn: service.operator_issue_key(conn, "default", "write", "local default"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key.key + "\n")
+    click.echo(f"created a write key for tenant 'default' (also saved, mode 0600, in {path}):\n{key.key}")
 
 
 data_dir_option = click.option(
@@ -50,9 +87,12 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     from recall_server.db.migrate import migrate
 
     settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
+    embedded = not settings.database_url
     settings = msgspec.structs.replace(settings, database_url=_dsn(settings))
     if settings.migrate_on_start:
         asyncio.run(migrate(settings.database_url))
+    if embedded:
+        _bootstrap_local_key(settings)
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
     uvicorn.run(
         "recall_server.app:from_env", factory=True, host=settings.host, port=settings.port,
@@ -86,14 +126,88 @@ def openapi(output: Path | None) -> None:
         output.write_text(text)
 
 
+@main.group()
+def tenants() -> None:
+    """Manage tenants (as the database owner)."""
+
+
+@tenants.command("create")
+@click.argument("name")
+@data_dir_option
+def tenants_create(name: str, data_dir: Path | None) -> None:
+    """Create tenant NAME (lowercase letters, digits, - and _)."""
+    from recall_server import service
+
+    try:
+        created = _owner(_settings(data_dir=data_dir), lambda conn: service.create_tenant(conn, name))
+    except asyncpg.CheckViolationError:
+        raise click.BadParameter("use lowercase letters, digits, - and _ (at most 63)", param_hint="NAME") from None
+    click.echo(f"tenant {name} {'created' if created else 'already exists'}")
+
+
+@main.group()
+def keys() -> None:
+    """Manage API keys (as the database owner)."""
+
+
+@keys.command("create")
+@click.option("--tenant", required=True, help="Tenant the key belongs to.")
+@click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
+@click.option("--label", default="", help="A note to recognise the key by in `keys list`.")
+@data_dir_option
+def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> None:
+    """Create a key; it is printed once, alone on the last line, and cannot be recovered."""
+    from recall_server import service
+    from recall_server.errors import NotFound
+
+    try:
+        key = _owner(_settings(data_dir=data_dir), lambda conn: service.operator_issue_key(conn, tenant, scope, label))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"key {key.id} for tenant {key.tenant}, scope {key.scope} (shown once; store it now):")
+    click.echo(key.key)
+
+
+@keys.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's keys.")
+@data_dir_option
+def keys_list(tenant: str | None, data_dir: Path | None) -> None:
+    """List keys (never their secrets)."""
+    from recall_server import service
+
+    for k in _owner(_settings(data_dir=data_dir), lambda conn: service.operator_list_keys(conn, tenant)):
+        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M:%S}" if k.revoked_at else "active"
+        click.echo(f"{k.id}  {k.tenant:<20} {k.scope:<6} {state:<28} {k.label}")
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@data_dir_option
+def keys_revoke(key_id: str, data_dir: Path | None) -> None:
+    """Revoke KEY_ID: refused from the next request on, by every server process."""
+    from recall_server import service
+
+    if _owner(_settings(data_dir=data_dir), lambda conn: service.operator_revoke_key(conn, key_id)) is None:
+        raise click.ClickException(f"no key {key_id}")
+    click.echo(f"key {key_id} revoked")
+
+
 @main.command()
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="Base URL of a running server.")
-def demo(url: str) -> None:
+@click.option("--key", envvar="RECALL_API_KEY", default=None,
+              help="API key (env RECALL_API_KEY); default: the one `serve` saved in the data directory.")
+@data_dir_option
+def demo(url: str, key: str | None, data_dir: Path | None) -> None:
     """Load the PR #412 story into a running server and print the hop-by-hop recall."""
     from recall_server.demo import run
 
+    if key is None:
+        path = _key_file(_settings(data_dir=data_dir))
+        if not path.exists():
+            raise click.ClickException(f"no API key: pass --key or set RECALL_API_KEY ({path} does not exist)")
+        key = path.read_text().strip()
     try:
-        run(url.rstrip("/"), click.echo)
+        run(url.rstrip("/"), key, click.echo)
     except urllib.error.URLError as exc:
         click.echo(f"cannot reach {url}: {exc.reason}; start it with `recall-server serve`", err=True)
         sys.exit(1)

@@ -12,7 +12,8 @@ ENV_PREFIX = "RECALL_"
 
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
-    database_url: str | None = None  # None: run the embedded PostgreSQL in data_dir
+    database_url: str | None = None  # the owner's DSN (migrations, operator CLI); None: embedded PostgreSQL
+    app_database_url: str | None = None  # requests connect as recall_app; None: database_url with that user
     data_dir: Path = Path(platformdirs.user_data_dir("recall-server"))
     host: str = "127.0.0.1"
     port: int = 8000
@@ -27,7 +28,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
 # Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.
 ENV_NAMES = {
-    name: ("DATABASE_URL" if name == "database_url" else ENV_PREFIX + name.upper())
+    name: {"database_url": "DATABASE_URL", "app_database_url": "RECALL_APP_DATABASE_URL"}.get(
+        name, ENV_PREFIX + name.upper())
     for name in Settings.__struct_fields__
 }
 

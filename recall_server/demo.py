@@ -38,10 +38,10 @@ STORY: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def call(base: str, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+def call(base: str, key: str, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()
@@ -49,21 +49,21 @@ def call(base: str, method: str, path: str, body: Any = None) -> tuple[int, byte
         return exc.code, exc.read()
 
 
-def load(base: str) -> None:
+def load(base: str, key: str) -> None:
     """Create the story's objects (idempotent: a second load finds them all identical)."""
     for method, path, body in STORY:
         if body.get("payload", 0) is None and body.get("content_type") == "text/plain":
             body = {**body, "payload": ci_log()}
-        status, text = call(base, method, path, body)
+        status, text = call(base, key, method, path, body)
         if status >= 300:
             raise RuntimeError(f"{method} {path} -> {status}: {text[:300]!r}")
 
 
-def recall(base: str, echo: Callable[[str], None]) -> str:
+def recall(base: str, key: str, echo: Callable[[str], None]) -> str:
     """From the thread ID alone, three GETs reach the CI log line: thread, owner worker, cited payload."""
 
     def get(path: str) -> Any:
-        status, text = call(base, "GET", path)
+        status, text = call(base, key, "GET", path)
         echo(f"GET {path} -> {status} ({len(text)} bytes)")
         return text.decode() if path.endswith(("/payload", "/body")) else json.loads(text)
 
@@ -74,7 +74,7 @@ def recall(base: str, echo: Callable[[str], None]) -> str:
     return next(line for line in log.splitlines() if "payment timeout" in line)
 
 
-def run(base: str, echo: Callable[[str], None]) -> None:
-    load(base)
+def run(base: str, key: str, echo: Callable[[str], None]) -> None:
+    load(base, key)
     echo("loaded the PR #412 story; recalling from thr_pr_412:")
-    echo(f"found: {recall(base, echo)}")
+    echo(f"found: {recall(base, key, echo)}")

@@ -2,6 +2,8 @@
 
     Problem (HTTP status, title, detail, optional extension members)
      ├── BadRequest            400  malformed JSON, wrong types, bad cursor, bad limit/budget
+     ├── Unauthorized          401  missing, malformed, unknown or revoked API key (WWW-Authenticate)
+     ├── Forbidden             403  the key's scope does not allow this route
      ├── NotFound              404  unknown, malformed or wrong-kind ID; unknown route
      ├── MethodNotAllowed      405  (carries Allow)
      ├── Conflict              409  same ID created with a different body
@@ -50,6 +52,17 @@ class BadRequest(Problem):
     status, title, slug = 400, "Bad Request", "bad-request"
 
 
+class Unauthorized(Problem):
+    status, title, slug = 401, "Unauthorized", "unauthorized"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="recall"'}, **extra)
+
+
+class Forbidden(Problem):
+    status, title, slug = 403, "Forbidden", "forbidden"
+
+
 class NotFound(Problem):
     status, title, slug = 404, "Not Found", "not-found"
 
@@ -83,7 +96,7 @@ class Unavailable(Problem):
 
 BY_STATUS: dict[int, type[Problem]] = {
     cls.status: cls
-    for cls in (BadRequest, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
                 RangeNotSatisfiable, Unprocessable, Unavailable)
 }
 

@@ -7,7 +7,7 @@ Length limits are what keep every inline view inside the smallest allowed budget
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
@@ -26,6 +26,7 @@ ContentType = Annotated[
     str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$", examples=["text/plain"])
 ]
 Links = Annotated[list[AnyId], Meta(max_length=MAX_LINKS)]
+Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$", examples=["router-1"])]
 Timestamp = Annotated[datetime, Meta(extra_json_schema={"format": "date-time"})]
 # A string in bodies: Litestar decodes bodies leniently and would take a number as Unix seconds.
 DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "date-time"})]
@@ -44,6 +45,9 @@ class CreateTrigger(Request, kw_only=True):
     content_type: ContentType | None = None
     neighbours: Links = []
     occurred_at: DateTimeText | None = None
+    app_id: Label | None = None
+    agent_id: Label | None = None
+    run_id: Label | None = None
 
 
 class CreateThread(Request, kw_only=True):
@@ -51,6 +55,9 @@ class CreateThread(Request, kw_only=True):
     title: Title
     summary: Summary = ""
     status: Status = "open"
+    app_id: Label | None = None
+    agent_id: Label | None = None
+    run_id: Label | None = None
 
 
 class UpdateThread(Request, kw_only=True):
@@ -63,6 +70,9 @@ class CreateWorker(Request, kw_only=True):
     id: AnyId | None = None
     name: Name
     summary: Summary = ""
+    app_id: Label | None = None
+    agent_id: Label | None = None
+    run_id: Label | None = None
 
 
 class AssignOwner(Request, kw_only=True):
@@ -76,11 +86,19 @@ class CreateReport(Request, kw_only=True):
     body: Any = None
     content_type: ContentType | None = None
     refs: Links = []
+    app_id: Label | None = None
+    agent_id: Label | None = None
+    run_id: Label | None = None
 
 
 class CreateNote(Request, kw_only=True):
     summary: Summary
     ref: AnyId | None = None
+
+
+class CreateKey(Request, kw_only=True):
+    scope: Literal["read", "write", "admin"]
+    label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""
 
 
 # ---- responses -------------------------------------------------------------------------
@@ -129,6 +147,9 @@ class TriggerView(Struct, omit_defaults=True):
     links: dict[str, str]
     payload: Any | UnsetType = UNSET
     spilled: Spilled | UnsetType = UNSET
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class ThreadView(Struct, omit_defaults=True):
@@ -142,6 +163,9 @@ class ThreadView(Struct, omit_defaults=True):
     created_at: Timestamp
     updated_at: Timestamp
     links: dict[str, str]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class WorkerView(Struct, omit_defaults=True):
@@ -154,6 +178,9 @@ class WorkerView(Struct, omit_defaults=True):
     reports_total: int
     created_at: Timestamp
     links: dict[str, str]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class ReportView(Struct, omit_defaults=True):
@@ -167,6 +194,9 @@ class ReportView(Struct, omit_defaults=True):
     links: dict[str, str]
     body: Any | UnsetType = UNSET
     spilled: Spilled | UnsetType = UNSET
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class ThreadIndexEntry(Struct):
@@ -211,6 +241,32 @@ class Resolved(Struct):
     summary: str
 
 
+class KeyView(Struct):
+    """An API key as listed: never its secret."""
+
+    id: str
+    tenant: str
+    scope: str
+    label: str
+    created_at: Timestamp
+    revoked_at: Timestamp | None
+
+
+class NewKey(Struct):
+    """A key just created: the only time its secret (`key`) is ever shown."""
+
+    id: str
+    tenant: str
+    scope: str
+    label: str
+    created_at: Timestamp
+    key: str
+
+
+class KeyList(Struct):
+    data: list[KeyView]
+
+
 class Health(Struct):
     status: str
 
@@ -239,6 +295,9 @@ class TriggerRow(Struct):
     occurred_at: Timestamp
     created_at: Timestamp
     neighbours: list[Link]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class ThreadRow(Struct):
@@ -251,6 +310,9 @@ class ThreadRow(Struct):
     updated_at: Timestamp
     owners: list[Link]
     events: list[Event]  # newest first
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class WorkerRow(Struct):
@@ -262,6 +324,9 @@ class WorkerRow(Struct):
     threads: list[Link]  # most recently assigned first
     reports_total: int
     reports: list[Link]  # newest first
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class ReportRow(Struct):
@@ -274,3 +339,17 @@ class ReportRow(Struct):
     head: bytes
     created_at: Timestamp
     refs: list[Link]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+
+class Labels(Struct, frozen=True):
+    """Scopes inside a tenant (app, agent, run): they narrow retrieval; they are not a security boundary."""
+
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+    def key(self) -> str:
+        return f"{self.app_id}\0{self.agent_id}\0{self.run_id}"

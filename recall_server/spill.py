@@ -104,6 +104,10 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
         limit = max(0, limit - max(16, cost - room.left))
 
 
+def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, str | None]:
+    return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id}
+
+
 def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
     href = f"/triggers/{row.id}/payload"
     links = {"self": f"/triggers/{row.id}", "payload": href}
@@ -112,7 +116,7 @@ def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
     view = TriggerView(
         id=row.id, source=row.source, thread_id=row.thread_id, summary=row.summary,
         content_type=row.content_type, neighbours=[], occurred_at=row.occurred_at,
-        created_at=row.created_at, links=links,
+        created_at=row.created_at, links=links, **_labels(row),
     )
     room = _Room(budget, view)
     reserved = _spill_floor("payload", href, row.content_type, row.size)
@@ -127,7 +131,7 @@ def thread_view(row: ThreadRow, budget: int) -> ThreadView:
     view = ThreadView(
         id=row.id, title=row.title, summary=row.summary, status=row.status, owner_workers=[],
         events=[], events_total=row.last_seq, created_at=row.created_at, updated_at=row.updated_at,
-        links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events"},
+        links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events"}, **_labels(row),
     )
     room = _Room(budget, view)
     view.owner_workers = _links(row.owners, room)
@@ -144,6 +148,7 @@ def worker_view(row: WorkerRow, budget: int) -> WorkerView:
             "reports": f"/workers/{row.id}/reports",
             "threads": f"/threads?owner={row.id}",
         },
+        **_labels(row),
     )
     room = _Room(budget, view)
     view.reports = _recent(row.reports, room)
@@ -160,6 +165,7 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
             "self": f"/reports/{row.id}", "body": href,
             "worker": f"/workers/{row.worker_id}", "thread": f"/threads/{row.thread_id}",
         },
+        **_labels(row),
     )
     room = _Room(budget, view)
     reserved = _spill_floor("body", href, row.content_type, row.size)

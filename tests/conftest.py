@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, ServerProcess
+from helpers import Graph, ServerProcess, create_key
 
 
 def _with_database(url: str, name: str) -> str:
@@ -55,9 +55,15 @@ def base_url(server: ServerProcess) -> str:
     return server.url
 
 
+@pytest.fixture(scope="session")
+def api_key(server: ServerProcess, database_url: str) -> str:
+    """A write key for tenant `default`, made with the operator CLI as a user would."""
+    return create_key(database_url, "default", "write")
+
+
 @pytest.fixture()
-def client(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=30) as c:
+def client(base_url: str, api_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
         yield c
 
 

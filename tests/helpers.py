@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,20 @@ class ServerProcess(_ServerProcess):
 
     def __init__(self, database_url: str, log: Path, **env: str) -> None:
         super().__init__(log, DATABASE_URL=database_url, **env)
+
+
+def cli(database_url: str, *args: str) -> str:
+    """Run `recall-server ARGS` against the test database; return its stdout."""
+    run = subprocess.run([sys.executable, "-m", "recall_server", *args], env={**os.environ, "DATABASE_URL": database_url},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def create_key(database_url: str, tenant: str, scope: str) -> str:
+    """A new API key (the CLI prints it alone on its last line)."""
+    cli(database_url, "tenants", "create", tenant)
+    return cli(database_url, "keys", "create", "--tenant", tenant, "--scope", scope).strip().splitlines()[-1]
 
 
 def uid(prefix: str) -> str:

@@ -95,10 +95,10 @@ def small_limit_server(database_url: str, tmp_path_factory: pytest.TempPathFacto
     proc.stop()
 
 
-def test_an_oversized_body_is_413_and_writes_nothing(small_limit_server: str, sql) -> None:
+def test_an_oversized_body_is_413_and_writes_nothing(small_limit_server: str, api_key: str, sql) -> None:
     trigger = uid("trg")
     body = {"id": trigger, "source": "s", "summary": "s", "payload": "x" * 5000}
-    response = httpx.post(f"{small_limit_server}/triggers", json=body)
+    response = httpx.post(f"{small_limit_server}/triggers", json=body, headers={"Authorization": f"Bearer {api_key}"})
     assert_problem(response, 413)
     assert sql("SELECT count(*) FROM triggers WHERE id = $1", trigger)[0][0] == 0
 

@@ -24,20 +24,20 @@ def walk(client: httpx.Client, path: str, limit: int, cursor: str | None = None)
         assert page.headers["link"].endswith('rel="next"')
 
 
-def test_paging_while_others_append_yields_every_seq_once_in_order(base_url: str, graph: Graph) -> None:
+def test_paging_while_others_append_yields_every_seq_once_in_order(base_url: str, api_key: str, graph: Graph) -> None:
     thread = graph.thread()["id"]
     writers, per_writer = 4, 40
     done = threading.Event()
 
     def append(n: int) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as c:
+        with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
             for i in range(per_writer):
                 response = c.post(f"/threads/{thread}/events", json={"summary": f"w{n} e{i}"})
                 assert response.status_code == 201, response.text
 
     def page_concurrently() -> list[int]:
         seen: list[int] = []
-        with httpx.Client(base_url=base_url, timeout=30) as c:
+        with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
             cursor = None
             while True:
                 finished = done.is_set()  # read before the page, so the page sees every append

@@ -37,7 +37,7 @@ def test_objects_survive_a_server_restart_unchanged(database_url: str, tmp_path,
         other.stop()
         again = ServerProcess(database_url, tmp_path / "restart2.log").start()
         try:
-            with httpx.Client(base_url=again.url) as c:
+            with httpx.Client(base_url=again.url, headers=graph.c.headers) as c:
                 for path, view in before.items():
                     assert c.get(path).json() == view
         finally:

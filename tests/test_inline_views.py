@@ -64,8 +64,8 @@ def test_a_thread_with_100k_events_still_returns_a_view_within_budget(client: ht
         assert len(client.get(f"/threads/{big['id']}", params={"budget": budget}).content) <= budget
 
 
-def test_every_view_respects_any_allowed_budget(base_url: str, client: httpx.Client) -> None:
-    demo.load(base_url)
+def test_every_view_respects_any_allowed_budget(base_url: str, api_key: str, client: httpx.Client) -> None:
+    demo.load(base_url, api_key)
     for path in ("/threads/thr_pr_412", "/workers/wkr_77a0", "/triggers/trg_8f21", "/reports/rpt_412a"):
         for budget in (spill.MIN_BUDGET, 5000, 50_000, spill.MAX_BUDGET):
             response = client.get(path, params={"budget": budget})
@@ -73,8 +73,8 @@ def test_every_view_respects_any_allowed_budget(base_url: str, client: httpx.Cli
             assert len(response.content) <= budget, (path, budget)
 
 
-def test_a_bigger_budget_inlines_the_payload(base_url: str, client: httpx.Client) -> None:
-    demo.load(base_url)
+def test_a_bigger_budget_inlines_the_payload(base_url: str, api_key: str, client: httpx.Client) -> None:
+    demo.load(base_url, api_key)
     view = client.get("/triggers/trg_8f21", params={"budget": 100_000}).json()
     assert view["payload"] == demo.ci_log()
     assert "spilled" not in view
@@ -86,8 +86,10 @@ def test_a_budget_out_of_range_is_a_400_problem(client: httpx.Client, graph: Gra
     assert_problem(client.get(f"/threads/{thread}", params={"budget": budget}), 400)
 
 
-def test_every_emitted_href_and_linked_id_resolves(base_url: str, client: httpx.Client, graph: Graph) -> None:
-    demo.load(base_url)
+def test_every_emitted_href_and_linked_id_resolves(
+    base_url: str, api_key: str, client: httpx.Client, graph: Graph
+) -> None:
+    demo.load(base_url, api_key)
     extra = graph.thread()
     for i in range(3):
         graph.note(extra["id"], f"n{i}")

@@ -7,8 +7,10 @@ import httpx
 from recall_server import demo
 
 
-def test_three_hops_from_the_thread_id_reach_the_payment_timeout(base_url: str, client: httpx.Client) -> None:
-    demo.load(base_url)
+def test_three_hops_from_the_thread_id_reach_the_payment_timeout(
+    base_url: str, api_key: str, client: httpx.Client
+) -> None:
+    demo.load(base_url, api_key)
     inline_bytes = 0
 
     thread = client.get("/threads/thr_pr_412")  # hop 1: the thread's inline view
@@ -33,8 +35,10 @@ def test_three_hops_from_the_thread_id_reach_the_payment_timeout(base_url: str, 
     assert inline_bytes < 4096, "the hops before the payload read only a few KB of inline views"
 
 
-def test_the_big_log_is_spilled_behind_a_pointer_with_a_preview(base_url: str, client: httpx.Client) -> None:
-    demo.load(base_url)
+def test_the_big_log_is_spilled_behind_a_pointer_with_a_preview(
+    base_url: str, api_key: str, client: httpx.Client
+) -> None:
+    demo.load(base_url, api_key)
     view = client.get("/triggers/trg_8f21").json()
     spilled = view["spilled"]["payload"]
     assert "payload" not in view
@@ -46,14 +50,14 @@ def test_the_big_log_is_spilled_behind_a_pointer_with_a_preview(base_url: str, c
     assert view["neighbours"] == [{"id": "trg_8f1c", "summary": "review comment asking for retry logic"}]
 
 
-def test_loading_the_story_twice_changes_nothing(base_url: str, client: httpx.Client) -> None:
-    demo.load(base_url)
+def test_loading_the_story_twice_changes_nothing(base_url: str, api_key: str, client: httpx.Client) -> None:
+    demo.load(base_url, api_key)
     before = client.get("/threads/thr_pr_412").json()
-    demo.load(base_url)
+    demo.load(base_url, api_key)
     assert client.get("/threads/thr_pr_412").json() == before
 
 
-def test_demo_prints_the_recalled_line(base_url: str) -> None:
+def test_demo_prints_the_recalled_line(base_url: str, api_key: str) -> None:
     lines: list[str] = []
-    demo.run(base_url, lines.append)
+    demo.run(base_url, api_key, lines.append)
     assert "payment timeout" in lines[-1]

@@ -5,13 +5,29 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from recall_server.errors import Unavailable
+from recall_server.auth import SCOPES, Credential
+from recall_server.db import queries
+from recall_server.errors import Forbidden, Unauthorized, Unavailable
 
 _UNREACHABLE = (OSError, asyncio.TimeoutError, asyncpg.PostgresConnectionError,
                 asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError)
+
+
+APP_ROLE = "recall_app"
+
+
+def as_app_role(dsn: str) -> str:
+    """The owner's DSN with the user swapped for recall_app (no password: trust/peer auth, as embedded).
+
+    On a server that wants a password, set RECALL_APP_DATABASE_URL instead.
+    """
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{APP_ROLE}@{host}"))
 
 
 class Database:
@@ -40,6 +56,13 @@ class Database:
             raise Unavailable("The database is unavailable or overloaded; retry shortly.") from exc
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        async with self.connection() as conn, conn.transaction():
-            yield conn
+    async def session(self, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+        """A connection bound to the key's tenant: (connection, tenant). 401 unknown/revoked, 403 scope."""
+        async with self.connection() as conn:
+            found = await queries.authenticate(conn, cred.key_id, cred.secret_sha256)
+            if found is None:
+                raise Unauthorized("The API key is unknown or has been revoked.")
+            tenant, granted = found
+            if SCOPES[granted] < SCOPES[scope]:
+                raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")
+            yield conn, tenant

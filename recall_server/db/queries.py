@@ -13,6 +13,8 @@ import msgspec
 
 from recall_server.models import (
     Event,
+    KeyView,
+    Labels,
     Link,
     ReportIndexEntry,
     ReportRow,
@@ -29,13 +31,18 @@ _links = msgspec.json.Decoder(list[Link])
 _events = msgspec.json.Decoder(list[Event])
 
 
+
+def _labels(row: asyncpg.Record) -> dict[str, str | None]:
+    return {"app_id": row["app_id"], "agent_id": row["agent_id"], "run_id": row["run_id"]}
+
+
 # ---- reads -----------------------------------------------------------------------------
 
 
 async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> ThreadRow | None:
     row = await conn.fetchrow(
         """
-        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at,
+        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id, t.run_id,
           (SELECT coalesce(json_agg(json_build_object('id', w.id, 'summary', w.summary)
                                     ORDER BY o.assigned_at, w.id), '[]')
              FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
@@ -53,14 +60,14 @@ async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> 
     return ThreadRow(
         id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
         last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
-        owners=_links.decode(row["owners"]), events=_events.decode(row["events"]),
+        owners=_links.decode(row["owners"]), events=_events.decode(row["events"]), **_labels(row),
     )
 
 
 async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> WorkerRow | None:
     row = await conn.fetchrow(
         """
-        SELECT w.id, w.name, w.summary, w.created_at,
+        SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id,
           (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id)
             AS threads_total,
           (SELECT coalesce(json_agg(json_build_object('id', x.id, 'summary', x.summary)), '[]') FROM (
@@ -87,7 +94,7 @@ async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> 
     return WorkerRow(
         id=row["id"], name=row["name"], summary=row["summary"], created_at=row["created_at"],
         threads_total=row["threads_total"], threads=_links.decode(row["threads"]),
-        reports_total=row["reports_total"], reports=_links.decode(row["reports"]),
+        reports_total=row["reports_total"], reports=_links.decode(row["reports"]), **_labels(row),
     )
 
 
@@ -98,7 +105,7 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
           octet_length(tr.payload) AS size,
           CASE WHEN octet_length(tr.payload) <= $3 THEN tr.payload
                ELSE substring(tr.payload FROM 1 FOR $4) END AS head,
-          tr.occurred_at, tr.created_at,
+          tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id,
           (SELECT coalesce(json_agg(json_build_object('id', n.id, 'summary', n.summary)
                                     ORDER BY nb.position), '[]')
              FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
@@ -113,7 +120,7 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
         id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"],
         occurred_at=row["occurred_at"], created_at=row["created_at"],
-        neighbours=_links.decode(row["neighbours"]),
+        neighbours=_links.decode(row["neighbours"]), **_labels(row),
     )
 
 
@@ -122,7 +129,7 @@ async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int,
         """
         SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
           CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
-          r.created_at,
+          r.created_at, r.app_id, r.agent_id, r.run_id,
           (SELECT coalesce(json_agg(json_build_object('id', t.id, 'summary', t.summary)
                                     ORDER BY rr.position), '[]')
              FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
@@ -136,7 +143,7 @@ async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int,
     return ReportRow(
         id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"],
-        created_at=row["created_at"], refs=_links.decode(row["refs"]),
+        created_at=row["created_at"], refs=_links.decode(row["refs"]), **_labels(row),
     )
 
 
@@ -163,7 +170,7 @@ async def fetch_body(conn: Conn, tenant: str, report_id: str) -> Content | None:
 
 
 async def list_threads(
-    conn: Conn, tenant: str, status: str | None, owner: str | None,
+    conn: Conn, tenant: str, status: str | None, owner: str | None, labels: Labels,
     after: tuple[datetime, str] | None, limit: int,
 ) -> list[tuple[ThreadIndexEntry, datetime]]:
     """Newest first, keyset on (created_at, id); returns each entry with its sort key."""
@@ -175,9 +182,12 @@ async def list_threads(
           AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
                                             AND o.thread_id = t.id AND o.worker_id = $3))
           AND ($4::timestamptz IS NULL OR (t.created_at, t.id) < ($4, $5))
+          AND ($7::text IS NULL OR t.app_id = $7) AND ($8::text IS NULL OR t.agent_id = $8)
+          AND ($9::text IS NULL OR t.run_id = $9)
         ORDER BY t.created_at DESC, t.id DESC LIMIT $6
         """,
         tenant, status, owner, after[0] if after else None, after[1] if after else None, limit,
+        labels.app_id, labels.agent_id, labels.run_id,
     )
     return [
         (ThreadIndexEntry(id=r["id"], title=r["title"], status=r["status"], summary=r["summary"],
@@ -202,7 +212,7 @@ async def list_events(conn: Conn, tenant: str, thread_id: str, after_seq: int, l
 
 
 async def list_reports(
-    conn: Conn, tenant: str, worker_id: str, after: tuple[datetime, str] | None, limit: int,
+    conn: Conn, tenant: str, worker_id: str, labels: Labels, after: tuple[datetime, str] | None, limit: int,
 ) -> list[tuple[ReportIndexEntry, datetime]] | None:
     """A worker's reports, newest first; None when the worker does not exist."""
     row = await conn.fetchrow(
@@ -211,10 +221,13 @@ async def list_reports(
                   SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
                    WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
                      AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
+                     AND ($6::text IS NULL OR r.app_id = $6) AND ($7::text IS NULL OR r.agent_id = $7)
+                     AND ($8::text IS NULL OR r.run_id = $8)
                    ORDER BY r.created_at DESC, r.id DESC LIMIT $5) x) AS reports
         FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
         """,
         tenant, worker_id, after[0] if after else None, after[1] if after else None, limit,
+        labels.app_id, labels.agent_id, labels.run_id,
     )
     if row is None:
         return None
@@ -261,6 +274,66 @@ async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
+async def authenticate(conn: Conn, key_id: str, secret_sha256: bytes) -> tuple[str, str] | None:
+    """Check a key and, in the same round trip, bind this session to its tenant: (tenant, scope).
+
+    The setting is session-level; the pool's RESET ALL clears it when the connection is released.
+    """
+    row = await conn.fetchrow(
+        "SELECT set_config('app.tenant_id', a.tenant_id, false), a.scope FROM recall_authenticate($1, $2) a",
+        key_id, secret_sha256,
+    )
+    return None if row is None else (row[0], row[1])
+
+
+# ---- tenants and keys (operator CLI as the owner; admin endpoints as recall_app, within a tenant) ----
+
+
+async def create_tenant(conn: Conn, tenant: str) -> bool:
+    return await conn.fetchval(
+        "INSERT INTO tenants (id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true", tenant
+    ) is not None
+
+
+async def tenant_exists(conn: Conn, tenant: str) -> bool:
+    return await conn.fetchval("SELECT true FROM tenants WHERE id = $1", tenant) is not None
+
+
+async def insert_key(conn: Conn, key_id: str, tenant: str, scope: str, secret_sha256: bytes, label: str) -> KeyView:
+    row = await conn.fetchrow(
+        """
+        INSERT INTO api_keys (id, tenant_id, scope, secret_sha256, label) VALUES ($1, $2, $3, $4, $5)
+        RETURNING id, tenant_id, scope, label, created_at, revoked_at
+        """,
+        key_id, tenant, scope, secret_sha256, label,
+    )
+    return KeyView(*row)
+
+
+async def list_keys(conn: Conn, tenant: str | None) -> list[KeyView]:
+    rows = await conn.fetch(
+        """
+        SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys
+        WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY tenant_id, created_at, id
+        """,
+        tenant,
+    )
+    return [KeyView(*r) for r in rows]
+
+
+async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
+    """Revoke (idempotently); None when no such key (in that tenant, when one is given)."""
+    row = await conn.fetchrow(
+        """
+        UPDATE api_keys SET revoked_at = coalesce(revoked_at, clock_timestamp())
+        WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+        RETURNING id, tenant_id, scope, label, created_at, revoked_at
+        """,
+        key_id, tenant,
+    )
+    return None if row is None else KeyView(*row)
+
+
 async def cursor_secret(conn: Conn) -> bytes:
     return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
 
@@ -285,13 +358,13 @@ async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> by
 
 
 async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, summary: str,
-                        status: str, req_hash: bytes) -> bool:
+                        status: str, labels: Labels, req_hash: bytes) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
-        VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO threads (tenant_id, id, title, summary, status, app_id, agent_id, run_id, request_hash)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
         """,
-        tenant, thread_id, title, summary, status, req_hash,
+        tenant, thread_id, title, summary, status, labels.app_id, labels.agent_id, labels.run_id, req_hash,
     ) is not None
 
 
@@ -320,13 +393,14 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
     return None if row is None else (row[0], row[1])
 
 
-async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summary: str, req_hash: bytes) -> bool:
+async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summary: str, labels: Labels,
+                        req_hash: bytes) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO workers (tenant_id, id, name, summary, request_hash)
-        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO workers (tenant_id, id, name, summary, app_id, agent_id, run_id, request_hash)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING true
         """,
-        tenant, worker_id, name, summary, req_hash,
+        tenant, worker_id, name, summary, labels.app_id, labels.agent_id, labels.run_id, req_hash,
     ) is not None
 
 
@@ -353,16 +427,17 @@ async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
 
 
 async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
-                         summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
-                         occurred_at: datetime | None) -> bool:
+                         summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
+                         req_hash: bytes, occurred_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
         INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload,
-                              payload_sha256, request_hash, occurred_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()))
+                              payload_sha256, request_hash, occurred_at, app_id, agent_id, run_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13)
         ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+        labels.app_id, labels.agent_id, labels.run_id,
     ) is not None
 
 
@@ -377,14 +452,15 @@ async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours
 
 
 async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
-                        content_type: str, body: bytes, sha: bytes, req_hash: bytes) -> bool:
+                        content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes) -> bool:
     return await conn.fetchval(
         """
         INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
-                             body_sha256, request_hash)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
+                             body_sha256, request_hash, app_id, agent_id, run_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
+        labels.app_id, labels.agent_id, labels.run_id,
     ) is not None
 
 

@@ -6,17 +6,18 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from litestar import Request, Response
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 
-from recall_server import content, spill
+from recall_server import auth, content, spill
+from recall_server.auth import Credential
 from recall_server.errors import PROBLEM_JSON
-from recall_server.models import ProblemBody
+from recall_server.models import Labels, ProblemBody
 from recall_server.service import Content, Recall
-
-TENANT = "default"  # one tenant until authentication lands; every query is already keyed by it
 
 Budget = Annotated[
     int,
@@ -32,8 +33,12 @@ Cursor = Annotated[
               pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"),
 ]
 
+_LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})$"
+
 _DESCRIPTIONS = {
     400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",
+    401: "Missing, malformed, unknown or revoked API key (see WWW-Authenticate).",
+    403: "The API key's scope does not allow this operation.",
     404: "No object with this ID (unknown, malformed, or of another kind).",
     409: "The ID already exists with a different body.",
     413: "The request body is larger than the configured limit.",
@@ -58,7 +63,31 @@ def recall(state: State) -> Recall:
     return state.recall
 
 
+def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: a well-formed Bearer key or 401, before the body is even parsed. The database checks it next."""
+    if connection.scope["method"] == "OPTIONS":  # says which methods exist, nothing about data
+        return
+    connection.state.credential = auth.parse(connection.headers.get("authorization"))
+
+
+def credential(request: Request[Any, Any, Any]) -> Credential:
+    return request.state.credential
+
+
 Service = NamedDependency[Recall]  # injected as `recall` by create_app
+Key = NamedDependency[Credential]  # injected as `cred`: set by the require_key guard
+
+
+def labels(
+    app_id: Annotated[str | None, Parameter(description="Only objects with this app_id (`*`: any).", pattern=_LABEL)] = None,
+    agent_id: Annotated[str | None, Parameter(description="Only objects with this agent_id (`*`: any).", pattern=_LABEL)] = None,
+    run_id: Annotated[str | None, Parameter(description="Only objects with this run_id (`*`: any).", pattern=_LABEL)] = None,
+) -> Labels:
+    """The app/agent/run filter of a list; `*` or absent means any."""
+    return Labels(*(None if v in (None, "*") else v for v in (app_id, agent_id, run_id)))
+
+
+LabelFilter = NamedDependency[Labels]  # injected as `labels`
 
 
 def created(view: Any, is_new: bool, location: str) -> Response[Any]:

@@ -8,12 +8,12 @@ from litestar import get
 from litestar.params import FromPath
 
 from recall_server.models import Health, Resolved
-from recall_server.routes import TENANT, Service, problems
+from recall_server.routes import Key, Service, problems
 
 
-@get("/ids/{object_id:str}", responses=problems(404, 503), operation_id="ResolveId")
-async def resolve_id(object_id: FromPath[str], recall: Service) -> Resolved:
-    return await recall.resolve(TENANT, object_id)
+@get("/ids/{object_id:str}", responses=problems(401, 404, 503), operation_id="ResolveId")
+async def resolve_id(object_id: FromPath[str], recall: Service, cred: Key) -> Resolved:
+    return await recall.resolve(cred, object_id)
 
 
 @get("/healthz", operation_id="Healthz")
@@ -29,4 +29,5 @@ async def readyz(recall: Service) -> Health:
     return Health(status="ready")
 
 
-ROUTES: list[Any] = [resolve_id, healthz, readyz]
+ROUTES: list[Any] = [resolve_id]
+PUBLIC: list[Any] = [healthz, readyz]

@@ -10,8 +10,8 @@ from litestar.params import FromPath, JSONBody
 from recall_server import spill
 from recall_server.models import CreateTrigger, TriggerView
 from recall_server.routes import (
-    TENANT,
     Budget,
+    Key,
     Service,
     created,
     problems,
@@ -19,20 +19,20 @@ from recall_server.routes import (
 )
 
 
-@post("/triggers", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateTrigger")
-async def create_trigger(data: JSONBody[CreateTrigger], recall: Service) -> Response[TriggerView]:
-    is_new, view = await recall.create_trigger(TENANT, data)
+@post("/triggers", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503), operation_id="CreateTrigger")
+async def create_trigger(data: JSONBody[CreateTrigger], recall: Service, cred: Key) -> Response[TriggerView]:
+    is_new, view = await recall.create_trigger(cred, data)
     return created(view, is_new, f"/triggers/{view.id}")
 
 
-@get("/triggers/{trigger_id:str}", responses=problems(400, 404, 503), operation_id="GetTrigger")
-async def get_trigger(trigger_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
-    return await recall.get_trigger(TENANT, trigger_id, budget)
+@get("/triggers/{trigger_id:str}", responses=problems(400, 401, 404, 503), operation_id="GetTrigger")
+async def get_trigger(trigger_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
+    return await recall.get_trigger(cred, trigger_id, budget)
 
 
-@get("/triggers/{trigger_id:str}/payload", responses=problems(404, 416, 503), operation_id="GetPayload")
-async def get_payload(trigger_id: FromPath[str], request: Request[Any, Any, Any], recall: Service) -> Response[bytes]:
-    return serve_content(request, await recall.get_payload(TENANT, trigger_id))
+@get("/triggers/{trigger_id:str}/payload", responses=problems(401, 404, 416, 503), operation_id="GetPayload")
+async def get_payload(trigger_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key) -> Response[bytes]:
+    return serve_content(request, await recall.get_payload(cred, trigger_id))
 
 
 ROUTES: list[Any] = [create_trigger, get_trigger, get_payload]

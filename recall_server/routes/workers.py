@@ -16,9 +16,10 @@ from recall_server.models import (
     WorkerView,
 )
 from recall_server.routes import (
-    TENANT,
     Budget,
     Cursor,
+    Key,
+    LabelFilter,
     Limit,
     Service,
     created,
@@ -28,38 +29,44 @@ from recall_server.routes import (
 )
 
 
-@post("/workers", status_code=201, responses=problems(400, 409, 413, 422, 503), operation_id="CreateWorker")
-async def create_worker(data: JSONBody[CreateWorker], recall: Service) -> Response[WorkerView]:
-    is_new, view = await recall.create_worker(TENANT, data)
+@post("/workers", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503), operation_id="CreateWorker")
+async def create_worker(data: JSONBody[CreateWorker], recall: Service, cred: Key) -> Response[WorkerView]:
+    is_new, view = await recall.create_worker(cred, data)
     return created(view, is_new, f"/workers/{view.id}")
 
 
-@get("/workers/{worker_id:str}", responses=problems(400, 404, 503), operation_id="GetWorker")
-async def get_worker(worker_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> WorkerView:
-    return await recall.get_worker(TENANT, worker_id, budget)
+@get("/workers/{worker_id:str}", responses=problems(400, 401, 404, 503), operation_id="GetWorker")
+async def get_worker(worker_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET) -> WorkerView:
+    return await recall.get_worker(cred, worker_id, budget)
 
 
-@get("/workers/{worker_id:str}/reports", responses=problems(400, 404, 503), operation_id="ListReports")
+@get("/workers/{worker_id:str}/reports", responses=problems(400, 401, 404, 503), operation_id="ListReports")
 async def list_reports(
-    worker_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cursor: Cursor = None, limit: Limit = 50
+    worker_id: FromPath[str],
+    request: Request[Any, Any, Any],
+    recall: Service,
+    cred: Key,
+    labels: LabelFilter,
+    cursor: Cursor = None,
+    limit: Limit = 50,
 ) -> Response[ReportPage]:
-    return paged(request, await recall.list_reports(TENANT, worker_id, cursor, limit))
+    return paged(request, await recall.list_reports(cred, worker_id, labels, cursor, limit))
 
 
-@post("/workers/{worker_id:str}/reports", status_code=201, responses=problems(400, 404, 409, 413, 422, 503), operation_id="CreateReport")
-async def create_report(worker_id: FromPath[str], data: JSONBody[CreateReport], recall: Service) -> Response[ReportView]:
-    is_new, view = await recall.create_report(TENANT, worker_id, data)
+@post("/workers/{worker_id:str}/reports", status_code=201, responses=problems(400, 401, 403, 404, 409, 413, 422, 503), operation_id="CreateReport")
+async def create_report(worker_id: FromPath[str], data: JSONBody[CreateReport], recall: Service, cred: Key) -> Response[ReportView]:
+    is_new, view = await recall.create_report(cred, worker_id, data)
     return created(view, is_new, f"/reports/{view.id}")
 
 
-@get("/reports/{report_id:str}", responses=problems(400, 404, 503), operation_id="GetReport")
-async def get_report(report_id: FromPath[str], recall: Service, budget: Budget = spill.DEFAULT_BUDGET) -> ReportView:
-    return await recall.get_report(TENANT, report_id, budget)
+@get("/reports/{report_id:str}", responses=problems(400, 401, 404, 503), operation_id="GetReport")
+async def get_report(report_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET) -> ReportView:
+    return await recall.get_report(cred, report_id, budget)
 
 
-@get("/reports/{report_id:str}/body", responses=problems(404, 416, 503), operation_id="GetBody")
-async def get_body(report_id: FromPath[str], request: Request[Any, Any, Any], recall: Service) -> Response[bytes]:
-    return serve_content(request, await recall.get_body(TENANT, report_id))
+@get("/reports/{report_id:str}/body", responses=problems(401, 404, 416, 503), operation_id="GetBody")
+async def get_body(report_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key) -> Response[bytes]:
+    return serve_content(request, await recall.get_body(cred, report_id))
 
 
 ROUTES: list[Any] = [create_worker, get_worker, list_reports, create_report, get_report, get_body]
