@@ -17,8 +17,10 @@ CREATE TABLE IF NOT EXISTS server_secrets (
 );
 
 CREATE TABLE IF NOT EXISTS tenants (
-    id         text PRIMARY KEY CHECK (id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
-    created_at timestamptz NOT NULL DEFAULT now()
+    id                      text PRIMARY KEY CHECK (id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    -- threads that reach status closed/merged expire this long after (NULL: kept until deleted)
+    closed_thread_retention interval CHECK (closed_thread_retention > interval '0'),
+    created_at              timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO tenants (id) VALUES ('default') ON CONFLICT DO NOTHING;
 
@@ -35,6 +37,8 @@ CREATE TABLE IF NOT EXISTS threads (
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at   timestamptz,
+    deleted_at   timestamptz,
     PRIMARY KEY (tenant_id, id)
 );
 CREATE INDEX IF NOT EXISTS threads_by_created ON threads (tenant_id, created_at DESC, id DESC);
@@ -50,6 +54,8 @@ CREATE TABLE IF NOT EXISTS workers (
     run_id       text,
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at   timestamptz,
+    deleted_at   timestamptz,
     PRIMARY KEY (tenant_id, id)
 );
 
@@ -80,13 +86,19 @@ CREATE TABLE IF NOT EXISTS triggers (
     agent_id       text,
     run_id         text,
     request_hash   bytea NOT NULL,
+    external_id    text,
     occurred_at    timestamptz NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at     timestamptz,
+    deleted_at     timestamptz,
     PRIMARY KEY (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
 ALTER TABLE triggers ALTER COLUMN payload SET STORAGE EXTERNAL;
 CREATE INDEX IF NOT EXISTS triggers_by_thread ON triggers (tenant_id, thread_id) WHERE thread_id IS NOT NULL;
+-- A webhook delivered twice (same source, same delivery GUID) is one trigger.
+CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
+    WHERE external_id IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS trigger_neighbours (
     tenant_id    text NOT NULL,
@@ -112,6 +124,8 @@ CREATE TABLE IF NOT EXISTS reports (
     run_id       text,
     request_hash bytea NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at   timestamptz,
+    deleted_at   timestamptz,
     PRIMARY KEY (tenant_id, id),
     FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
@@ -144,6 +158,25 @@ CREATE TABLE IF NOT EXISTS thread_events (
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
 
+-- Idempotency-Key: the first outcome of a POST, replayed to retries of the same request. The
+-- row is written in the same transaction as the write it records, so a crash leaves neither.
+-- object_id/event_seq say what the response shows, so a response scrubbed by an erasure can be
+-- rendered again from what still exists (or answered 410 if its object is gone).
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    tenant_id    text NOT NULL REFERENCES tenants (id),
+    key          text NOT NULL,
+    request_hash bytea NOT NULL,
+    status       smallint NOT NULL,
+    body         bytea,
+    location     text,
+    object_id    text NOT NULL,
+    event_seq    bigint,
+    created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, key)
+);
+CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+
 -- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read
 -- on every request, so it takes effect at once in every server process.
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -173,13 +206,16 @@ GRANT USAGE ON SCHEMA public TO recall_app;
 GRANT SELECT ON server_secrets, schema_migrations TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON threads, workers, thread_owners, triggers, trigger_neighbours, reports,
     report_refs, thread_events TO recall_app;
+GRANT DELETE ON thread_events TO recall_app;  -- deleting a thread deletes its log
+GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
+GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 
 DO $$
 DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours',
-                             'reports', 'report_refs', 'thread_events', 'api_keys'] LOOP
+                             'reports', 'report_refs', 'thread_events', 'idempotency_keys', 'api_keys'] LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
         EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
@@ -194,6 +230,119 @@ BEGIN
     END LOOP;
 END
 $$;
+
+ALTER TABLE tenants ENABLE ROW LEVEL SECURITY;  -- recall_app sees its own tenant's settings only
+DROP POLICY IF EXISTS own_tenant ON tenants;
+CREATE POLICY own_tenant ON tenants TO recall_app USING (id = current_setting('app.tenant_id', true));
+
+-- ---- lifecycle ---------------------------------------------------------------------------
+-- Deleted and expired objects are "gone": every read filters on this at query time, so an object
+-- stops being served the moment it expires, sweep or no sweep. A gone object keeps its row
+-- (a tombstone: ID and timestamps, no content) so its ID is retired forever.
+CREATE INDEX IF NOT EXISTS threads_expiring ON threads (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS workers_expiring ON workers (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS triggers_expiring ON triggers (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS reports_expiring ON reports (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS thread_events_by_ref ON thread_events (tenant_id, ref) WHERE ref IS NOT NULL;
+
+-- Triggers and reports filed on a thread go with it.
+CREATE OR REPLACE FUNCTION recall_gone(t text, obj text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(CASE left(obj, 4)
+        WHEN 'thr_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
+                            FROM threads x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'wkr_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
+                            FROM workers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'trg_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
+                                 OR (x.thread_id IS NOT NULL AND recall_gone(t, x.thread_id))
+                            FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'rpt_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
+                                 OR recall_gone(t, x.thread_id)
+                            FROM reports x WHERE x.tenant_id = t AND x.id = obj)
+    END, false)
+$$;
+
+-- How a view shows a linked object: {id, summary}, or {id, deleted: true} once it is gone.
+CREATE OR REPLACE FUNCTION recall_link(t text, obj text, summary text) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN recall_gone(t, obj) THEN json_build_object('id', obj, 'deleted', true)
+                ELSE json_build_object('id', obj, 'summary', summary) END
+$$;
+
+-- How a view shows an event: the log is append-only, so an event whose target is gone stays,
+-- marked ref_deleted, and a summary copied from that target is not shown.
+CREATE OR REPLACE FUNCTION recall_event(e thread_events) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN e.ref IS NOT NULL AND recall_gone(e.tenant_id, e.ref)
+        THEN json_build_object('seq', e.seq, 'type', e.type, 'at', e.at,
+                               'summary', CASE WHEN e.type IN ('trigger_filed', 'report_filed') THEN '' ELSE e.summary END,
+                               'ref', e.ref, 'ref_deleted', true)
+        ELSE json_build_object('seq', e.seq, 'type', e.type, 'at', e.at, 'summary', e.summary, 'ref', e.ref) END
+$$;
+
+-- Erase one object's content (and, for a thread, what only it owns) and every copy of it.
+CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE child text;
+BEGIN
+    CASE left(obj, 4)
+    WHEN 'trg_' THEN
+        UPDATE triggers SET summary = '', payload = '\x', payload_sha256 = sha256('\x'), request_hash = '\x',
+               external_id = NULL, app_id = NULL, agent_id = NULL, run_id = NULL,
+               deleted_at = coalesce(deleted_at, now())
+         WHERE tenant_id = t AND id = obj;
+    WHEN 'rpt_' THEN
+        UPDATE reports SET summary = '', body = '\x', body_sha256 = sha256('\x'), request_hash = '\x',
+               app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, now())
+         WHERE tenant_id = t AND id = obj;
+    WHEN 'wkr_' THEN
+        UPDATE workers SET name = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
+               run_id = NULL, deleted_at = coalesce(deleted_at, now())
+         WHERE tenant_id = t AND id = obj;
+    WHEN 'thr_' THEN
+        FOR child IN SELECT id FROM triggers WHERE tenant_id = t AND thread_id = obj AND summary <> '' LOOP
+            PERFORM recall_erase(t, child);
+        END LOOP;
+        FOR child IN SELECT id FROM reports WHERE tenant_id = t AND thread_id = obj AND summary <> '' LOOP
+            PERFORM recall_erase(t, child);
+        END LOOP;
+        DELETE FROM thread_events WHERE tenant_id = t AND thread_id = obj;
+        UPDATE threads SET title = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
+               run_id = NULL, deleted_at = coalesce(deleted_at, now())
+         WHERE tenant_id = t AND id = obj;
+    END CASE;
+    -- Event summaries copied from the object.
+    UPDATE thread_events SET summary = ''
+     WHERE tenant_id = t AND ref = obj AND type IN ('trigger_filed', 'report_filed') AND summary <> '';
+    -- Stored idempotent responses that show it are dropped; replays render what still exists.
+    UPDATE idempotency_keys SET body = NULL
+     WHERE tenant_id = t AND body IS NOT NULL AND position(convert_to('"' || obj || '"', 'UTF8') IN body) > 0;
+END
+$$;
+
+-- Purge the content of everything that has expired (all tenants), and expired idempotency keys.
+CREATE OR REPLACE FUNCTION recall_sweep() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE r record; n integer := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(7265636, 1) THEN  -- another process is sweeping
+        RETURN 0;
+    END IF;
+    FOR r IN
+        SELECT tenant_id, id FROM threads WHERE deleted_at IS NULL AND expires_at <= now()
+        UNION ALL SELECT tenant_id, id FROM workers WHERE deleted_at IS NULL AND expires_at <= now()
+        UNION ALL SELECT tenant_id, id FROM triggers WHERE deleted_at IS NULL AND expires_at <= now()
+        UNION ALL SELECT tenant_id, id FROM reports WHERE deleted_at IS NULL AND expires_at <= now()
+    LOOP
+        PERFORM recall_erase(r.tenant_id, r.id);
+        n := n + 1;
+    END LOOP;
+    DELETE FROM idempotency_keys WHERE expires_at <= now();
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_sweep() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_sweep() TO recall_app;
 
 -- The one way recall_app learns a tenant: present a key, get its tenant and scope. SECURITY
 -- DEFINER (as the owner) so recall_app never needs to read other tenants' key rows.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -97,6 +98,20 @@ def _options_handlers(handlers: list[Any]) -> list[Any]:
     return [make(path, ", ".join(sorted(allowed))) for path, allowed in methods.items()]
 
 
+async def _sweep_forever(recall: Recall, interval: float) -> None:
+    """Purge expired content periodically (expiry is already enforced on every read; this frees the bytes)."""
+    if interval <= 0:
+        return
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            purged = await recall.sweep()
+            if purged:
+                log.info("sweep purged %d expired objects", purged)
+        except Exception:  # a sweep that fails (database down) is retried on the next tick
+            log.warning("sweep failed; will retry", exc_info=True)
+
+
 def create_app(settings: Settings) -> Litestar:
     if not settings.database_url:
         raise ValueError("create_app needs settings.database_url (the CLI starts the embedded database first)")
@@ -109,10 +124,12 @@ def create_app(settings: Settings) -> Litestar:
         )
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
-        app.state.recall = Recall(db, CursorCodec(secret))
+        app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl)
+        sweeper = asyncio.create_task(_sweep_forever(recall, settings.sweep_interval))
         try:
             yield
         finally:
+            sweeper.cancel()
             await db.close()
 
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]

@@ -145,6 +145,50 @@ def tenants_create(name: str, data_dir: Path | None) -> None:
     click.echo(f"tenant {name} {'created' if created else 'already exists'}")
 
 
+@tenants.command("retention")
+@click.argument("name")
+@click.option("--closed-threads", "days", type=float, default=None,
+              help="Days a thread is kept after it is closed or merged; omit to keep them until deleted.")
+@data_dir_option
+def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> None:
+    """Set how long tenant NAME keeps closed/merged threads (applies from the next status change)."""
+    from recall_server import service
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: service.set_retention(conn, name, days))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: closed/merged threads " + (f"expire {days:g} days after closing" if days else
+                                                           "are kept until deleted"))
+
+
+@main.command()
+@data_dir_option
+def sweep(data_dir: Path | None) -> None:
+    """Purge the content of every expired object now (serve also does this periodically)."""
+    from recall_server import service
+
+    purged = _owner(_settings(data_dir=data_dir), service.operator_sweep)
+    click.echo(f"purged {purged} expired objects")
+
+
+@main.command("verify-erasure")
+@click.argument("object_id")
+@click.option("--tenant", default="default", show_default=True)
+@data_dir_option
+def verify_erasure(object_id: str, tenant: str, data_dir: Path | None) -> None:
+    """Report every place OBJECT_ID's content could still be read; exit 1 if there is any."""
+    from recall_server import service
+
+    findings = _owner(_settings(data_dir=data_dir), lambda conn: service.verify_erasure(conn, tenant, object_id))
+    for place in findings:
+        click.echo(place)
+    if findings:
+        sys.exit(1)
+    click.echo(f"{object_id}: erased (no content found)")
+
+
 @main.group()
 def keys() -> None:
     """Manage API keys (as the database owner)."""

@@ -23,6 +23,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
     migrate_on_start: bool = True
+    idempotency_ttl: int = 86_400  # seconds an Idempotency-Key's outcome is kept
+    sweep_interval: float = 60.0  # seconds between purges of expired objects inside serve (0: never)
     log_level: str = "info"
 
 

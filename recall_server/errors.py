@@ -6,7 +6,8 @@
      ├── Forbidden             403  the key's scope does not allow this route
      ├── NotFound              404  unknown, malformed or wrong-kind ID; unknown route
      ├── MethodNotAllowed      405  (carries Allow)
-     ├── Conflict              409  same ID created with a different body
+     ├── Conflict              409  same ID with a different body; a retired ID; Idempotency-Key in flight
+     ├── Gone                  410  the object was deleted or has expired (its ID stays retired)
      ├── PayloadTooLarge       413  body over the configured limit
      ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
      ├── RangeNotSatisfiable   416  (carries Content-Range: bytes */N)
@@ -75,6 +76,10 @@ class Conflict(Problem):
     status, title, slug = 409, "Conflict", "conflict"
 
 
+class Gone(Problem):
+    status, title, slug = 410, "Gone", "gone"
+
+
 class PayloadTooLarge(Problem):
     status, title, slug = 413, "Content Too Large", "too-large"
 
@@ -96,7 +101,7 @@ class Unavailable(Problem):
 
 BY_STATUS: dict[int, type[Problem]] = {
     cls.status: cls
-    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
                 RangeNotSatisfiable, Unprocessable, Unavailable)
 }
 
@@ -132,6 +137,11 @@ def not_found(value: str, expected_kind: str) -> NotFound:
             kind=kind,
         )
     return NotFound(f"No {expected_kind} with ID {value} exists.", id=value)
+
+
+def gone(value: str) -> Gone:
+    """A miss that is not a mistake: the object existed and was removed on purpose (or expired)."""
+    return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)
 
 
 def encode(problem: Problem, instance: str) -> bytes:

@@ -48,6 +48,10 @@ class CreateTrigger(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
+    expires_at: DateTimeText | None = None
+    external_id: Annotated[str, Meta(min_length=1, max_length=200, pattern=OneLine,
+                                     description="Delivery ID: one trigger per (source, external_id).")] | None = None
 
 
 class CreateThread(Request, kw_only=True):
@@ -58,6 +62,8 @@ class CreateThread(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
+    expires_at: DateTimeText | None = None
 
 
 class UpdateThread(Request, kw_only=True):
@@ -73,6 +79,8 @@ class CreateWorker(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
+    expires_at: DateTimeText | None = None
 
 
 class AssignOwner(Request, kw_only=True):
@@ -89,6 +97,8 @@ class CreateReport(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
+    expires_at: DateTimeText | None = None
 
 
 class CreateNote(Request, kw_only=True):
@@ -110,14 +120,16 @@ class Link(Struct, omit_defaults=True):
     id: str
     summary: str | UnsetType = UNSET
     refs: list[str] | UnsetType = UNSET  # on a worker's reports: the trigger IDs each one cites
+    deleted: bool = False  # the linked object was deleted or has expired: only its ID remains
 
 
-class Event(Struct):
+class Event(Struct, omit_defaults=True):
     seq: int
     type: str
     at: Timestamp
     summary: str
     ref: str | None
+    ref_deleted: bool = False  # the event stays; its target is gone
 
 
 class Spill(Struct):
@@ -150,6 +162,7 @@ class TriggerView(Struct, omit_defaults=True):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: Timestamp | None = None
 
 
 class ThreadView(Struct, omit_defaults=True):
@@ -166,6 +179,7 @@ class ThreadView(Struct, omit_defaults=True):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: Timestamp | None = None
 
 
 class WorkerView(Struct, omit_defaults=True):
@@ -181,6 +195,7 @@ class WorkerView(Struct, omit_defaults=True):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: Timestamp | None = None
 
 
 class ReportView(Struct, omit_defaults=True):
@@ -197,6 +212,7 @@ class ReportView(Struct, omit_defaults=True):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: Timestamp | None = None
 
 
 class ThreadIndexEntry(Struct):
@@ -298,6 +314,8 @@ class TriggerRow(Struct):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
 
 
 class ThreadRow(Struct):
@@ -313,6 +331,8 @@ class ThreadRow(Struct):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
 
 
 class WorkerRow(Struct):
@@ -327,6 +347,8 @@ class WorkerRow(Struct):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
 
 
 class ReportRow(Struct):
@@ -342,6 +364,8 @@ class ReportRow(Struct):
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
 
 
 class Labels(Struct, frozen=True):

@@ -32,14 +32,16 @@ _HEADER_DOCS = {
     "Cache-Control": "Content is immutable.",
     "Content-Range": "The range served, or bytes */size on 416.",
     "Retry-After": "Seconds to wait before retrying.",
+    "Idempotent-Replayed": "true when this is the stored outcome of an earlier request with the same Idempotency-Key.",
 }
 
 # operationId of each create -> (path parameter of the objects it makes, operations to link to)
 _CREATES = {
-    "CreateThread": ("thread_id", ["GetThread", "ListEvents", "AddNote", "AssignOwner", "UpdateThread"]),
-    "CreateWorker": ("worker_id", ["GetWorker", "ListReports", "CreateReport"]),
-    "CreateTrigger": ("trigger_id", ["GetTrigger", "GetPayload"]),
-    "CreateReport": ("report_id", ["GetReport", "GetBody"]),
+    "CreateThread": ("thread_id", ["GetThread", "ListEvents", "AddNote", "AssignOwner", "UpdateThread",
+                                   "DeleteThread"]),
+    "CreateWorker": ("worker_id", ["GetWorker", "ListReports", "CreateReport", "DeleteWorker"]),
+    "CreateTrigger": ("trigger_id", ["GetTrigger", "GetPayload", "DeleteTrigger"]),
+    "CreateReport": ("report_id", ["GetReport", "GetBody", "DeleteReport"]),
 }
 _PAGES = {"ListThreads", "ListEvents", "ListReports"}
 _CONTENT = {"GetPayload", "GetBody"}
@@ -87,7 +89,8 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                 op["responses"]["200"] = copy.deepcopy(op["responses"]["201"])
                 op["responses"]["200"]["description"] = "An identical retry: the existing object, unchanged."
             response = op["responses"][status]
-            response["headers"] = {"Location": _header("Location", True)}
+            response["headers"] = {"Location": _header("Location", True),
+                                   "Idempotent-Replayed": _header("Idempotent-Replayed", False)}
             response["links"] = {
                 target: {"operationId": target, "parameters": {param: "$response.body#/id"}}
                 for target in targets
@@ -106,9 +109,9 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         cached = {"ETag": _header("ETag", True), "Cache-Control": _header("Cache-Control", True)}
         responses["200"] = {"description": "The full content, in its own content type.", "headers": cached,
                             "content": any_media}
-        responses["206"] = {"description": "One byte range of the content.",
-                            "headers": {**cached, "Content-Range": _header("Content-Range", True)},
-                            "content": any_media}
+        # No `content` on 206: a byte range of JSON is not JSON, so it has no schema to check against.
+        responses["206"] = {"description": "One byte range of the content, with the content's own Content-Type.",
+                            "headers": {**cached, "Content-Range": _header("Content-Range", True)}}
         responses["304"] = {"description": "Not modified (If-None-Match matched the ETag).", "headers": cached}
         responses["416"]["headers"] = {"Content-Range": _header("Content-Range", True)}
         op = ops[op_id][2]

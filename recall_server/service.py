@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -18,6 +19,7 @@ from recall_server.errors import (
     Conflict,
     NotFound,
     Unprocessable,
+    gone,
     not_found,
 )
 from recall_server.models import (
@@ -29,7 +31,6 @@ from recall_server.models import (
     CreateThread,
     CreateTrigger,
     CreateWorker,
-    Event,
     EventPage,
     KeyList,
     KeyView,
@@ -47,6 +48,19 @@ from recall_server.models import (
 )
 
 Content = q.Content
+Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport
+_json = msgspec.json.encode
+
+
+class Outcome(msgspec.Struct):
+    """The result of a POST, as sent and as stored for Idempotency-Key replays."""
+
+    status: int
+    body: bytes
+    object_id: str
+    location: str | None = None
+    event_seq: int | None = None
+    replayed: bool = False
 
 
 def _expect(kind: str, value: str) -> None:
@@ -62,12 +76,17 @@ def _body_id(field: str, value: str, kind: str) -> None:
         )
 
 
-def _labels(req: CreateThread | CreateWorker | CreateTrigger | CreateReport) -> Labels:
+def _labels(req: Creatable) -> Labels:
     return Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id)
 
 
 def _hash(req: Request) -> bytes:
-    return hashlib.sha256(msgspec.json.encode(req)).digest()
+    return hashlib.sha256(_json(req)).digest()
+
+
+def _fingerprint(method: str, path: str, req: Request) -> bytes:
+    """What an Idempotency-Key is bound to: the route and the decoded body."""
+    return hashlib.sha256(f"{method} {path}\0".encode() + _json(req)).digest()
 
 
 def _encode_content(field: str, value: object, content_type: str | None) -> tuple[str, bytes]:
@@ -76,7 +95,7 @@ def _encode_content(field: str, value: object, content_type: str | None) -> tupl
         content_type = "text/plain" if isinstance(value, str) else "application/json"
     content_type = content_type.lower()
     if spill.is_json(content_type):
-        return content_type, msgspec.json.encode(value)
+        return content_type, _json(value)
     if not isinstance(value, str):
         raise Unprocessable(
             f"{field} must be a JSON string when content_type is {content_type} (only JSON types take other values).",
@@ -97,79 +116,171 @@ def _timestamp(field: str, value: str | None) -> datetime | None:
     return parsed
 
 
+def _expiry(req: Creatable) -> datetime | None:
+    """expires_at from `ttl` (seconds from now) or `expires_at`; at most one of them."""
+    if req.ttl is not None and req.expires_at is not None:
+        raise Unprocessable("Give either ttl or expires_at, not both.")
+    if req.ttl is not None:
+        return datetime.now(UTC) + timedelta(seconds=req.ttl)
+    expires_at = _timestamp("expires_at", req.expires_at)
+    if expires_at is not None and expires_at <= datetime.now(UTC):
+        raise Unprocessable(f"expires_at {req.expires_at} is in the past.", field="expires_at")
+    return expires_at
+
+
 def _events_for(budget: int) -> int:
     return max(8, min(500, budget // 64))
+
+
+def _created(status_new: bool, view: Any, location: str) -> Outcome:
+    return Outcome(status=201 if status_new else 200, body=_json(view), object_id=view.id, location=location)
 
 
 class Recall:
     """The operations behind the HTTP API, for one store."""
 
-    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, idempotency_ttl: int = 86_400) -> None:
         self.db = db
         self.cursors = cursors
+        self.idempotency_ttl = idempotency_ttl
+
+    # ---- shared steps ----------------------------------------------------------------
 
     async def _require(self, conn: q.Conn, tenant: str, linked: list[str]) -> None:
-        """No dangling edges: every linked ID must exist in the caller's tenant."""
+        """No dangling edges: every linked ID must exist, and still be there, in the caller's tenant."""
         if not linked:
             return
-        found = await q.existing(conn, tenant, linked)
-        missing = [i for i in dict.fromkeys(linked) if i not in found]
-        if missing:
-            raise Unprocessable(f"Linked IDs do not exist: {', '.join(missing)}.", missing=missing)
+        found = await q.existing(conn, tenant, linked)  # id -> gone?
+        dangling = [i for i in dict.fromkeys(linked) if found.get(i, True)]
+        if dangling:
+            raise Unprocessable(f"Linked IDs do not exist: {', '.join(dangling)}.", missing=dangling)
+
+    async def _parent(self, conn: q.Conn, tenant: str, kind: str, object_id: str) -> None:
+        """The object a path names must exist (404) and not be gone (410)."""
+        state = (await q.existing(conn, tenant, [object_id])).get(object_id)
+        if state is None:
+            raise not_found(object_id, kind)
+        if state:
+            raise gone(object_id)
 
     async def _existing_or_conflict(self, conn: q.Conn, tenant: str, kind: str, object_id: str, h: bytes) -> None:
         """A create that hit an existing ID: identical request is a retry, anything else a clash."""
-        if await q.request_hash(conn, tenant, kind, object_id) != h:
-            raise Conflict(
-                f"{object_id} already exists with a different body; IDs are never reassigned.", id=object_id
-            )
+        found = await q.request_hash(conn, tenant, kind, object_id)
+        if found is not None and found[1]:
+            raise Conflict(f"{object_id} was deleted or has expired; its ID is retired and is never reused.",
+                           id=object_id)
+        if found is None or found[0] != h:
+            raise Conflict(f"{object_id} already exists with a different body; IDs are never reassigned.",
+                           id=object_id)
 
-    # ---- threads ---------------------------------------------------------------------
+    async def _write(self, cred: Credential, idempotency_key: str | None, fingerprint: bytes,
+                     operation: Callable[[q.Conn, str], Awaitable[Outcome]]) -> Outcome:
+        """Run a write in one transaction; with an Idempotency-Key, record its outcome in the same one."""
+        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+            if idempotency_key is None:
+                return await operation(conn, tenant)
+            if not await q.idempotency_lock(conn, tenant, idempotency_key):
+                raise Conflict("A request with this Idempotency-Key is still in flight; retry shortly.",
+                               headers={"Retry-After": "1"})
+            stored = await q.idempotency_get(conn, tenant, idempotency_key)
+            if stored is not None:
+                if stored.request_hash != fingerprint:
+                    raise Unprocessable("This Idempotency-Key was used for a different request.",
+                                        idempotency_key=idempotency_key)
+                return await self._replay(conn, tenant, stored)
+            outcome = await operation(conn, tenant)
+            await q.idempotency_put(
+                conn, tenant, idempotency_key,
+                q.Stored(request_hash=fingerprint, status=outcome.status, body=outcome.body,
+                         location=outcome.location, object_id=outcome.object_id, event_seq=outcome.event_seq),
+                self.idempotency_ttl,
+            )
+            return outcome
+
+    async def _replay(self, conn: q.Conn, tenant: str, stored: q.Stored) -> Outcome:
+        """The stored outcome; if an erasure dropped it, what still exists is rendered again (or 410)."""
+        body = stored.body
+        if body is None:
+            if stored.event_seq is not None:
+                event = await q.event_at(conn, tenant, stored.object_id, stored.event_seq)
+                if event is None:
+                    raise gone(stored.object_id)
+                body = _json(event)
+            else:
+                body = _json(await self._view(conn, tenant, stored.object_id, spill.DEFAULT_BUDGET))
+        return Outcome(status=stored.status, body=body, object_id=stored.object_id, location=stored.location,
+                       event_seq=stored.event_seq, replayed=True)
+
+    async def _view(self, conn: q.Conn, tenant: str, object_id: str, budget: int, *, created: bool = False) -> Any:
+        """The inline view of any object; 404 if it never existed, 410 if it is gone.
+
+        `created`: the response to the create itself, shown even if a short ttl has already run out.
+        """
+        kind = ids.kind_of(object_id)
+        if kind == "thread":
+            row: Any = await q.fetch_thread(conn, tenant, object_id, _events_for(budget))
+            render: Any = spill.thread_view
+        elif kind == "worker":
+            row, render = await q.fetch_worker(conn, tenant, object_id, _events_for(budget)), spill.worker_view
+        elif kind == "trigger":
+            row = await q.fetch_trigger(conn, tenant, object_id, budget, spill.PREVIEW_BYTES)
+            render = spill.trigger_view
+        else:
+            row = await q.fetch_report(conn, tenant, object_id, budget, spill.PREVIEW_BYTES)
+            render = spill.report_view
+        if row is None:
+            raise not_found(object_id, kind or "recall")
+        if row.gone and not created:
+            raise gone(object_id)
+        return render(row, budget)
+
+    async def _read_view(self, cred: Credential, kind: str, object_id: str, budget: int) -> Any:
+        async with self.db.session(cred, "read") as (conn, tenant):
+            _expect(kind, object_id)
+            return await self._view(conn, tenant, object_id, budget)
+
+    # ---- reads -----------------------------------------------------------------------
 
     async def get_thread(self, cred: Credential, thread_id: str, budget: int) -> ThreadView:
+        return await self._read_view(cred, "thread", thread_id, budget)
+
+    async def get_worker(self, cred: Credential, worker_id: str, budget: int) -> WorkerView:
+        return await self._read_view(cred, "worker", worker_id, budget)
+
+    async def get_trigger(self, cred: Credential, trigger_id: str, budget: int) -> TriggerView:
+        return await self._read_view(cred, "trigger", trigger_id, budget)
+
+    async def get_report(self, cred: Credential, report_id: str, budget: int) -> ReportView:
+        return await self._read_view(cred, "report", report_id, budget)
+
+    async def _content(self, cred: Credential, kind: str, object_id: str,
+                       fetch: Callable[[q.Conn, str, str], Awaitable[Content | None]]) -> Content:
         async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("thread", thread_id)
-            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(budget))
-        if row is None:
-            raise not_found(thread_id, "thread")
-        return spill.thread_view(row, budget)
+            _expect(kind, object_id)
+            content = await fetch(conn, tenant, object_id)
+        if content is None:
+            raise not_found(object_id, kind)
+        if content.gone:
+            raise gone(object_id)
+        return content
 
-    async def create_thread(self, cred: Credential, req: CreateThread) -> tuple[bool, ThreadView]:
-        thread_id = req.id or ids.new("thread")
-        _body_id("id", thread_id, "thread")
-        h = _hash(msgspec.structs.replace(req, id=thread_id))
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            created = await q.insert_thread(conn, tenant, thread_id, req.title, req.summary, req.status, _labels(req), h)
-            if not created:
-                await self._existing_or_conflict(conn, tenant, "thread", thread_id, h)
-            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
-        return created, spill.thread_view(row, spill.DEFAULT_BUDGET)
+    async def get_payload(self, cred: Credential, trigger_id: str) -> Content:
+        return await self._content(cred, "trigger", trigger_id, q.fetch_payload)
 
-    async def update_thread(self, cred: Credential, thread_id: str, req: UpdateThread) -> ThreadView:
-        unset = msgspec.UNSET
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            _expect("thread", thread_id)
-            changed = await q.update_thread(
-                conn, tenant, thread_id,
-                None if req.title is unset else req.title,
-                None if req.summary is unset else req.summary,
-                None if req.status is unset else req.status,
-            )
-            if changed is None:
-                raise not_found(thread_id, "thread")
-            old, new = changed
-            if old != new:
-                await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
-            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
-        return spill.thread_view(row, spill.DEFAULT_BUDGET)
+    async def get_body(self, cred: Credential, report_id: str) -> Content:
+        return await self._content(cred, "report", report_id, q.fetch_body)
 
-    async def list_threads(self, cred: Credential, status: str | None, owner: str | None, labels: Labels,
-                           cursor: str | None, limit: int) -> ThreadPage:
+    async def resolve(self, cred: Credential, value: str) -> Resolved:
         async with self.db.session(cred, "read") as (conn, tenant):
-            scope = f"{tenant}\0threads\0{status}\0{owner}\0{labels.key()}"
-            after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
-            rows = await q.list_threads(conn, tenant, status, owner, labels, after, limit + 1)
-        return ThreadPage(*self._keyset_page(scope, rows, limit))
+            kind = ids.kind_of(value)
+            if kind is None:
+                raise not_found(value, "recall")
+            found = await q.resolve(conn, tenant, kind, value, ids.href(value))
+        if found is None:
+            raise not_found(value, kind)
+        if found[0]:
+            raise gone(value)
+        return found[1]
 
     def _keyset_page(self, scope: str, rows: list[tuple[Any, datetime]], limit: int) -> tuple[list[Any], str | None, bool]:
         """(entries, next cursor, has_more) from rows fetched with limit + 1, newest first."""
@@ -181,67 +292,30 @@ class Recall:
             next_cursor = self.cursors.encode(scope, [created_at, last.id])
         return [entry for entry, _ in rows], next_cursor, has_more
 
+    async def list_threads(self, cred: Credential, status: str | None, owner: str | None, labels: Labels,
+                           cursor: str | None, limit: int) -> ThreadPage:
+        async with self.db.session(cred, "read") as (conn, tenant):
+            scope = f"{tenant}\0threads\0{status}\0{owner}\0{labels.key()}"
+            after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
+            rows = await q.list_threads(conn, tenant, status, owner, labels, after, limit + 1)
+        return ThreadPage(*self._keyset_page(scope, rows, limit))
+
     async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
         async with self.db.session(cred, "read") as (conn, tenant):
             _expect("thread", thread_id)
             scope = f"{tenant}\0events\0{thread_id}"
             after = self.cursors.decode(scope, cursor, tuple[int]) if cursor else (0,)
-            events = await q.list_events(conn, tenant, thread_id, after[0], limit + 1)
-        if events is None:
+            found = await q.list_events(conn, tenant, thread_id, after[0], limit + 1)
+        if found is None:
             raise not_found(thread_id, "thread")
+        if found[0]:
+            raise gone(thread_id)
+        events = found[1]
         has_more = len(events) > limit
         events = events[:limit]
         # Always hand back a position: a caller tailing a live thread polls with it for new events.
         position = events[-1].seq if events else after[0]
         return EventPage(data=events, next_cursor=self.cursors.encode(scope, [position]), has_more=has_more)
-
-    async def add_note(self, cred: Credential, thread_id: str, req: CreateNote) -> Event:
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            _expect("thread", thread_id)
-            if req.ref is not None:
-                await self._require(conn, tenant, [req.ref])
-            event = await q.append_event(conn, tenant, thread_id, "note", req.summary, req.ref)
-        if event is None:
-            raise not_found(thread_id, "thread")
-        return event
-
-    async def assign_owner(self, cred: Credential, thread_id: str, req: AssignOwner) -> tuple[bool, ThreadView]:
-        _body_id("worker_id", req.worker_id, "worker")
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            _expect("thread", thread_id)
-            # The thread's row lock serialises assignments, so the owner cap holds under concurrency.
-            if not await q.lock_thread(conn, tenant, thread_id):
-                raise not_found(thread_id, "thread")
-            await self._require(conn, tenant, [req.worker_id])
-            created = await q.insert_owner(conn, tenant, thread_id, req.worker_id)
-            if created:
-                if await q.count_owners(conn, tenant, thread_id) > MAX_LINKS:
-                    raise Unprocessable(f"A thread has at most {MAX_LINKS} owner workers.", id=thread_id)
-                await q.append_event(conn, tenant, thread_id, "owner_assigned",
-                                     f"owner assigned: {req.worker_id}", req.worker_id)
-            row = await q.fetch_thread(conn, tenant, thread_id, _events_for(spill.DEFAULT_BUDGET))
-        return created, spill.thread_view(row, spill.DEFAULT_BUDGET)
-
-    # ---- workers and reports ---------------------------------------------------------
-
-    async def get_worker(self, cred: Credential, worker_id: str, budget: int) -> WorkerView:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("worker", worker_id)
-            row = await q.fetch_worker(conn, tenant, worker_id, _events_for(budget))
-        if row is None:
-            raise not_found(worker_id, "worker")
-        return spill.worker_view(row, budget)
-
-    async def create_worker(self, cred: Credential, req: CreateWorker) -> tuple[bool, WorkerView]:
-        worker_id = req.id or ids.new("worker")
-        _body_id("id", worker_id, "worker")
-        h = _hash(msgspec.structs.replace(req, id=worker_id))
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            created = await q.insert_worker(conn, tenant, worker_id, req.name, req.summary, _labels(req), h)
-            if not created:
-                await self._existing_or_conflict(conn, tenant, "worker", worker_id, h)
-            row = await q.fetch_worker(conn, tenant, worker_id, _events_for(spill.DEFAULT_BUDGET))
-        return created, spill.worker_view(row, spill.DEFAULT_BUDGET)
 
     async def list_reports(self, cred: Credential, worker_id: str, labels: Labels, cursor: str | None,
                            limit: int) -> ReportPage:
@@ -249,55 +323,48 @@ class Recall:
             _expect("worker", worker_id)
             scope = f"{tenant}\0reports\0{worker_id}\0{labels.key()}"
             after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
-            rows = await q.list_reports(conn, tenant, worker_id, labels, after, limit + 1)
-        if rows is None:
+            found = await q.list_reports(conn, tenant, worker_id, labels, after, limit + 1)
+        if found is None:
             raise not_found(worker_id, "worker")
-        return ReportPage(*self._keyset_page(scope, rows, limit))
+        if found[0]:
+            raise gone(worker_id)
+        return ReportPage(*self._keyset_page(scope, found[1], limit))
 
-    async def create_report(self, cred: Credential, worker_id: str, req: CreateReport) -> tuple[bool, ReportView]:
-        report_id = req.id or ids.new("report")
-        _body_id("id", report_id, "report")
-        _body_id("thread_id", req.thread_id, "thread")
-        for ref in req.refs:
-            _body_id("refs", ref, "trigger")
-        content_type, body = _encode_content("body", req.body, req.content_type)
-        h = _hash(msgspec.structs.replace(req, id=report_id))
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
-            _expect("worker", worker_id)
-            if not await q.existing(conn, tenant, [worker_id]):
-                raise not_found(worker_id, "worker")
-            await self._require(conn, tenant, [req.thread_id, *req.refs])
-            created = await q.insert_report(
-                conn, tenant, report_id, worker_id, req.thread_id, req.summary, content_type, body,
-                hashlib.sha256(body).digest(), _labels(req), h,
-            )
-            if created:
-                await q.insert_refs(conn, tenant, report_id, req.refs)
-                await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
-            else:
-                await self._existing_or_conflict(conn, tenant, "report", report_id, h)
-            row = await q.fetch_report(conn, tenant, report_id, spill.DEFAULT_BUDGET, spill.PREVIEW_BYTES)
-        return created, spill.report_view(row, spill.DEFAULT_BUDGET)
+    # ---- creates ---------------------------------------------------------------------
 
-    async def get_report(self, cred: Credential, report_id: str, budget: int) -> ReportView:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("report", report_id)
-            row = await q.fetch_report(conn, tenant, report_id, budget, spill.PREVIEW_BYTES)
-        if row is None:
-            raise not_found(report_id, "report")
-        return spill.report_view(row, budget)
+    async def create_thread(self, cred: Credential, req: CreateThread, idempotency_key: str | None) -> Outcome:
+        thread_id = req.id or ids.new("thread")
+        _body_id("id", thread_id, "thread")
+        expires_at = _expiry(req)
+        h = _hash(msgspec.structs.replace(req, id=thread_id))
 
-    async def get_body(self, cred: Credential, report_id: str) -> Content:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("report", report_id)
-            content = await q.fetch_body(conn, tenant, report_id)
-        if content is None:
-            raise not_found(report_id, "report")
-        return content
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            created = await q.insert_thread(conn, tenant, thread_id, req.title, req.summary, req.status,
+                                            _labels(req), h, expires_at)
+            if not created:
+                await self._existing_or_conflict(conn, tenant, "thread", thread_id, h)
+            return _created(created, await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET, created=created),
+                            f"/threads/{thread_id}")
 
-    # ---- triggers --------------------------------------------------------------------
+        return await self._write(cred, idempotency_key, _fingerprint("POST", "/threads", req), operation)
 
-    async def create_trigger(self, cred: Credential, req: CreateTrigger) -> tuple[bool, TriggerView]:
+    async def create_worker(self, cred: Credential, req: CreateWorker, idempotency_key: str | None) -> Outcome:
+        worker_id = req.id or ids.new("worker")
+        _body_id("id", worker_id, "worker")
+        expires_at = _expiry(req)
+        h = _hash(msgspec.structs.replace(req, id=worker_id))
+
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            created = await q.insert_worker(conn, tenant, worker_id, req.name, req.summary, _labels(req), h,
+                                            expires_at)
+            if not created:
+                await self._existing_or_conflict(conn, tenant, "worker", worker_id, h)
+            return _created(created, await self._view(conn, tenant, worker_id, spill.DEFAULT_BUDGET, created=created),
+                            f"/workers/{worker_id}")
+
+        return await self._write(cred, idempotency_key, _fingerprint("POST", "/workers", req), operation)
+
+    async def create_trigger(self, cred: Credential, req: CreateTrigger, idempotency_key: str | None) -> Outcome:
         trigger_id = req.id or ids.new("trigger")
         _body_id("id", trigger_id, "trigger")
         if req.thread_id is not None:
@@ -308,54 +375,131 @@ class Recall:
             raise Unprocessable("A trigger cannot be its own neighbour.", id=trigger_id)
         content_type, payload = _encode_content("payload", req.payload, req.content_type)
         occurred_at = _timestamp("occurred_at", req.occurred_at)
+        expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
         linked = [*([req.thread_id] if req.thread_id else []), *req.neighbours]
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
             await self._require(conn, tenant, linked)
             created = await q.insert_trigger(
                 conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
-                hashlib.sha256(payload).digest(), _labels(req), h, occurred_at,
+                hashlib.sha256(payload).digest(), _labels(req), h, occurred_at, req.external_id, expires_at,
             )
+            existing_id = trigger_id
             if created:
                 await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
                 if req.thread_id:
                     await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
+            elif req.external_id is not None and (
+                first := await q.trigger_by_external_id(conn, tenant, req.source, req.external_id)
+            ):
+                existing_id = first  # a redelivery: the trigger made by the first delivery
             else:
                 await self._existing_or_conflict(conn, tenant, "trigger", trigger_id, h)
-            row = await q.fetch_trigger(conn, tenant, trigger_id, spill.DEFAULT_BUDGET, spill.PREVIEW_BYTES)
-        return created, spill.trigger_view(row, spill.DEFAULT_BUDGET)
+            return _created(created, await self._view(conn, tenant, existing_id, spill.DEFAULT_BUDGET, created=created),
+                            f"/triggers/{existing_id}")
 
-    async def get_trigger(self, cred: Credential, trigger_id: str, budget: int) -> TriggerView:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("trigger", trigger_id)
-            row = await q.fetch_trigger(conn, tenant, trigger_id, budget, spill.PREVIEW_BYTES)
-        if row is None:
-            raise not_found(trigger_id, "trigger")
-        return spill.trigger_view(row, budget)
+        return await self._write(cred, idempotency_key, _fingerprint("POST", "/triggers", req), operation)
 
-    async def get_payload(self, cred: Credential, trigger_id: str) -> Content:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("trigger", trigger_id)
-            content = await q.fetch_payload(conn, tenant, trigger_id)
-        if content is None:
-            raise not_found(trigger_id, "trigger")
-        return content
+    async def create_report(self, cred: Credential, worker_id: str, req: CreateReport,
+                            idempotency_key: str | None) -> Outcome:
+        report_id = req.id or ids.new("report")
+        _body_id("id", report_id, "report")
+        _body_id("thread_id", req.thread_id, "thread")
+        for ref in req.refs:
+            _body_id("refs", ref, "trigger")
+        content_type, body = _encode_content("body", req.body, req.content_type)
+        expires_at = _expiry(req)
+        h = _hash(msgspec.structs.replace(req, id=report_id))
 
-    # ---- any ID ----------------------------------------------------------------------
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            _expect("worker", worker_id)
+            await self._parent(conn, tenant, "worker", worker_id)
+            await self._require(conn, tenant, [req.thread_id, *req.refs])
+            created = await q.insert_report(
+                conn, tenant, report_id, worker_id, req.thread_id, req.summary, content_type, body,
+                hashlib.sha256(body).digest(), _labels(req), h, expires_at,
+            )
+            if created:
+                await q.insert_refs(conn, tenant, report_id, req.refs)
+                await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
+            else:
+                await self._existing_or_conflict(conn, tenant, "report", report_id, h)
+            return _created(created, await self._view(conn, tenant, report_id, spill.DEFAULT_BUDGET, created=created),
+                            f"/reports/{report_id}")
 
-    async def resolve(self, cred: Credential, value: str) -> Resolved:
-        kind = ids.kind_of(value)
-        if kind is None:
-            raise not_found(value, "recall")
-        async with self.db.session(cred, "read") as (conn, tenant):
-            resolved = await q.resolve(conn, tenant, kind, value, ids.href(value))
-        if resolved is None:
-            raise not_found(value, kind)
-        return resolved
+        path = f"/workers/{worker_id}/reports"
+        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
 
-    async def ready(self) -> None:
-        async with self.db.connection() as conn:
-            await q.ping(conn)
+    # ---- thread writes ---------------------------------------------------------------
+
+    async def _locked_thread(self, conn: q.Conn, tenant: str, thread_id: str) -> None:
+        """Take the thread's row lock (it serialises appends); 404 / 410 when it is missing / gone."""
+        _expect("thread", thread_id)
+        state = await q.lock_thread(conn, tenant, thread_id)
+        if state is None:
+            raise not_found(thread_id, "thread")
+        if state:
+            raise gone(thread_id)
+
+    async def update_thread(self, cred: Credential, thread_id: str, req: UpdateThread) -> ThreadView:
+        unset = msgspec.UNSET
+        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+            await self._locked_thread(conn, tenant, thread_id)
+            old, new = await q.update_thread(
+                conn, tenant, thread_id,
+                None if req.title is unset else req.title,
+                None if req.summary is unset else req.summary,
+                None if req.status is unset else req.status,
+            )
+            if old != new:
+                await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
+            return await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET)
+
+    async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,
+                       idempotency_key: str | None) -> Outcome:
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            await self._locked_thread(conn, tenant, thread_id)
+            if req.ref is not None:
+                await self._require(conn, tenant, [req.ref])
+            event = await q.append_event(conn, tenant, thread_id, "note", req.summary, req.ref)
+            return Outcome(status=201, body=_json(event), object_id=thread_id, event_seq=event.seq)
+
+        path = f"/threads/{thread_id}/events"
+        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
+
+    async def assign_owner(self, cred: Credential, thread_id: str, req: AssignOwner,
+                           idempotency_key: str | None) -> Outcome:
+        _body_id("worker_id", req.worker_id, "worker")
+
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            # The thread's row lock serialises assignments, so the owner cap holds under concurrency.
+            await self._locked_thread(conn, tenant, thread_id)
+            await self._require(conn, tenant, [req.worker_id])
+            created = await q.insert_owner(conn, tenant, thread_id, req.worker_id)
+            if created:
+                if await q.count_owners(conn, tenant, thread_id) > MAX_LINKS:
+                    raise Unprocessable(f"A thread has at most {MAX_LINKS} owner workers.", id=thread_id)
+                await q.append_event(conn, tenant, thread_id, "owner_assigned",
+                                     f"owner assigned: {req.worker_id}", req.worker_id)
+            return _created(created, await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET, created=created),
+                            f"/threads/{thread_id}")
+
+        path = f"/threads/{thread_id}/owners"
+        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
+
+    # ---- deletion ----------------------------------------------------------------------
+
+    async def delete(self, cred: Credential, kind: str, object_id: str) -> None:
+        """Erase an object (and, for a thread, its log and what was filed on it); its ID is retired.
+
+        Deleting something already gone erases again (a no-op, or the purge an expiry still owed).
+        """
+        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+            _expect(kind, object_id)
+            if object_id not in await q.existing(conn, tenant, [object_id]):
+                raise not_found(object_id, kind)
+            await q.erase(conn, tenant, object_id)
 
     # ---- API keys (admin scope, within the caller's tenant) ---------------------------
 
@@ -374,6 +518,17 @@ class Recall:
             raise NotFound(f"No API key with ID {key_id} exists.", id=key_id)
         return revoked
 
+    # ---- operations ----------------------------------------------------------------------
+
+    async def ready(self) -> None:
+        async with self.db.connection() as conn:
+            await q.ping(conn)
+
+    async def sweep(self) -> int:
+        """Purge expired objects in every tenant (recall_sweep runs as the owner)."""
+        async with self.db.connection() as conn:
+            return await q.sweep(conn)
+
 
 async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
     """Create a key for a tenant; the returned NewKey is the only copy of its secret."""
@@ -391,6 +546,11 @@ async def create_tenant(conn: q.Conn, tenant: str) -> bool:
     return await q.create_tenant(conn, tenant)
 
 
+async def set_retention(conn: q.Conn, tenant: str, days: float | None) -> None:
+    if not await q.set_retention(conn, tenant, days):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
 async def operator_issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
     if not await q.tenant_exists(conn, tenant):
         raise NotFound(f"No tenant named {tenant!r}; create it with `recall-server tenants create {tenant}`.")
@@ -403,3 +563,17 @@ async def operator_list_keys(conn: q.Conn, tenant: str | None) -> list[KeyView]:
 
 async def operator_revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return await q.revoke_key(conn, key_id, None)
+
+
+async def operator_sweep(conn: q.Conn) -> int:
+    return await q.sweep(conn)
+
+
+async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]:
+    """Where this ID's content could still be read (empty: erased). An ID still live says so."""
+    state = (await q.existing(conn, tenant, [object_id])).get(object_id)
+    if state is None:
+        return [f"{object_id} never existed in tenant {tenant}"]
+    findings = await q.erasure_findings(conn, tenant, object_id)
+    return findings if state else [f"{object_id} is live (not deleted, not expired)", *findings]
+

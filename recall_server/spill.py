@@ -105,7 +105,7 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
 
 
 def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, str | None]:
-    return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id}
+    return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id, "expires_at": row.expires_at}
 
 
 def trigger_view(row: TriggerRow, budget: int) -> TriggerView:

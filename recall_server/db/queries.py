@@ -29,26 +29,30 @@ Conn = asyncpg.Connection
 
 _links = msgspec.json.Decoder(list[Link])
 _events = msgspec.json.Decoder(list[Event])
+_event = msgspec.json.Decoder(Event)
 
 
 
-def _labels(row: asyncpg.Record) -> dict[str, str | None]:
-    return {"app_id": row["app_id"], "agent_id": row["agent_id"], "run_id": row["run_id"]}
+def _labels(row: asyncpg.Record) -> dict[str, object]:
+    return {"app_id": row["app_id"], "agent_id": row["agent_id"], "run_id": row["run_id"],
+            "expires_at": row["expires_at"], "gone": row["gone"]}
 
 
 # ---- reads -----------------------------------------------------------------------------
+# Gone (deleted or expired) objects come back flagged, never filtered silently: the service
+# answers 410 for them. Links and events to gone objects render through recall_link/recall_event.
 
 
 async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> ThreadRow | None:
     row = await conn.fetchrow(
         """
-        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id, t.run_id,
-          (SELECT coalesce(json_agg(json_build_object('id', w.id, 'summary', w.summary)
-                                    ORDER BY o.assigned_at, w.id), '[]')
+        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
+          t.run_id, t.expires_at, recall_gone(t.tenant_id, t.id) AS gone,
+          (SELECT coalesce(json_agg(recall_link(w.tenant_id, w.id, w.summary) ORDER BY o.assigned_at, w.id), '[]')
              FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
             WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
-          (SELECT coalesce(json_agg(e), '[]') FROM (
-             SELECT seq, type, at, summary, ref FROM thread_events
+          (SELECT coalesce(json_agg(recall_event(e)), '[]') FROM (
+             SELECT * FROM thread_events
               WHERE tenant_id = t.tenant_id AND thread_id = t.id
               ORDER BY seq DESC LIMIT $3) e) AS events
         FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
@@ -67,19 +71,23 @@ async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> 
 async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> WorkerRow | None:
     row = await conn.fetchrow(
         """
-        SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id,
+        SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
+          recall_gone(w.tenant_id, w.id) AS gone,
           (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id)
             AS threads_total,
-          (SELECT coalesce(json_agg(json_build_object('id', x.id, 'summary', x.summary)), '[]') FROM (
-             SELECT t.id, t.summary FROM thread_owners o
+          (SELECT coalesce(json_agg(recall_link(x.tenant_id, x.id, x.summary)), '[]') FROM (
+             SELECT t.tenant_id, t.id, t.summary FROM thread_owners o
                JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
               WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
               ORDER BY o.assigned_at DESC, t.id DESC LIMIT $3) x) AS threads,
           (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id)
             AS reports_total,
-          (SELECT coalesce(json_agg(json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs)), '[]')
+          (SELECT coalesce(json_agg(CASE WHEN recall_gone(x.tenant_id, x.id)
+                                         THEN json_build_object('id', x.id, 'deleted', true)
+                                         ELSE json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs) END),
+                           '[]')
              FROM (
-             SELECT r.id, r.summary,
+             SELECT r.tenant_id, r.id, r.summary,
                     ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
                            AND rr.report_id = r.id ORDER BY rr.position) AS refs
                FROM reports r
@@ -105,9 +113,9 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
           octet_length(tr.payload) AS size,
           CASE WHEN octet_length(tr.payload) <= $3 THEN tr.payload
                ELSE substring(tr.payload FROM 1 FOR $4) END AS head,
-          tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id,
-          (SELECT coalesce(json_agg(json_build_object('id', n.id, 'summary', n.summary)
-                                    ORDER BY nb.position), '[]')
+          tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
+          recall_gone(tr.tenant_id, tr.id) AS gone,
+          (SELECT coalesce(json_agg(recall_link(n.tenant_id, n.id, n.summary) ORDER BY nb.position), '[]')
              FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
             WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
         FROM triggers tr WHERE tr.tenant_id = $1 AND tr.id = $2
@@ -129,9 +137,8 @@ async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int,
         """
         SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
           CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
-          r.created_at, r.app_id, r.agent_id, r.run_id,
-          (SELECT coalesce(json_agg(json_build_object('id', t.id, 'summary', t.summary)
-                                    ORDER BY rr.position), '[]')
+          r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_gone(r.tenant_id, r.id) AS gone,
+          (SELECT coalesce(json_agg(recall_link(t.tenant_id, t.id, t.summary) ORDER BY rr.position), '[]')
              FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
             WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
         FROM reports r WHERE r.tenant_id = $1 AND r.id = $2
@@ -151,33 +158,37 @@ class Content(msgspec.Struct):
     content_type: str
     data: bytes
     sha256: bytes
+    gone: bool
 
 
 async def fetch_payload(conn: Conn, tenant: str, trigger_id: str) -> Content | None:
     row = await conn.fetchrow(
-        "SELECT content_type, payload, payload_sha256 FROM triggers WHERE tenant_id = $1 AND id = $2",
+        """
+        SELECT content_type, payload, payload_sha256, recall_gone(tenant_id, id) FROM triggers
+        WHERE tenant_id = $1 AND id = $2
+        """,
         tenant, trigger_id,
     )
-    return None if row is None else Content(row[0], row[1], row[2])
+    return None if row is None else Content(*row)
 
 
 async def fetch_body(conn: Conn, tenant: str, report_id: str) -> Content | None:
     row = await conn.fetchrow(
-        "SELECT content_type, body, body_sha256 FROM reports WHERE tenant_id = $1 AND id = $2",
+        "SELECT content_type, body, body_sha256, recall_gone(tenant_id, id) FROM reports WHERE tenant_id = $1 AND id = $2",
         tenant, report_id,
     )
-    return None if row is None else Content(row[0], row[1], row[2])
+    return None if row is None else Content(*row)
 
 
 async def list_threads(
     conn: Conn, tenant: str, status: str | None, owner: str | None, labels: Labels,
     after: tuple[datetime, str] | None, limit: int,
 ) -> list[tuple[ThreadIndexEntry, datetime]]:
-    """Newest first, keyset on (created_at, id); returns each entry with its sort key."""
+    """Live threads, newest first, keyset on (created_at, id); each entry with its sort key."""
     rows = await conn.fetch(
         """
         SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
-        WHERE t.tenant_id = $1
+        WHERE t.tenant_id = $1 AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
           AND ($2::text IS NULL OR t.status = $2)
           AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
                                             AND o.thread_id = t.id AND o.worker_id = $3))
@@ -196,30 +207,34 @@ async def list_threads(
     ]
 
 
-async def list_events(conn: Conn, tenant: str, thread_id: str, after_seq: int, limit: int) -> list[Event] | None:
-    """Events after a seq, in order; None when the thread does not exist (a miss, not an empty page)."""
+async def list_events(
+    conn: Conn, tenant: str, thread_id: str, after_seq: int, limit: int,
+) -> tuple[bool, list[Event]] | None:
+    """(thread gone?, events after a seq, in order); None when the thread does not exist (a miss)."""
     row = await conn.fetchrow(
         """
-        SELECT (SELECT coalesce(json_agg(e), '[]') FROM (
-                  SELECT seq, type, at, summary, ref FROM thread_events
+        SELECT recall_gone(t.tenant_id, t.id),
+               (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM (
+                  SELECT * FROM thread_events
                    WHERE tenant_id = t.tenant_id AND thread_id = t.id AND seq > $3
                    ORDER BY seq LIMIT $4) e) AS events
         FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
         """,
         tenant, thread_id, after_seq, limit,
     )
-    return None if row is None else _events.decode(row[0])
+    return None if row is None else (row[0], _events.decode(row[1]))
 
 
 async def list_reports(
     conn: Conn, tenant: str, worker_id: str, labels: Labels, after: tuple[datetime, str] | None, limit: int,
-) -> list[tuple[ReportIndexEntry, datetime]] | None:
-    """A worker's reports, newest first; None when the worker does not exist."""
+) -> tuple[bool, list[tuple[ReportIndexEntry, datetime]]] | None:
+    """(worker gone?, its live reports newest first); None when the worker does not exist."""
     row = await conn.fetchrow(
         """
-        SELECT (SELECT coalesce(json_agg(x), '[]') FROM (
+        SELECT recall_gone(w.tenant_id, w.id),
+               (SELECT coalesce(json_agg(x), '[]') FROM (
                   SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
-                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
+                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_gone(r.tenant_id, r.id)
                      AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
                      AND ($6::text IS NULL OR r.app_id = $6) AND ($7::text IS NULL OR r.agent_id = $7)
                      AND ($8::text IS NULL OR r.run_id = $8)
@@ -231,10 +246,10 @@ async def list_reports(
     )
     if row is None:
         return None
-    return [
+    return row[0], [
         (ReportIndexEntry(id=r.id, thread_id=r.thread_id, summary=r.summary, created_at=r.created_at,
                           href=f"/reports/{r.id}"), r.created_at)
-        for r in _report_keys.decode(row[0])
+        for r in _report_keys.decode(row[1])
     ]
 
 
@@ -248,30 +263,32 @@ class _ReportKey(msgspec.Struct):
 _report_keys = msgspec.json.Decoder(list[_ReportKey])
 
 _RESOLVE = {
-    "trigger": "SELECT summary FROM triggers WHERE tenant_id = $1 AND id = $2",
-    "thread": "SELECT summary FROM threads WHERE tenant_id = $1 AND id = $2",
-    "worker": "SELECT summary FROM workers WHERE tenant_id = $1 AND id = $2",
-    "report": "SELECT summary FROM reports WHERE tenant_id = $1 AND id = $2",
+    "trigger": "SELECT summary, recall_gone(tenant_id, id) FROM triggers WHERE tenant_id = $1 AND id = $2",
+    "thread": "SELECT summary, recall_gone(tenant_id, id) FROM threads WHERE tenant_id = $1 AND id = $2",
+    "worker": "SELECT summary, recall_gone(tenant_id, id) FROM workers WHERE tenant_id = $1 AND id = $2",
+    "report": "SELECT summary, recall_gone(tenant_id, id) FROM reports WHERE tenant_id = $1 AND id = $2",
 }
 
 
-async def resolve(conn: Conn, tenant: str, kind: str, object_id: str, href: str) -> Resolved | None:
+async def resolve(conn: Conn, tenant: str, kind: str, object_id: str, href: str) -> tuple[bool, Resolved] | None:
+    """(gone?, resolution); None when the ID never existed in the tenant."""
     row = await conn.fetchrow(_RESOLVE[kind], tenant, object_id)
-    return None if row is None else Resolved(id=object_id, type=kind, href=href, summary=row[0])
+    return None if row is None else (row[1], Resolved(id=object_id, type=kind, href=href, summary=row[0]))
 
 
-async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> set[str]:
-    """Which of these IDs (of any kind) exist in the tenant."""
+async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, bool]:
+    """Which of these IDs (of any kind) exist in the tenant, each with whether it is gone."""
     rows = await conn.fetch(
         """
-        SELECT id FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
-        UNION ALL SELECT id FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
-        UNION ALL SELECT id FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
-        UNION ALL SELECT id FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])
+        SELECT id, recall_gone(tenant_id, id) FROM (
+            SELECT tenant_id, id FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT tenant_id, id FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT tenant_id, id FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT tenant_id, id FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])) x
         """,
         tenant, object_ids,
     )
-    return {r[0] for r in rows}
+    return {r[0]: r[1] for r in rows}
 
 
 async def authenticate(conn: Conn, key_id: str, secret_sha256: bytes) -> tuple[str, str] | None:
@@ -345,26 +362,33 @@ async def ping(conn: Conn) -> None:
 # ---- writes ----------------------------------------------------------------------------
 
 _REQUEST_HASH = {
-    "trigger": "SELECT request_hash FROM triggers WHERE tenant_id = $1 AND id = $2",
-    "thread": "SELECT request_hash FROM threads WHERE tenant_id = $1 AND id = $2",
-    "worker": "SELECT request_hash FROM workers WHERE tenant_id = $1 AND id = $2",
-    "report": "SELECT request_hash FROM reports WHERE tenant_id = $1 AND id = $2",
+    kind: f"SELECT request_hash, recall_gone(tenant_id, id) FROM {table} WHERE tenant_id = $1 AND id = $2"
+    for kind, table in (("trigger", "triggers"), ("thread", "threads"), ("worker", "workers"), ("report", "reports"))
 }
 
 
-async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> bytes | None:
-    """The hash of the create request that made an existing object (to tell a retry from a clash)."""
-    return await conn.fetchval(_REQUEST_HASH[kind], tenant, object_id)
+async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> tuple[bytes, bool] | None:
+    """(hash of the create request that made an existing object, gone?): tells a retry from a clash."""
+    row = await conn.fetchrow(_REQUEST_HASH[kind], tenant, object_id)
+    return None if row is None else (row[0], row[1])
+
+
+async def trigger_by_external_id(conn: Conn, tenant: str, source: str, external_id: str) -> str | None:
+    return await conn.fetchval(
+        "SELECT id FROM triggers WHERE tenant_id = $1 AND source = $2 AND external_id = $3",
+        tenant, source, external_id,
+    )
 
 
 async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, summary: str,
-                        status: str, labels: Labels, req_hash: bytes) -> bool:
+                        status: str, labels: Labels, req_hash: bytes, expires_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO threads (tenant_id, id, title, summary, status, app_id, agent_id, run_id, request_hash)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO threads (tenant_id, id, title, summary, status, app_id, agent_id, run_id, request_hash, expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, thread_id, title, summary, status, labels.app_id, labels.agent_id, labels.run_id, req_hash,
+        expires_at,
     ) is not None
 
 
@@ -372,15 +396,22 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
                         status: str | None) -> tuple[str, str] | None:
     """Apply the given fields under the row lock, touching updated_at only on a real change.
 
+    Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
     Returns (old status, new status), or None when the thread does not exist.
     """
     row = await conn.fetchrow(
         """
         WITH old AS (
-          SELECT title, summary, status FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE),
+          SELECT title, summary, status, expires_at FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE),
+        retention AS (SELECT closed_thread_retention AS keep FROM tenants WHERE id = $1),
         upd AS (
           UPDATE threads t SET title = coalesce($3, old.title), summary = coalesce($4, old.summary),
-                 status = coalesce($5, old.status), updated_at = clock_timestamp()
+                 status = coalesce($5, old.status), updated_at = clock_timestamp(),
+                 expires_at = CASE
+                   WHEN coalesce($5, old.status) IN ('closed', 'merged') AND old.status NOT IN ('closed', 'merged')
+                        AND (SELECT keep FROM retention) IS NOT NULL
+                   THEN least(coalesce(old.expires_at, 'infinity'), clock_timestamp() + (SELECT keep FROM retention))
+                   ELSE old.expires_at END
             FROM old
            WHERE t.tenant_id = $1 AND t.id = $2
              AND (old.title, old.summary, old.status)
@@ -394,13 +425,13 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
 
 
 async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summary: str, labels: Labels,
-                        req_hash: bytes) -> bool:
+                        req_hash: bytes, expires_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO workers (tenant_id, id, name, summary, app_id, agent_id, run_id, request_hash)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO workers (tenant_id, id, name, summary, app_id, agent_id, run_id, request_hash, expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
         """,
-        tenant, worker_id, name, summary, labels.app_id, labels.agent_id, labels.run_id, req_hash,
+        tenant, worker_id, name, summary, labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at,
     ) is not None
 
 
@@ -414,10 +445,12 @@ async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) 
     ) is not None
 
 
-async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> bool:
+async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> bool | None:
+    """Take the thread's row lock; return whether it is gone, None when it does not exist."""
     return await conn.fetchval(
-        "SELECT true FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id
-    ) is not None
+        "SELECT recall_gone(tenant_id, id) FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
+        tenant, thread_id,
+    )
 
 
 async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
@@ -428,16 +461,19 @@ async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
 
 async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
                          summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
-                         req_hash: bytes, occurred_at: datetime | None) -> bool:
+                         req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
+                         expires_at: datetime | None) -> bool:
+    """Insert; False when the ID, or the (source, external_id) delivery, already exists."""
     return await conn.fetchval(
         """
         INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload,
-                              payload_sha256, request_hash, occurred_at, app_id, agent_id, run_id)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13)
+                              payload_sha256, request_hash, occurred_at, app_id, agent_id, run_id, external_id,
+                              expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15)
         ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
-        labels.app_id, labels.agent_id, labels.run_id,
+        labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at,
     ) is not None
 
 
@@ -452,15 +488,16 @@ async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours
 
 
 async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
-                        content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes) -> bool:
+                        content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes,
+                        expires_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
         INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
-                             body_sha256, request_hash, app_id, agent_id, run_id)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING RETURNING true
+                             body_sha256, request_hash, app_id, agent_id, run_id, expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
-        labels.app_id, labels.agent_id, labels.run_id,
+        labels.app_id, labels.agent_id, labels.run_id, expires_at,
     ) is not None
 
 
@@ -492,3 +529,108 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
         tenant, thread_id, type_, summary, ref,
     )
     return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])
+
+
+# ---- lifecycle -------------------------------------------------------------------------
+
+
+async def erase(conn: Conn, tenant: str, object_id: str) -> None:
+    """Delete: content wiped, copies scrubbed, the ID kept as a tombstone (see recall_erase)."""
+    await conn.execute("SELECT recall_erase($1, $2)", tenant, object_id)
+
+
+async def sweep(conn: Conn) -> int:
+    """Purge everything that has expired, in every tenant; returns how many objects."""
+    return await conn.fetchval("SELECT recall_sweep()")
+
+
+class Stored(msgspec.Struct):
+    request_hash: bytes
+    status: int
+    body: bytes | None
+    location: str | None
+    object_id: str
+    event_seq: int | None
+
+
+async def idempotency_lock(conn: Conn, tenant: str, key: str) -> bool:
+    """Hold the key for this transaction; False when another request holds it (still in flight)."""
+    return await conn.fetchval(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || '/' || $2, 7))", tenant, key
+    )
+
+
+async def idempotency_get(conn: Conn, tenant: str, key: str) -> Stored | None:
+    row = await conn.fetchrow(
+        """
+        SELECT request_hash, status, body, location, object_id, event_seq FROM idempotency_keys
+        WHERE tenant_id = $1 AND key = $2 AND expires_at > now()
+        """,
+        tenant, key,
+    )
+    return None if row is None else Stored(*row)
+
+
+async def idempotency_put(conn: Conn, tenant: str, key: str, stored: Stored, keep_seconds: int) -> None:
+    await conn.execute(
+        """
+        INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, body, location, object_id, event_seq,
+                                      expires_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp() + make_interval(secs => $9))
+        ON CONFLICT (tenant_id, key) DO UPDATE SET
+            request_hash = excluded.request_hash, status = excluded.status, body = excluded.body,
+            location = excluded.location, object_id = excluded.object_id, event_seq = excluded.event_seq,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        """,
+        tenant, key, stored.request_hash, stored.status, stored.body, stored.location, stored.object_id,
+        stored.event_seq, keep_seconds,
+    )
+
+
+async def event_at(conn: Conn, tenant: str, thread_id: str, seq: int) -> Event | None:
+    row = await conn.fetchval(
+        "SELECT recall_event(e) FROM thread_events e WHERE tenant_id = $1 AND thread_id = $2 AND seq = $3",
+        tenant, thread_id, seq,
+    )
+    return None if row is None else _event.decode(row)
+
+
+async def set_retention(conn: Conn, tenant: str, days: float | None) -> bool:
+    return await conn.fetchval(
+        """
+        UPDATE tenants SET closed_thread_retention = CASE WHEN $2::float8 IS NULL THEN NULL
+                                                         ELSE make_interval(secs => $2 * 86400) END
+        WHERE id = $1 RETURNING true
+        """,
+        tenant, days,
+    ) is not None
+
+
+async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
+    """Every place where content of this ID could still be read; empty when it is fully erased."""
+    rows = await conn.fetch(
+        """
+        SELECT place FROM (
+          SELECT 'triggers: the trigger row still has content' AS place FROM triggers
+           WHERE tenant_id = $1 AND id = $2 AND (summary <> '' OR octet_length(payload) > 0 OR external_id IS NOT NULL)
+          UNION ALL SELECT 'reports: the report row still has content' FROM reports
+           WHERE tenant_id = $1 AND id = $2 AND (summary <> '' OR octet_length(body) > 0)
+          UNION ALL SELECT 'workers: the worker row still has content' FROM workers
+           WHERE tenant_id = $1 AND id = $2 AND (name <> '' OR summary <> '')
+          UNION ALL SELECT 'threads: the thread row still has content' FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND (title <> '' OR summary <> '')
+          UNION ALL SELECT 'thread_events: summary copied into ' || thread_id || ' seq ' || seq FROM thread_events
+           WHERE tenant_id = $1 AND ref = $2 AND type IN ('trigger_filed', 'report_filed') AND summary <> ''
+          UNION ALL SELECT 'thread_events: the thread''s own event seq ' || seq FROM thread_events
+           WHERE tenant_id = $1 AND thread_id = $2
+          UNION ALL SELECT 'triggers: ' || id || ' filed on the thread still has content' FROM triggers
+           WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(payload) > 0)
+          UNION ALL SELECT 'reports: ' || id || ' about the thread still has content' FROM reports
+           WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
+          UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
+           WHERE tenant_id = $1 AND position(convert_to('"' || $2 || '"', 'UTF8') IN body) > 0
+        ) found ORDER BY place
+        """,
+        tenant, object_id,
+    )
+    return [r[0] for r in rows]

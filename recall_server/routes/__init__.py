@@ -11,13 +11,13 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import HeaderParameter, Parameter
 
 from recall_server import auth, content, spill
 from recall_server.auth import Credential
 from recall_server.errors import PROBLEM_JSON
 from recall_server.models import Labels, ProblemBody
-from recall_server.service import Content, Recall
+from recall_server.service import Content, Outcome, Recall
 
 Budget = Annotated[
     int,
@@ -40,10 +40,11 @@ _DESCRIPTIONS = {
     401: "Missing, malformed, unknown or revoked API key (see WWW-Authenticate).",
     403: "The API key's scope does not allow this operation.",
     404: "No object with this ID (unknown, malformed, or of another kind).",
-    409: "The ID already exists with a different body.",
+    409: "The ID exists with a different body, or is retired; or a request with this Idempotency-Key is in flight.",
+    410: "The object was deleted or has expired; its ID is retired.",
     413: "The request body is larger than the configured limit.",
     416: "The byte range cannot be satisfied.",
-    422: "The body is well-formed but names a wrong-kind or missing (dangling) ID.",
+    422: "The body names a wrong-kind or missing (dangling) ID, or the Idempotency-Key was used for another request.",
     503: "The database is unavailable or overloaded; retry after Retry-After seconds.",
 }
 
@@ -90,9 +91,19 @@ def labels(
 LabelFilter = NamedDependency[Labels]  # injected as `labels`
 
 
-def created(view: Any, is_new: bool, location: str) -> Response[Any]:
-    """201 + Location for a new object; 200 with the existing object for an identical retry."""
-    return Response(view, status_code=201 if is_new else 200, headers={"Location": location})
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(header="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+              description="Retries with the same key and request replay the first outcome (24 h by default)."),
+]
+
+
+def sent(outcome: Outcome) -> Response[Any]:
+    """A write's outcome: its status and exact body, Location for creates, the replay marker."""
+    headers = {"Location": outcome.location} if outcome.location else {}
+    if outcome.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(outcome.body, status_code=outcome.status, media_type="application/json", headers=headers)
 
 
 def paged(request: Request[Any, Any, Any], page: Any) -> Response[Any]:

@@ -11,7 +11,7 @@ from recall_server.models import Health, Resolved
 from recall_server.routes import Key, Service, problems
 
 
-@get("/ids/{object_id:str}", responses=problems(401, 404, 503), operation_id="ResolveId")
+@get("/ids/{object_id:str}", responses=problems(401, 404, 410, 503), operation_id="ResolveId")
 async def resolve_id(object_id: FromPath[str], recall: Service, cred: Key) -> Resolved:
     return await recall.resolve(cred, object_id)
 

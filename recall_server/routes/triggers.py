@@ -4,35 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath, JSONBody
 
 from recall_server import spill
 from recall_server.models import CreateTrigger, TriggerView
 from recall_server.routes import (
     Budget,
+    IdempotencyKey,
     Key,
     Service,
-    created,
     problems,
+    sent,
     serve_content,
 )
 
 
-@post("/triggers", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503), operation_id="CreateTrigger")
-async def create_trigger(data: JSONBody[CreateTrigger], recall: Service, cred: Key) -> Response[TriggerView]:
-    is_new, view = await recall.create_trigger(cred, data)
-    return created(view, is_new, f"/triggers/{view.id}")
+@post("/triggers", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503),
+      operation_id="CreateTrigger")
+async def create_trigger(
+    data: JSONBody[CreateTrigger], recall: Service, cred: Key, idempotency_key: IdempotencyKey = None
+) -> Response[TriggerView]:
+    return sent(await recall.create_trigger(cred, data, idempotency_key))
 
 
-@get("/triggers/{trigger_id:str}", responses=problems(400, 401, 404, 503), operation_id="GetTrigger")
-async def get_trigger(trigger_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET) -> TriggerView:
+@get("/triggers/{trigger_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetTrigger")
+async def get_trigger(
+    trigger_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET
+) -> TriggerView:
     return await recall.get_trigger(cred, trigger_id, budget)
 
 
-@get("/triggers/{trigger_id:str}/payload", responses=problems(401, 404, 416, 503), operation_id="GetPayload")
-async def get_payload(trigger_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key) -> Response[bytes]:
+@get("/triggers/{trigger_id:str}/payload", responses=problems(401, 404, 410, 416, 503), operation_id="GetPayload")
+async def get_payload(
+    trigger_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key
+) -> Response[bytes]:
     return serve_content(request, await recall.get_payload(cred, trigger_id))
 
 
-ROUTES: list[Any] = [create_trigger, get_trigger, get_payload]
+@delete("/triggers/{trigger_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteTrigger")
+async def delete_trigger(trigger_id: FromPath[str], recall: Service, cred: Key) -> None:
+    """Erase the trigger and its payload; the ID is retired."""
+    await recall.delete(cred, "trigger", trigger_id)
+
+
+ROUTES: list[Any] = [create_trigger, get_trigger, get_payload, delete_trigger]

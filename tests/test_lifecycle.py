@@ -1,0 +1,269 @@
+"""Lifecycle: retries never duplicate, deletion retires IDs, expiry stops retrieval at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
+
+
+def idem() -> dict[str, str]:
+    return {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+
+
+# ---- idempotency ------------------------------------------------------------------------------
+
+
+def test_concurrent_retries_of_one_post_make_one_trigger_and_one_event(
+    base_url: str, api_key: str, graph: Graph, sql
+) -> None:
+    thread = graph.thread()["id"]
+    summary = f"delivered once {uuid.uuid4()}"
+    body = {"source": "github.check_run", "summary": summary, "thread_id": thread, "payload": {"n": 1}}
+    headers = {**idem(), "Authorization": f"Bearer {api_key}"}
+
+    def post(_: int) -> httpx.Response:
+        with httpx.Client(base_url=base_url, timeout=30) as c:
+            return c.post("/triggers", json=body, headers=headers)
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(post, range(16)))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses.count(201) >= 1 and set(statuses) <= {201, 409}, statuses
+    made = {r.json()["id"] for r in responses if r.status_code == 201}
+    assert len(made) == 1
+    assert sql("SELECT count(*) FROM triggers WHERE summary = $1", summary)[0][0] == 1
+    assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 1
+    for r in responses:
+        if r.status_code == 409:
+            assert_problem(r, 409, "in flight")
+    after = httpx.post(base_url + "/triggers", json=body, headers=headers)
+    assert after.status_code == 201 and after.headers["idempotent-replayed"] == "true"
+    assert after.json()["id"] in made
+
+
+def test_a_retry_after_a_lost_response_replays_the_original(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    headers = idem()
+    first = client.post(f"/threads/{thread}/events", json={"summary": "only once"}, headers=headers)
+    replay = client.post(f"/threads/{thread}/events", json={"summary": "only once"}, headers=headers)
+    assert first.status_code == replay.status_code == 201
+    assert replay.content == first.content
+    assert replay.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+    assert client.get(f"/threads/{thread}").json()["events_total"] == 1
+
+
+def test_every_post_accepts_an_idempotency_key(client: httpx.Client, graph: Graph) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    for path, body in (("/threads", {"title": "t"}), ("/workers", {"name": "w"}),
+                       ("/triggers", {"source": "s", "summary": "s"}),
+                       (f"/workers/{worker}/reports", {"thread_id": thread, "summary": "r"}),
+                       (f"/threads/{thread}/owners", {"worker_id": worker}),
+                       (f"/threads/{thread}/events", {"summary": "n"})):
+        headers = idem()
+        first = client.post(path, json=body, headers=headers)
+        again = client.post(path, json=body, headers=headers)
+        assert first.status_code == 201, (path, first.text)
+        assert (again.status_code, again.content) == (201, first.content), path
+        assert first.headers.get("location") == again.headers.get("location")
+
+
+def test_the_same_key_with_a_different_request_is_422(client: httpx.Client) -> None:
+    headers = idem()
+    assert client.post("/threads", json={"title": "one"}, headers=headers).status_code == 201
+    assert_problem(client.post("/threads", json={"title": "two"}, headers=headers), 422, "Idempotency-Key")
+    assert_problem(client.post("/workers", json={"title": "one"}, headers=headers), 400)  # body checked first
+    assert_problem(client.post("/workers", json={"name": "one"}, headers=headers), 422)
+
+
+def test_idempotency_keys_are_scoped_per_tenant(database_url: str, base_url: str, client: httpx.Client) -> None:
+    other = {"Authorization": f"Bearer {create_key(database_url, 'tenant-idem', 'write')}"}
+    headers = idem()
+    mine = client.post("/threads", json={"title": "same key"}, headers=headers)
+    theirs = httpx.post(base_url + "/threads", json={"title": "same key"}, headers={**headers, **other})
+    assert mine.status_code == theirs.status_code == 201
+    assert mine.json()["id"] != theirs.json()["id"] and "idempotent-replayed" not in theirs.headers
+
+
+def test_a_redelivered_webhook_returns_the_first_trigger(client: httpx.Client, sql) -> None:
+    delivery = str(uuid.uuid4())
+    body = {"source": "github.check_run", "summary": "CI red", "external_id": delivery}
+    first = client.post("/triggers", json=body)
+    second = client.post("/triggers", json={**body, "summary": "CI red (redelivered)"})
+    assert first.status_code == 201 and second.status_code == 200
+    assert second.json()["id"] == first.json()["id"]
+    assert second.headers["location"] == f"/triggers/{first.json()['id']}"
+    assert sql("SELECT count(*) FROM triggers WHERE external_id = $1", delivery)[0][0] == 1
+    other_source = client.post("/triggers", json={**body, "source": "github.push"})
+    assert other_source.status_code == 201 and other_source.json()["id"] != first.json()["id"]
+
+
+# ---- deletion -----------------------------------------------------------------------------------
+
+
+def test_a_deleted_trigger_is_gone_everywhere_and_its_bytes_are_erased(
+    client: httpx.Client, graph: Graph, sql, database_url: str
+) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    secret = f"secret-log-{uuid.uuid4()}"
+    headers = idem()
+    doomed = client.post("/triggers", headers=headers, json={
+        "source": "ci", "summary": f"summary of {secret}", "thread_id": thread, "payload": secret * 100,
+        "content_type": "text/plain"}).json()["id"]
+    neighbour = graph.trigger(neighbours=[doomed])["id"]
+    report = graph.report(worker, thread, refs=[doomed])["id"]
+    owner_headers = idem()
+    client.post(f"/threads/{thread}/owners", json={"worker_id": worker}, headers=owner_headers)
+
+    assert client.delete(f"/triggers/{doomed}").status_code == 204
+
+    for path in (f"/triggers/{doomed}", f"/triggers/{doomed}/payload", f"/ids/{doomed}"):
+        assert_problem(client.get(path), 410, doomed)
+    assert client.get(f"/triggers/{neighbour}").json()["neighbours"] == [{"id": doomed, "deleted": True}]
+    assert client.get(f"/reports/{report}").json()["refs"] == [{"id": doomed, "deleted": True}]
+    event = client.get(f"/threads/{thread}/events").json()["data"][0]
+    assert event == {"seq": 1, "type": "trigger_filed", "at": event["at"], "summary": "", "ref": doomed,
+                     "ref_deleted": True}
+    assert secret not in client.get(f"/threads/{thread}").text
+    replayed_view = client.post(f"/threads/{thread}/owners", json={"worker_id": worker}, headers=owner_headers)
+    assert replayed_view.status_code == 201 and secret not in replayed_view.text
+    rows = sql("SELECT summary, payload FROM triggers WHERE id = $1", doomed)
+    assert rows[0]["summary"] == "" and rows[0]["payload"] == b""
+    assert sql("SELECT count(*) FROM thread_events WHERE position($1 in summary) > 0", secret)[0][0] == 0
+    assert sql("SELECT count(*) FROM idempotency_keys WHERE position(convert_to($1, 'UTF8') in body) > 0",
+               secret)[0][0] == 0
+    assert "erased" in cli(database_url, "verify-erasure", doomed)
+
+
+def test_replaying_the_create_of_a_deleted_object_is_410_not_its_old_content(client: httpx.Client) -> None:
+    headers = idem()
+    body = {"source": "s", "summary": "soon deleted", "payload": "private words", "content_type": "text/plain"}
+    made = client.post("/triggers", json=body, headers=headers).json()["id"]
+    client.delete(f"/triggers/{made}")
+    replay = client.post("/triggers", json=body, headers=headers)
+    assert_problem(replay, 410, made)
+    assert "private words" not in replay.text
+
+
+def test_a_deleted_id_is_retired_forever(client: httpx.Client, graph: Graph, database_url: str, tmp_path: Path,
+                                         api_key: str) -> None:
+    thread = graph.thread(title="original")
+    assert client.delete(f"/threads/{thread['id']}").status_code == 204
+    assert_problem(client.post("/threads", json={"id": thread["id"], "title": "original", "summary": "a thread"}),
+                   409, "retired")
+    assert_problem(client.post("/threads", json={"id": thread["id"], "title": "a new one"}), 409, "retired")
+    assert client.delete(f"/threads/{thread['id']}").status_code == 204, "deleting again is a no-op"
+    cli(database_url, "migrate")
+    restarted = ServerProcess(database_url, tmp_path / "log").start()
+    try:
+        again = httpx.get(f"{restarted.url}/threads/{thread['id']}", headers={"Authorization": f"Bearer {api_key}"})
+        assert_problem(again, 410)
+    finally:
+        restarted.stop()
+
+
+def test_deleting_a_thread_erases_its_log_and_what_was_filed_on_it(client: httpx.Client, graph: Graph, sql,
+                                                                    database_url: str) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    client.post(f"/threads/{thread}/owners", json={"worker_id": worker})
+    trigger = graph.trigger(thread_id=thread, payload="filed here")["id"]
+    report = graph.report(worker, thread, body="about it")["id"]
+    assert client.delete(f"/threads/{thread}").status_code == 204
+    for path in (f"/threads/{thread}", f"/threads/{thread}/events", f"/triggers/{trigger}", f"/reports/{report}",
+                 f"/reports/{report}/body"):
+        assert_problem(client.get(path), 410)
+    assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 0
+    view = client.get(f"/workers/{worker}").json()
+    assert view["threads"] == [{"id": thread, "deleted": True}]
+    assert view["reports"] == [{"id": report, "deleted": True}]
+    assert report not in [r["id"] for r in client.get(f"/workers/{worker}/reports").json()["data"]]
+    assert thread not in [t["id"] for t in client.get("/threads", params={"limit": 500}).json()["data"]]
+    for erased in (thread, trigger, report):
+        assert "erased" in cli(database_url, "verify-erasure", erased)
+    assert_problem(client.post(f"/threads/{thread}/events", json={"summary": "late"}), 410)
+    assert_problem(client.post("/triggers", json={"source": "s", "summary": "s", "thread_id": thread}), 422)
+
+
+def test_verify_erasure_reports_a_live_object(database_url: str, graph: Graph) -> None:
+    live = graph.trigger()["id"]
+    run = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", live],
+                         env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
+    assert run.returncode == 1 and "is live" in run.stdout and "still has content" in run.stdout
+
+
+def test_deleting_an_unknown_id_is_404(client: httpx.Client) -> None:
+    assert_problem(client.delete(f"/triggers/{uid('trg')}"), 404)
+    assert_problem(client.delete("/workers/thr_wrong_kind"), 404)
+
+
+def test_a_read_key_cannot_delete(database_url: str, base_url: str, graph: Graph) -> None:
+    reader = {"Authorization": f"Bearer {create_key(database_url, 'default', 'read')}"}
+    assert_problem(httpx.delete(f"{base_url}/threads/{graph.thread()['id']}", headers=reader), 403)
+
+
+# ---- expiry ---------------------------------------------------------------------------------------
+
+
+def test_an_expired_object_is_gone_at_once_before_any_sweep(client: httpx.Client, graph: Graph, sql,
+                                                            database_url: str) -> None:
+    thread = graph.thread()["id"]
+    short = graph.trigger(ttl=1, thread_id=thread, payload="ephemeral words", summary="short-lived")
+    assert short["expires_at"]
+    holder = graph.trigger(neighbours=[short["id"]])["id"]
+    time.sleep(1.5)
+    assert_problem(client.get(f"/triggers/{short['id']}"), 410)
+    assert_problem(client.get(f"/triggers/{short['id']}/payload"), 410)
+    assert client.get(f"/triggers/{holder}").json()["neighbours"] == [{"id": short["id"], "deleted": True}]
+    event = client.get(f"/threads/{thread}/events").json()["data"][0]
+    assert event["ref_deleted"] is True and event["summary"] == ""
+    assert sql("SELECT octet_length(payload) FROM triggers WHERE id = $1", short["id"])[0][0] > 0, "not swept yet"
+    assert "purged" in cli(database_url, "sweep")
+    assert sql("SELECT octet_length(payload) FROM triggers WHERE id = $1", short["id"])[0][0] == 0
+    assert "erased" in cli(database_url, "verify-erasure", short["id"])
+    assert_problem(client.post("/triggers", json={"id": short["id"], "source": "s", "summary": "s"}), 409)
+
+
+def test_an_expired_thread_takes_what_was_filed_on_it(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread(ttl=1)["id"]
+    trigger = graph.trigger(thread_id=thread)["id"]
+    time.sleep(1.5)
+    assert_problem(client.get(f"/triggers/{trigger}"), 410)
+    assert thread not in [t["id"] for t in client.get("/threads", params={"limit": 500}).json()["data"]]
+
+
+def test_ttl_and_expires_at_are_exclusive_and_validated(client: httpx.Client) -> None:
+    assert_problem(client.post("/threads", json={"title": "t", "ttl": 5, "expires_at": "2030-01-01T00:00:00Z"}), 422)
+    assert_problem(client.post("/threads", json={"title": "t", "ttl": 0}), 400)
+    assert_problem(client.post("/threads", json={"title": "t", "expires_at": "soon"}), 400)
+    later = client.post("/threads", json={"title": "t", "expires_at": "2030-01-01T00:00:00Z"}).json()
+    assert later["expires_at"] == "2030-01-01T00:00:00Z"
+
+
+def test_closed_threads_follow_the_tenants_retention(database_url: str, base_url: str) -> None:
+    key = create_key(database_url, "tenant-retention", "write")
+    cli(database_url, "tenants", "retention", "tenant-retention", "--closed-threads", str(1.5 / 86400))
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
+        g = Graph(c)
+        merged, still_open = g.thread()["id"], g.thread()["id"]
+        view = c.patch(f"/threads/{merged}", json={"status": "merged"}).json()
+        assert view["expires_at"]
+        time.sleep(2)
+        assert_problem(c.get(f"/threads/{merged}"), 410)
+        assert c.get(f"/threads/{still_open}").status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["threads", "workers", "triggers", "reports"])
+def test_every_kind_can_be_deleted(client: httpx.Client, graph: Graph, kind: str) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    made = {"threads": thread, "workers": worker, "triggers": graph.trigger()["id"],
+            "reports": graph.report(worker, thread)["id"]}[kind]
+    assert client.delete(f"/{kind}/{made}").status_code == 204
+    assert_problem(client.get(f"/{kind}/{made}"), 410)
