@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from local import admin_key, fresh_server
+from local import admin_key, fresh_server, scratch_dir
 
 
 @pytest.fixture(scope="session")
@@ -20,7 +20,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             pytest.exit("RECALL_BASE_URL needs RECALL_API_KEY (an admin-scope key) as well", returncode=2)
         yield deployed.rstrip("/"), key
         return
-    home = tmp_path_factory.mktemp("contract")
+    home = scratch_dir()
     server = fresh_server(home)
     yield server.url, admin_key(server, home)
     server.stop()

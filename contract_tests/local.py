@@ -5,9 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from recall_server.process import ServerProcess
+
+
+def scratch_dir() -> Path:
+    """Outside pytest's basetemp, which a starting pytest process resets to mode 0700 (see tests/helpers.py)."""
+    return Path(tempfile.mkdtemp(prefix="recall-contract-"))
 
 
 def fresh_server(home: Path, command: list[str] | None = None) -> ServerProcess:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from local import admin_key, fresh_server
+from local import admin_key, fresh_server, scratch_dir
 
 HERE = Path(__file__).parent
 
@@ -20,11 +20,13 @@ HERE = Path(__file__).parent
 def test_the_contract_suite_fails_on_a_broken_build(tmp_path: Path, mutant: str, caught_by: str) -> None:
     if os.environ.get("RECALL_BASE_URL"):
         pytest.skip("mutants run locally only")
-    server = fresh_server(tmp_path, command=[sys.executable, str(HERE / "mutants.py"), mutant])
+    home = scratch_dir()
+    server = fresh_server(home, command=[sys.executable, str(HERE / "mutants.py"), mutant])
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_recall_contracts.py")],
-            env={**server.env, "RECALL_BASE_URL": server.url, "RECALL_API_KEY": admin_key(server, tmp_path)},
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}",
+             str(HERE / "test_recall_contracts.py")],
+            env={**server.env, "RECALL_BASE_URL": server.url, "RECALL_API_KEY": admin_key(server, home)},
             capture_output=True, text=True, timeout=600,
         )
     finally:

@@ -25,6 +25,7 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
+from recall_server.observability import ObservabilityMiddleware, request_id
 from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
     credential,
@@ -69,7 +70,7 @@ def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Probl
 def _problem_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     problem = _as_problem(request, exc)
     return Response(
-        errors.encode(problem, request.url.path),
+        errors.encode(problem, request.url.path, request_id(request.scope)),
         status_code=problem.status,
         media_type=errors.PROBLEM_JSON,
         headers=problem.headers,
@@ -119,11 +120,12 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = await Database.open(
-            settings.app_database_url or as_app_role(settings.database_url), min_size=settings.pool_min, max_size=settings.pool_max,
-            timeout=settings.db_timeout,
+            settings.app_database_url or as_app_role(settings.database_url), min_size=settings.pool_min,
+            max_size=settings.pool_max, timeout=settings.db_timeout, queue_limit=settings.queue_limit,
         )
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
+        app.state.settings = settings
         app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl)
         sweeper = asyncio.create_task(_sweep_forever(recall, settings.sweep_interval))
         try:
@@ -159,9 +161,14 @@ def create_app(settings: Settings) -> Litestar:
             render_plugins=[CorrectedJsonPlugin()],
         ),
         debug=False,
+        logging_config=None,  # serve configures logging (JSON lines); Litestar must not add its own
     )
 
 
-def from_env() -> Litestar:
-    """The ASGI factory worker processes import: settings come from the environment the CLI set."""
-    return create_app(config.load())
+def from_env() -> ObservabilityMiddleware:
+    """The ASGI factory worker processes import: settings come from the environment the CLI set.
+
+    The observability wrapper sits outside Litestar so that unmatched routes get a request ID,
+    an access-log line and a metric too.
+    """
+    return ObservabilityMiddleware(create_app(config.load()))

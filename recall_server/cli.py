@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 import urllib.error
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -82,11 +83,16 @@ def main() -> None:
 @data_dir_option
 def serve(host: str | None, port: int | None, workers: int | None, data_dir: Path | None) -> None:
     """Start the HTTP server (migrating the database first)."""
+    settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
+    if not settings.metrics_dir:  # worker processes aggregate Prometheus metrics through a shared directory
+        settings = msgspec.structs.replace(settings, metrics_dir=tempfile.mkdtemp(prefix="recall-metrics-"))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir  # read by prometheus_client at import
+
     import uvicorn
 
     from recall_server.db.migrate import migrate
+    from recall_server.observability import log_config
 
-    settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
     embedded = not settings.database_url
     settings = msgspec.structs.replace(settings, database_url=_dsn(settings))
     if settings.migrate_on_start:
@@ -96,7 +102,7 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
     uvicorn.run(
         "recall_server.app:from_env", factory=True, host=settings.host, port=settings.port,
-        workers=settings.workers, loop="uvloop", http="httptools", log_level=settings.log_level,
+        workers=settings.workers, loop="uvloop", http="httptools", log_config=log_config(settings.log_level),
         access_log=False, proxy_headers=False, server_header=False, timeout_graceful_shutdown=10,
     )
 

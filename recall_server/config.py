@@ -22,6 +22,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     pool_min: int = 2
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
+    queue_limit: int = 64  # requests per process that may wait for a busy pool before 503s start
+    metrics_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: worker processes share metrics there
     migrate_on_start: bool = True
     idempotency_ttl: int = 86_400  # seconds an Idempotency-Key's outcome is kept
     sweep_interval: float = 60.0  # seconds between purges of expired objects inside serve (0: never)
@@ -30,7 +32,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
 # Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.
 ENV_NAMES = {
-    name: {"database_url": "DATABASE_URL", "app_database_url": "RECALL_APP_DATABASE_URL"}.get(
+    name: {"database_url": "DATABASE_URL", "app_database_url": "RECALL_APP_DATABASE_URL",
+           "metrics_dir": "PROMETHEUS_MULTIPROC_DIR"}.get(
         name, ENV_PREFIX + name.upper())
     for name in Settings.__struct_fields__
 }

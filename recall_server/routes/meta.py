@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import get
+from litestar import Request, Response, get
 from litestar.params import FromPath
 
 from recall_server.models import Health, Resolved
+from recall_server.observability import METRICS_CONTENT_TYPE, metrics_body
 from recall_server.routes import Key, Service, problems
 
 
@@ -29,5 +30,12 @@ async def readyz(recall: Service) -> Health:
     return Health(status="ready")
 
 
+@get("/metrics", include_in_schema=False, sync_to_thread=False)
+def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Prometheus exposition: request counts and latency by route and status, pool use, database errors."""
+    body = metrics_body(request.app.state.settings.metrics_dir)
+    return Response(body, media_type=METRICS_CONTENT_TYPE)
+
+
 ROUTES: list[Any] = [resolve_id]
-PUBLIC: list[Any] = [healthz, readyz]
+PUBLIC: list[Any] = [healthz, readyz, metrics]

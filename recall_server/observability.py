@@ -1,0 +1,129 @@
+"""Request IDs, structured JSON logs and Prometheus metrics.
+
+Every request gets an ID (a sane incoming X-Request-ID, else a new one), echoed in the
+X-Request-ID response header, put in problem bodies, and written in one JSON access-log line
+(method, path, route template, status, duration; never headers, bodies, keys or payloads).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+access_log = logging.getLogger("recall_server.access")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+REQUESTS = Counter("recall_http_requests_total", "HTTP requests by route template and status",
+                   ["method", "route", "status"])
+LATENCY = Histogram("recall_http_request_duration_seconds", "HTTP request latency by route template",
+                    ["method", "route"],
+                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+POOL = Gauge("recall_db_pool_connections", "Pool connections by state (per process, summed)", ["state"],
+             multiprocess_mode="livesum")
+DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the database was unreachable, "
+                    "timed out or was saturated", ["reason"])
+
+
+def request_id(scope: dict[str, Any]) -> str | None:
+    return scope.get("state", {}).get("request_id")
+
+
+class ObservabilityMiddleware:
+    """Pure ASGI wrapper: request ID, access log line, request metrics."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("path_template") or "unmatched"
+            method = scope["method"]
+            REQUESTS.labels(method, route, str(status)).inc()
+            LATENCY.labels(method, route).observe(elapsed)
+            access_log.info("request", extra={"fields": {
+                "request_id": rid, "method": method, "path": scope["path"], "route": route, "status": status,
+                "duration_ms": round(elapsed * 1000, 3),
+            }})
+
+
+def metrics_body(multiprocess_dir: str | None) -> bytes:
+    """The Prometheus exposition, aggregated over worker processes when they share a directory."""
+    if multiprocess_dir:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=multiprocess_dir)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, and any structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return msgspec.json.encode(entry).decode()
+
+
+JsonFormatter.converter = time.gmtime
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """logging.dictConfig for serve: everything (ours and uvicorn's) as JSON lines on stderr."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+        "loggers": {
+            "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "uvicorn.error": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "uvicorn.access": {"handlers": [], "propagate": False},
+            "asyncpg": {"level": "WARNING"},
+        },
+    }

@@ -1,0 +1,274 @@
+"""Reliability under faults: outages fail fast and recover, overload sheds load, shutdown and crashes lose nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from faults import PostgresProxy, rss_kib, thread_row_locked
+from helpers import Graph, ServerProcess, assert_problem, scratch_dir
+
+from recall_server.process import ServerProcess as PlainServerProcess
+
+pytestmark = pytest.mark.fault
+
+BOUND = 3.5  # seconds: RECALL_DB_TIMEOUT=2 plus slack for a loaded machine
+
+
+def authed(url: str, key: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+@pytest.fixture()
+def proxied(database_url: str, tmp_path: Path) -> Iterator[tuple[PostgresProxy, ServerProcess]]:
+    proxy = PostgresProxy(database_url)
+    server = ServerProcess(proxy.url, tmp_path / "server.log", RECALL_DB_TIMEOUT="2").start()
+    yield proxy, server
+    server.stop()
+    proxy.close()
+
+
+def test_a_database_outage_fails_fast_with_503_and_the_same_process_recovers(proxied, api_key: str) -> None:
+    proxy, server = proxied
+    with authed(server.url, api_key) as c:
+        thread = Graph(c).thread()["id"]
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            with authed(server.url, api_key) as lc:
+                while not stop.is_set():
+                    statuses.append(lc.get(f"/threads/{thread}").status_code)
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        try:
+            for mode in (proxy.cut, proxy.blackhole):  # refused connections, then a silent network
+                mode()
+                for _ in range(3):
+                    started = time.monotonic()
+                    response = c.get(f"/threads/{thread}")
+                    assert time.monotonic() - started < BOUND
+                    assert_problem(response, 503)
+                    assert int(response.headers["retry-after"]) >= 0
+                    assert_problem(c.post(f"/threads/{thread}/events", json={"summary": "lost?"}), 503)
+                started = time.monotonic()
+                assert_problem(httpx.get(server.url + "/readyz", timeout=30), 503)
+                assert time.monotonic() - started < BOUND
+                assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+            proxy.restore()
+            deadline = time.monotonic() + 15
+            while httpx.get(server.url + "/readyz", timeout=30).status_code != 200:
+                assert time.monotonic() < deadline, "did not recover"
+                time.sleep(0.2)
+            assert [c.get(f"/threads/{thread}").status_code for _ in range(30)] == [200] * 30
+            recovered_at = len(statuses)
+            while 200 not in statuses[recovered_at:]:  # the load client recovers too
+                assert time.monotonic() < deadline + 15, statuses[-20:]
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            loader.join(30)
+    assert set(statuses) <= {200, 503}, "only successes and 503s under load, never a 500"
+    assert statuses.count(503) > 0
+    assert server.proc is not None and server.proc.poll() is None, "the same process served throughout"
+
+
+def test_overload_queues_to_a_bound_then_sheds_with_503_and_writes_nothing_half(
+    database_url: str, api_key: str, tmp_path: Path, sql
+) -> None:
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_POOL_MIN="2", RECALL_POOL_MAX="2",
+                           RECALL_QUEUE_LIMIT="3", RECALL_DB_TIMEOUT="20").start()
+    try:
+        with authed(server.url, api_key) as c:
+            thread = Graph(c).thread()["id"]
+            rss_before = rss_kib(server.proc.pid)
+
+            def append(i: int) -> httpx.Response:
+                with authed(server.url, api_key) as ac:
+                    return ac.post(f"/threads/{thread}/events", json={"summary": f"burst {i}"},
+                                   headers={"Idempotency-Key": f"burst-{thread}-{i}"})
+
+            with thread_row_locked(database_url, "default", thread) as release, ThreadPoolExecutor(40) as pool:
+                futures = [pool.submit(append, i) for i in range(40)]
+                time.sleep(2)  # 2 requests hold the pool (blocked on the lock), 3 queue, the rest are shed
+                started = time.monotonic()
+                assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+                assert time.monotonic() - started < 1, "the process stays responsive"
+                release.set()
+                responses = [f.result() for f in futures]
+            statuses = [r.status_code for r in responses]
+            assert set(statuses) <= {201, 503}, statuses
+            assert statuses.count(503) >= 30, statuses
+            for r in responses:
+                if r.status_code == 503:
+                    assert_problem(r, 503)
+                    assert "retry-after" in r.headers
+            events = sql("SELECT summary FROM thread_events WHERE thread_id = $1", thread)
+            assert len(events) == statuses.count(201), "every acknowledged append, and nothing else"
+            assert rss_kib(server.proc.pid) - rss_before < 64 * 1024, "memory stays bounded"
+    finally:
+        server.stop()
+
+
+def test_sigterm_finishes_in_flight_requests_and_loses_no_acknowledged_write(
+    database_url: str, api_key: str, tmp_path: Path, sql
+) -> None:
+    server = ServerProcess(database_url, tmp_path / "server.log").start()
+    with authed(server.url, api_key) as c:
+        thread = Graph(c).thread()["id"]
+
+    def append(i: int) -> int:
+        with authed(server.url, api_key) as ac:
+            return ac.post(f"/threads/{thread}/events", json={"summary": f"in flight {i}"}).status_code
+
+    with thread_row_locked(database_url, "default", thread) as release, ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(append, i) for i in range(3)]
+        time.sleep(1)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(server.url + "/healthz", timeout=2)  # no longer accepting
+        release.set()
+        assert [f.result() for f in futures] == [201, 201, 201]
+    assert server.proc.wait(15) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
+    assert "Application shutdown complete" in server.log.read_text(), "lifespan ran: the pool was closed"
+    assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 3
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.mark.slow
+def test_sigkill_during_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """Embedded default: kill -9 the server (and once its PostgreSQL) mid-ingest; clients retry."""
+    data = scratch_dir("crash") / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_API_KEY")}
+    server = PlainServerProcess(tmp_path / "server.log", "--data-dir", str(data))
+    server.env = env
+    server.start()
+    port = server.port
+    key = (data / "api-key").read_text().strip()
+    with authed(server.url, key) as c:
+        g = Graph(c)
+        worker = g.worker()["id"]
+        threads = [g.thread()["id"] for _ in range(3)]
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    interrupted: list[str] = []
+
+    def client(n: int) -> None:
+        rng = random.Random(n)
+        with authed(server.url, key) as cc:
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                thread = rng.choice(threads)
+                marker = f"c{n}-w{i}-{uuid.uuid4().hex[:6]}"
+                path, body = rng.choice([
+                    ("/triggers", {"source": "crash", "summary": marker, "thread_id": thread, "payload": "x" * 4000}),
+                    (f"/threads/{thread}/events", {"summary": marker}),
+                    (f"/workers/{worker}/reports", {"thread_id": thread, "summary": marker, "body": "r"}),
+                ])
+                headers = {"Idempotency-Key": f"crash-{marker}"}
+                while True:  # retry until acknowledged, as a router would
+                    try:
+                        r = cc.post(path, json=body, headers=headers, timeout=10)
+                        if r.status_code in (200, 201):
+                            with lock:
+                                acknowledged.append(marker)
+                            break
+                        assert r.status_code in (409, 503), r.text
+                    except httpx.TransportError:
+                        interrupted.append(marker)
+                    time.sleep(0.05)
+
+    def killer() -> None:
+        nonlocal server
+        rng = random.Random(7)
+        for round_ in range(3):
+            time.sleep(rng.uniform(0.5, 1.5))
+            server.proc.kill()
+            server.proc.wait()
+            if round_ == 1:  # this time the embedded PostgreSQL dies too
+                pid = _postmaster_pid(data / "pg")
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    time.sleep(0.5)
+            server = PlainServerProcess(tmp_path / "server.log", "--data-dir", str(data), port=port)
+            server.env = env
+            server.start(timeout=90)
+        time.sleep(1)  # ingest a while on the last server
+        stop.set()
+
+    with ThreadPoolExecutor(5) as pool:
+        clients = [pool.submit(client, n) for n in range(4)]
+        kills = pool.submit(killer)
+        kills.result(timeout=300)
+        for f in clients:
+            f.result(timeout=300)
+    try:
+        dsn = _owner_dsn(data)
+        rows = _query(dsn, """
+            SELECT summary AS marker, 'trigger' AS kind, id FROM triggers WHERE source = 'crash'
+            UNION ALL SELECT summary, 'report', id FROM reports WHERE summary LIKE 'c%-w%'
+            UNION ALL SELECT summary, 'note', thread_id || '#' || seq FROM thread_events WHERE type = 'note'""")
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["marker"]] = counts.get(r["marker"], 0) + 1
+        assert sorted(counts) == sorted(acknowledged), "every acknowledged write exists, and only those"
+        assert set(counts.values()) == {1}, "and exactly once"
+        orphans = _query(dsn, """
+            SELECT id FROM triggers t WHERE source = 'crash' AND NOT EXISTS (
+              SELECT 1 FROM thread_events e WHERE e.tenant_id = t.tenant_id AND e.ref = t.id)
+            UNION ALL SELECT id FROM reports r WHERE NOT EXISTS (
+              SELECT 1 FROM thread_events e WHERE e.tenant_id = r.tenant_id AND e.ref = r.id)""")
+        assert orphans == [], "no object without its event"
+        for thread in threads:
+            seqs = [r[0] for r in _query(dsn, f"SELECT seq FROM thread_events WHERE thread_id = '{thread}' ORDER BY seq")]
+            last = _query(dsn, f"SELECT last_seq FROM threads WHERE id = '{thread}'")[0][0]
+            assert seqs == list(range(1, last + 1)), "seq is gap-free"
+        assert len(acknowledged) > 100 and interrupted, "kills landed mid-ingest and clients retried"
+    finally:
+        server.stop()
+        pid = _postmaster_pid(data / "pg")
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+
+
+def _owner_dsn(data: Path) -> str:
+    from recall_server.db import embedded
+
+    return embedded.start(data)
+
+
+def _query(dsn: str, sql: str) -> list:
+    import asyncio
+
+    import asyncpg
+
+    async def go() -> list:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(sql)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
