@@ -141,6 +141,7 @@ def create_app(settings: Settings) -> Litestar:
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
+            *(meta.BENCH if settings.bench_routes else []),
         ],
         dependencies={
             "recall": Provide(recall, sync_to_thread=False),

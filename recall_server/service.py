@@ -524,6 +524,10 @@ class Recall:
         async with self.db.connection() as conn:
             await q.ping(conn)
 
+    async def bench_pk(self, thread_id: str) -> str:
+        async with self.db.connection() as conn:
+            return await q.bench_pk(conn, thread_id)
+
     async def sweep(self) -> int:
         """Purge expired objects in every tenant (recall_sweep runs as the owner)."""
         async with self.db.connection() as conn:

