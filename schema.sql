@@ -154,6 +154,7 @@ CREATE TABLE IF NOT EXISTS thread_events (
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     summary   text NOT NULL,
     ref       text,
+    ref_gone_at timestamptz,  -- when the ref's target is (or will be) gone: copied on write, read for free
     PRIMARY KEY (tenant_id, thread_id, seq),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
@@ -245,39 +246,72 @@ CREATE INDEX IF NOT EXISTS triggers_expiring ON triggers (expires_at) WHERE dele
 CREATE INDEX IF NOT EXISTS reports_expiring ON reports (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS thread_events_by_ref ON thread_events (tenant_id, ref) WHERE ref IS NOT NULL;
 
--- Triggers and reports filed on a thread go with it.
+-- An object is gone once deleted or past its expiry. A trigger or report filed on a thread never
+-- outlives it: its expires_at is capped by the thread's on create and whenever the thread's
+-- changes, so every row answers for itself and reads need no joins.
+CREATE OR REPLACE FUNCTION recall_is_gone(deleted_at timestamptz, expires_at timestamptz) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT deleted_at IS NOT NULL OR coalesce(expires_at <= now(), false)
+$$;
+
+-- The same, by ID (one lookup; for the object a request names, not for rows of a view).
 CREATE OR REPLACE FUNCTION recall_gone(t text, obj text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(CASE left(obj, 4)
-        WHEN 'thr_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
-                            FROM threads x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'wkr_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
-                            FROM workers x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'trg_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
-                                 OR (x.thread_id IS NOT NULL AND recall_gone(t, x.thread_id))
-                            FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'rpt_' THEN (SELECT x.deleted_at IS NOT NULL OR coalesce(x.expires_at <= now(), false)
-                                 OR recall_gone(t, x.thread_id)
-                            FROM reports x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'thr_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM threads x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'wkr_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM workers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'trg_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'rpt_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM reports x WHERE x.tenant_id = t AND x.id = obj)
     END, false)
 $$;
 
+-- When an object will be gone by expiry (NULL: not scheduled), copied into events that point at it.
+CREATE OR REPLACE FUNCTION recall_expiry(t text, obj text) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE left(obj, 4)
+        WHEN 'thr_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM threads x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'wkr_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM workers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'trg_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'rpt_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM reports x WHERE x.tenant_id = t AND x.id = obj)
+    END
+$$;
+
 -- How a view shows a linked object: {id, summary}, or {id, deleted: true} once it is gone.
-CREATE OR REPLACE FUNCTION recall_link(t text, obj text, summary text) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN recall_gone(t, obj) THEN json_build_object('id', obj, 'deleted', true)
+CREATE OR REPLACE FUNCTION recall_link(obj text, summary text, gone boolean) RETURNS json
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN gone THEN json_build_object('id', obj, 'deleted', true)
                 ELSE json_build_object('id', obj, 'summary', summary) END
 $$;
 
 -- How a view shows an event: the log is append-only, so an event whose target is gone stays,
 -- marked ref_deleted, and a summary copied from that target is not shown.
 CREATE OR REPLACE FUNCTION recall_event(e thread_events) RETURNS json
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN e.ref IS NOT NULL AND recall_gone(e.tenant_id, e.ref)
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN e.ref_gone_at <= now()
         THEN json_build_object('seq', e.seq, 'type', e.type, 'at', e.at,
                                'summary', CASE WHEN e.type IN ('trigger_filed', 'report_filed') THEN '' ELSE e.summary END,
                                'ref', e.ref, 'ref_deleted', true)
         ELSE json_build_object('seq', e.seq, 'type', e.type, 'at', e.at, 'summary', e.summary, 'ref', e.ref) END
+$$;
+
+-- A thread's expiry changed (retention): what was filed on it, and events pointing there, follow.
+CREATE OR REPLACE FUNCTION recall_cap_expiry(t text, thr text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE until timestamptz;
+BEGIN
+    SELECT expires_at INTO until FROM threads WHERE tenant_id = t AND id = thr;
+    IF until IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE triggers SET expires_at = least(expires_at, until)
+     WHERE tenant_id = t AND thread_id = thr AND (expires_at IS NULL OR expires_at > until);
+    UPDATE reports SET expires_at = least(expires_at, until)
+     WHERE tenant_id = t AND thread_id = thr AND (expires_at IS NULL OR expires_at > until);
+    UPDATE thread_events e SET ref_gone_at = least(e.ref_gone_at, until)
+     WHERE e.tenant_id = t AND (e.ref_gone_at IS NULL OR e.ref_gone_at > until)
+       AND (e.ref = thr OR e.ref IN (SELECT id FROM triggers WHERE tenant_id = t AND thread_id = thr
+                                     UNION ALL SELECT id FROM reports WHERE tenant_id = t AND thread_id = thr));
+END
 $$;
 
 -- Erase one object's content (and, for a thread, what only it owns) and every copy of it.
@@ -311,9 +345,11 @@ BEGIN
                run_id = NULL, deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     END CASE;
-    -- Event summaries copied from the object.
-    UPDATE thread_events SET summary = ''
-     WHERE tenant_id = t AND ref = obj AND type IN ('trigger_filed', 'report_filed') AND summary <> '';
+    -- Events pointing at it: marked gone, and summaries copied from it dropped.
+    UPDATE thread_events
+       SET ref_gone_at = least(ref_gone_at, now()),
+           summary = CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END
+     WHERE tenant_id = t AND ref = obj;
     -- Stored idempotent responses that show it are dropped; replays render what still exists.
     UPDATE idempotency_keys SET body = NULL
      WHERE tenant_id = t AND body IS NOT NULL AND position(convert_to('"' || obj || '"', 'UTF8') IN body) > 0;

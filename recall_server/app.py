@@ -43,6 +43,16 @@ from recall_server.service import Recall
 log = logging.getLogger("recall_server")
 
 
+class RecallRequest(Request[Any, Any, Any]):
+    """Litestar's request, except that JSON nested too deeply to decode is a client error (400), not a 500."""
+
+    async def json(self) -> Any:
+        try:
+            return await super().json()
+        except RecursionError:
+            raise SerializationException("JSON is nested too deeply") from None
+
+
 def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Problem:
     if isinstance(exc, errors.Problem):
         return exc
@@ -151,6 +161,7 @@ def create_app(settings: Settings) -> Litestar:
         lifespan=[lifespan],
         exception_handlers={Exception: _problem_response},
         request_max_body_size=settings.max_body_bytes,
+        request_class=RecallRequest,
         openapi_config=OpenAPIConfig(
             title="recall-server",
             version=__version__,

@@ -454,6 +454,7 @@ class Recall:
             )
             if old != new:
                 await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
+                await q.cap_expiry(conn, tenant, thread_id)  # closing may have started the retention clock
             return await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET)
 
     async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,

@@ -58,8 +58,7 @@ GETS = {
     "/reports/{report}": ("budget",),
     "/reports/{report}/body": (),
     "/ids/{thread}": (),
-    "/admin/keys": (),
-}
+}  # (GET /admin/keys takes neither an ID nor a parameter)
 DELETES = ("/threads/{}", "/workers/{}", "/triggers/{}", "/reports/{}", "/admin/keys/{}")
 
 # Path segments, already percent-encoded as they go on the wire.
@@ -323,32 +322,32 @@ def test_a_long_or_malformed_idempotency_key_refuses_even_a_valid_request(admin,
 
 
 @pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x1b[31m", b"\x7f", b"a\rb"])
-def test_an_idempotency_key_with_control_characters_is_a_problem_not_a_bare_400(base_url, api_key, sql,
-                                                                                control) -> None:
+def test_a_header_with_control_characters_is_refused_and_writes_nothing(base_url, api_key, sql, control) -> None:
+    """Control characters make the request invalid HTTP (RFC 9110 field values exclude them), so
+    uvicorn's parser answers 400 before the application runs: a bare 400, not a problem body."""
     body = b'{"title": "t"}'
     request = (b"POST /threads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + api_key.encode()
                + b"\r\nContent-Type: application/json\r\nIdempotency-Key: k" + control
                + b"k\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
     with writes_nothing(sql):
         response = raw_request(base_url, request)
-    head, _, text = response.partition(b"\r\n\r\n")
+    head = response.partition(b"\r\n\r\n")[0]
     assert head.split(b" ")[1].startswith(b"4"), response
-    assert b"content-type: application/problem+json" in head.lower(), response
 
 
 # ---- paths and query parameters -----------------------------------------------------------------------
 
 
 def test_hostile_ids_in_every_path_are_refused(admin, target, sql) -> None:
-    requests = []
+    requests: list[tuple[str, str, Any]] = []
     for bad in HOSTILE_IDS:
         everywhere = {name: bad for name in target}
-        requests += [("GET", fill(path, everywhere)) for path in GETS if "{" in path]
-        requests += [("DELETE", path.format(bad)) for path in DELETES]
+        requests += [("GET", fill(path, everywhere), None) for path in GETS if "{" in path]
+        requests += [("DELETE", path.format(bad), None) for path in DELETES]
         requests += [(method, fill(path, everywhere), json.loads(fill(json.dumps(body), target)))
-                     for method, path, body, _ in WRITES if "{" in path]
+                     for method, path, body, _ in WRITES if "{" in path]  # a valid body, so only the ID is wrong
     with writes_nothing(sql):
-        assert_all_refused([admin.request(r[0], r[1], json=r[2] if len(r) > 2 else None) for r in requests])
+        assert_all_refused([admin.request(method, path, json=body) for method, path, body in requests])
 
 
 def test_hostile_query_parameters_on_every_get_route_are_refused(admin, target, sql) -> None:

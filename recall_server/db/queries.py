@@ -47,8 +47,9 @@ async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> 
     row = await conn.fetchrow(
         """
         SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
-          t.run_id, t.expires_at, recall_gone(t.tenant_id, t.id) AS gone,
-          (SELECT coalesce(json_agg(recall_link(w.tenant_id, w.id, w.summary) ORDER BY o.assigned_at, w.id), '[]')
+          t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+          (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
+                                    ORDER BY o.assigned_at, w.id), '[]')
              FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
             WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
           (SELECT coalesce(json_agg(recall_event(e)), '[]') FROM (
@@ -72,22 +73,22 @@ async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> 
     row = await conn.fetchrow(
         """
         SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
-          recall_gone(w.tenant_id, w.id) AS gone,
+          recall_is_gone(w.deleted_at, w.expires_at) AS gone,
           (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id)
             AS threads_total,
-          (SELECT coalesce(json_agg(recall_link(x.tenant_id, x.id, x.summary)), '[]') FROM (
-             SELECT t.tenant_id, t.id, t.summary FROM thread_owners o
+          (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
+             SELECT t.id, t.summary, t.deleted_at, t.expires_at FROM thread_owners o
                JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
               WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
               ORDER BY o.assigned_at DESC, t.id DESC LIMIT $3) x) AS threads,
           (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id)
             AS reports_total,
-          (SELECT coalesce(json_agg(CASE WHEN recall_gone(x.tenant_id, x.id)
+          (SELECT coalesce(json_agg(CASE WHEN recall_is_gone(x.deleted_at, x.expires_at)
                                          THEN json_build_object('id', x.id, 'deleted', true)
                                          ELSE json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs) END),
                            '[]')
              FROM (
-             SELECT r.tenant_id, r.id, r.summary,
+             SELECT r.id, r.summary, r.deleted_at, r.expires_at,
                     ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
                            AND rr.report_id = r.id ORDER BY rr.position) AS refs
                FROM reports r
@@ -114,8 +115,9 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
           CASE WHEN octet_length(tr.payload) <= $3 THEN tr.payload
                ELSE substring(tr.payload FROM 1 FOR $4) END AS head,
           tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
-          recall_gone(tr.tenant_id, tr.id) AS gone,
-          (SELECT coalesce(json_agg(recall_link(n.tenant_id, n.id, n.summary) ORDER BY nb.position), '[]')
+          recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
+          (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
+                                    ORDER BY nb.position), '[]')
              FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
             WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
         FROM triggers tr WHERE tr.tenant_id = $1 AND tr.id = $2
@@ -137,8 +139,9 @@ async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int,
         """
         SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
           CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
-          r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_gone(r.tenant_id, r.id) AS gone,
-          (SELECT coalesce(json_agg(recall_link(t.tenant_id, t.id, t.summary) ORDER BY rr.position), '[]')
+          r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
+          (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
+                                    ORDER BY rr.position), '[]')
              FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
             WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
         FROM reports r WHERE r.tenant_id = $1 AND r.id = $2
@@ -164,7 +167,7 @@ class Content(msgspec.Struct):
 async def fetch_payload(conn: Conn, tenant: str, trigger_id: str) -> Content | None:
     row = await conn.fetchrow(
         """
-        SELECT content_type, payload, payload_sha256, recall_gone(tenant_id, id) FROM triggers
+        SELECT content_type, payload, payload_sha256, recall_is_gone(deleted_at, expires_at) FROM triggers
         WHERE tenant_id = $1 AND id = $2
         """,
         tenant, trigger_id,
@@ -174,7 +177,8 @@ async def fetch_payload(conn: Conn, tenant: str, trigger_id: str) -> Content | N
 
 async def fetch_body(conn: Conn, tenant: str, report_id: str) -> Content | None:
     row = await conn.fetchrow(
-        "SELECT content_type, body, body_sha256, recall_gone(tenant_id, id) FROM reports WHERE tenant_id = $1 AND id = $2",
+        "SELECT content_type, body, body_sha256, recall_is_gone(deleted_at, expires_at) FROM reports"
+        " WHERE tenant_id = $1 AND id = $2",
         tenant, report_id,
     )
     return None if row is None else Content(*row)
@@ -213,7 +217,7 @@ async def list_events(
     """(thread gone?, events after a seq, in order); None when the thread does not exist (a miss)."""
     row = await conn.fetchrow(
         """
-        SELECT recall_gone(t.tenant_id, t.id),
+        SELECT recall_is_gone(t.deleted_at, t.expires_at),
                (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM (
                   SELECT * FROM thread_events
                    WHERE tenant_id = t.tenant_id AND thread_id = t.id AND seq > $3
@@ -231,10 +235,10 @@ async def list_reports(
     """(worker gone?, its live reports newest first); None when the worker does not exist."""
     row = await conn.fetchrow(
         """
-        SELECT recall_gone(w.tenant_id, w.id),
+        SELECT recall_is_gone(w.deleted_at, w.expires_at),
                (SELECT coalesce(json_agg(x), '[]') FROM (
                   SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
-                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_gone(r.tenant_id, r.id)
+                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
                      AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
                      AND ($6::text IS NULL OR r.app_id = $6) AND ($7::text IS NULL OR r.agent_id = $7)
                      AND ($8::text IS NULL OR r.run_id = $8)
@@ -263,10 +267,10 @@ class _ReportKey(msgspec.Struct):
 _report_keys = msgspec.json.Decoder(list[_ReportKey])
 
 _RESOLVE = {
-    "trigger": "SELECT summary, recall_gone(tenant_id, id) FROM triggers WHERE tenant_id = $1 AND id = $2",
-    "thread": "SELECT summary, recall_gone(tenant_id, id) FROM threads WHERE tenant_id = $1 AND id = $2",
-    "worker": "SELECT summary, recall_gone(tenant_id, id) FROM workers WHERE tenant_id = $1 AND id = $2",
-    "report": "SELECT summary, recall_gone(tenant_id, id) FROM reports WHERE tenant_id = $1 AND id = $2",
+    "trigger": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM triggers WHERE tenant_id = $1 AND id = $2",
+    "thread": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM threads WHERE tenant_id = $1 AND id = $2",
+    "worker": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM workers WHERE tenant_id = $1 AND id = $2",
+    "report": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM reports WHERE tenant_id = $1 AND id = $2",
 }
 
 
@@ -280,11 +284,11 @@ async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, 
     """Which of these IDs (of any kind) exist in the tenant, each with whether it is gone."""
     rows = await conn.fetch(
         """
-        SELECT id, recall_gone(tenant_id, id) FROM (
-            SELECT tenant_id, id FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
-            UNION ALL SELECT tenant_id, id FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
-            UNION ALL SELECT tenant_id, id FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
-            UNION ALL SELECT tenant_id, id FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])) x
+        SELECT id, recall_is_gone(deleted_at, expires_at) FROM (
+            SELECT id, deleted_at, expires_at FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id, deleted_at, expires_at FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id, deleted_at, expires_at FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id, deleted_at, expires_at FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])) x
         """,
         tenant, object_ids,
     )
@@ -371,7 +375,7 @@ async def ping(conn: Conn) -> None:
 # ---- writes ----------------------------------------------------------------------------
 
 _REQUEST_HASH = {
-    kind: f"SELECT request_hash, recall_gone(tenant_id, id) FROM {table} WHERE tenant_id = $1 AND id = $2"
+    kind: f"SELECT request_hash, recall_is_gone(deleted_at, expires_at) FROM {table} WHERE tenant_id = $1 AND id = $2"
     for kind, table in (("trigger", "triggers"), ("thread", "threads"), ("worker", "workers"), ("report", "reports"))
 }
 
@@ -457,7 +461,7 @@ async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) 
 async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> bool | None:
     """Take the thread's row lock; return whether it is gone, None when it does not exist."""
     return await conn.fetchval(
-        "SELECT recall_gone(tenant_id, id) FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
+        "SELECT recall_is_gone(deleted_at, expires_at) FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
         tenant, thread_id,
     )
 
@@ -478,7 +482,8 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
         INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload,
                               payload_sha256, request_hash, occurred_at, app_id, agent_id, run_id, external_id,
                               expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14,
+                least($15, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
         ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
@@ -503,7 +508,9 @@ async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str,
         """
         INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
                              body_sha256, request_hash, app_id, agent_id, run_id, expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING RETURNING true
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                least($13, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
+        ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
         labels.app_id, labels.agent_id, labels.run_id, expires_at,
@@ -531,8 +538,8 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
         WITH s AS (
           UPDATE threads SET last_seq = last_seq + 1, updated_at = clock_timestamp()
            WHERE tenant_id = $1 AND id = $2 RETURNING last_seq)
-        INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
-        SELECT $1, $2, s.last_seq, $3, $4, $5 FROM s
+        INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref, ref_gone_at)
+        SELECT $1, $2, s.last_seq, $3, $4, $5, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END FROM s
         RETURNING seq, type, at, summary, ref
         """,
         tenant, thread_id, type_, summary, ref,
@@ -541,6 +548,11 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
 
 
 # ---- lifecycle -------------------------------------------------------------------------
+
+
+async def cap_expiry(conn: Conn, tenant: str, thread_id: str) -> None:
+    """After a thread's expiry changed: what was filed on it, and events pointing there, follow."""
+    await conn.execute("SELECT recall_cap_expiry($1, $2)", tenant, thread_id)
 
 
 async def erase(conn: Conn, tenant: str, object_id: str) -> None:
