@@ -211,22 +211,25 @@ class Recall:
         return Outcome(status=stored.status, body=body, object_id=stored.object_id, location=stored.location,
                        event_seq=stored.event_seq, replayed=True)
 
-    async def _view(self, conn: q.Conn, tenant: str, object_id: str, budget: int, *, created: bool = False) -> Any:
+    async def _view(self, conn: q.Conn, who: str | Credential, object_id: str, budget: int, *,
+                    created: bool = False) -> Any:
         """The inline view of any object; 404 if it never existed, 410 if it is gone.
 
-        `created`: the response to the create itself, shown even if a short ttl has already run out.
+        `who` is the tenant of a bound session, or the caller's key: then the key check, the tenant
+        binding and the read are one statement (one round trip). `created`: the response to the
+        create itself, shown even if a short ttl has already run out.
         """
         kind = ids.kind_of(object_id)
         if kind == "thread":
-            row: Any = await q.fetch_thread(conn, tenant, object_id, _events_for(budget))
+            row: Any = await q.fetch_thread(conn, who, object_id, _events_for(budget))
             render: Any = spill.thread_view
         elif kind == "worker":
-            row, render = await q.fetch_worker(conn, tenant, object_id, _events_for(budget)), spill.worker_view
+            row, render = await q.fetch_worker(conn, who, object_id, _events_for(budget)), spill.worker_view
         elif kind == "trigger":
-            row = await q.fetch_trigger(conn, tenant, object_id, budget, spill.PREVIEW_BYTES)
+            row = await q.fetch_trigger(conn, who, object_id, budget, spill.PREVIEW_BYTES)
             render = spill.trigger_view
         else:
-            row = await q.fetch_report(conn, tenant, object_id, budget, spill.PREVIEW_BYTES)
+            row = await q.fetch_report(conn, who, object_id, budget, spill.PREVIEW_BYTES)
             render = spill.report_view
         if row is None:
             raise not_found(object_id, kind or "recall")
@@ -234,10 +237,16 @@ class Recall:
             raise gone(object_id)
         return render(row, budget)
 
+    async def _authenticated_miss(self, cred: Credential, kind: str, object_id: str) -> None:
+        """A malformed or wrong-kind ID is a miss, but only for a valid key: 401 comes first."""
+        if ids.kind_of(object_id) != kind:
+            async with self.db.session(cred, "read"):
+                raise not_found(object_id, kind)
+
     async def _read_view(self, cred: Credential, kind: str, object_id: str, budget: int) -> Any:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect(kind, object_id)
-            return await self._view(conn, tenant, object_id, budget)
+        await self._authenticated_miss(cred, kind, object_id)
+        async with self.db.connection() as conn:
+            return await self._view(conn, cred, object_id, budget)
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -254,10 +263,10 @@ class Recall:
         return await self._read_view(cred, "report", report_id, budget)
 
     async def _content(self, cred: Credential, kind: str, object_id: str,
-                       fetch: Callable[[q.Conn, str, str], Awaitable[Content | None]]) -> Content:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect(kind, object_id)
-            content = await fetch(conn, tenant, object_id)
+                       fetch: Callable[[q.Conn, Credential, str], Awaitable[Content | None]]) -> Content:
+        await self._authenticated_miss(cred, kind, object_id)
+        async with self.db.connection() as conn:
+            content = await fetch(conn, cred, object_id)
         if content is None:
             raise not_found(object_id, kind)
         if content.gone:

@@ -6,11 +6,15 @@ trip): linked summaries and recent events arrive as JSON arrays in the same row.
 
 from __future__ import annotations
 
+import functools
+import re
 from datetime import datetime
 
 import asyncpg
 import msgspec
 
+from recall_server.auth import Credential
+from recall_server.errors import Unauthorized
 from recall_server.models import (
     Event,
     KeyView,
@@ -38,13 +42,41 @@ def _labels(row: asyncpg.Record) -> dict[str, object]:
             "expires_at": row["expires_at"], "gone": row["gone"]}
 
 
+@functools.cache
+def _authenticated(sql: str) -> str:
+    """`sql` (a read for tenant $1, further parameters $2..) as one statement that also checks the key.
+
+    The key is $1/$2 and the tenant comes from it: set_config binds the session, then the LATERAL
+    read runs for that tenant. The read depends on the auth row, so it runs after set_config; were
+    it ever evaluated first, row-level security would show it nothing (the pool's RESET ALL cleared
+    the setting): a false miss, never another tenant's row. One round trip for a GET by ID.
+    """
+    body = re.sub(r"\$(\d+)", lambda m: "auth.tenant" if m.group(1) == "1" else f"${int(m.group(1)) + 1}", sql)
+    return f"""
+        WITH auth AS MATERIALIZED (
+          SELECT set_config('app.tenant_id', a.tenant_id, false) AS tenant FROM recall_authenticate($1, $2) a)
+        SELECT v.* FROM auth LEFT JOIN LATERAL ({body}) v ON true
+    """
+
+
+async def _fetch(conn: Conn, sql: str, who: str | Credential, *args: object) -> asyncpg.Record | None:
+    """One row of a single-tenant read, for a bound tenant or for a key (401 when the key is not valid)."""
+    if isinstance(who, str):
+        return await conn.fetchrow(sql, who, *args)
+    row = await conn.fetchrow(_authenticated(sql), who.key_id, who.secret_sha256, *args)
+    if row is None:
+        raise Unauthorized("The API key is unknown or has been revoked.")
+    return None if row[0] is None else row
+
+
 # ---- reads -----------------------------------------------------------------------------
 # Gone (deleted or expired) objects come back flagged, never filtered silently: the service
 # answers 410 for them. Links and events to gone objects render through recall_link/recall_event.
 
 
-async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> ThreadRow | None:
-    row = await conn.fetchrow(
+async def fetch_thread(conn: Conn, who: str | Credential, thread_id: str, events: int) -> ThreadRow | None:
+    row = await _fetch(
+        conn,
         """
         SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
           t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
@@ -58,7 +90,7 @@ async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> 
               ORDER BY seq DESC LIMIT $3) e) AS events
         FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
         """,
-        tenant, thread_id, events,
+        who, thread_id, events,
     )
     if row is None:
         return None
@@ -69,8 +101,9 @@ async def fetch_thread(conn: Conn, tenant: str, thread_id: str, events: int) -> 
     )
 
 
-async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> WorkerRow | None:
-    row = await conn.fetchrow(
+async def fetch_worker(conn: Conn, who: str | Credential, worker_id: str, recent: int) -> WorkerRow | None:
+    row = await _fetch(
+        conn,
         """
         SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
           recall_is_gone(w.deleted_at, w.expires_at) AS gone,
@@ -96,7 +129,7 @@ async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> 
               ORDER BY r.created_at DESC, r.id DESC LIMIT $3) x) AS reports
         FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
         """,
-        tenant, worker_id, recent,
+        who, worker_id, recent,
     )
     if row is None:
         return None
@@ -107,8 +140,9 @@ async def fetch_worker(conn: Conn, tenant: str, worker_id: str, recent: int) -> 
     )
 
 
-async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: int, preview: int) -> TriggerRow | None:
-    row = await conn.fetchrow(
+async def fetch_trigger(conn: Conn, who: str | Credential, trigger_id: str, inline_max: int, preview: int) -> TriggerRow | None:
+    row = await _fetch(
+        conn,
         """
         SELECT tr.id, tr.source, tr.thread_id, tr.summary, tr.content_type,
           octet_length(tr.payload) AS size,
@@ -122,7 +156,7 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
             WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
         FROM triggers tr WHERE tr.tenant_id = $1 AND tr.id = $2
         """,
-        tenant, trigger_id, inline_max, preview,
+        who, trigger_id, inline_max, preview,
     )
     if row is None:
         return None
@@ -134,8 +168,9 @@ async def fetch_trigger(conn: Conn, tenant: str, trigger_id: str, inline_max: in
     )
 
 
-async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int, preview: int) -> ReportRow | None:
-    row = await conn.fetchrow(
+async def fetch_report(conn: Conn, who: str | Credential, report_id: str, inline_max: int, preview: int) -> ReportRow | None:
+    row = await _fetch(
+        conn,
         """
         SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
           CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
@@ -146,7 +181,7 @@ async def fetch_report(conn: Conn, tenant: str, report_id: str, inline_max: int,
             WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
         FROM reports r WHERE r.tenant_id = $1 AND r.id = $2
         """,
-        tenant, report_id, inline_max, preview,
+        who, report_id, inline_max, preview,
     )
     if row is None:
         return None
@@ -164,22 +199,24 @@ class Content(msgspec.Struct):
     gone: bool
 
 
-async def fetch_payload(conn: Conn, tenant: str, trigger_id: str) -> Content | None:
-    row = await conn.fetchrow(
+async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str) -> Content | None:
+    row = await _fetch(
+        conn,
         """
         SELECT content_type, payload, payload_sha256, recall_is_gone(deleted_at, expires_at) FROM triggers
         WHERE tenant_id = $1 AND id = $2
         """,
-        tenant, trigger_id,
+        who, trigger_id,
     )
     return None if row is None else Content(*row)
 
 
-async def fetch_body(conn: Conn, tenant: str, report_id: str) -> Content | None:
-    row = await conn.fetchrow(
+async def fetch_body(conn: Conn, who: str | Credential, report_id: str) -> Content | None:
+    row = await _fetch(
+        conn,
         "SELECT content_type, body, body_sha256, recall_is_gone(deleted_at, expires_at) FROM reports"
         " WHERE tenant_id = $1 AND id = $2",
-        tenant, report_id,
+        who, report_id,
     )
     return None if row is None else Content(*row)
 
