@@ -104,6 +104,16 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
         limit = max(0, limit - max(16, cost - room.left))
 
 
+def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow, links: list[Link],
+                       room: _Room) -> tuple[list[Link], Any, Any]:
+    """Linked IDs first, keeping room for at least an empty spill pointer, then the content."""
+    reserved = _spill_floor(field, href, row.content_type, row.size)
+    room.left -= reserved
+    kept = _links(links, room)
+    room.left += reserved
+    return (kept, *_content(field, href, row.content_type, row.size, row.head, room))
+
+
 def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, str | None]:
     return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id, "expires_at": row.expires_at}
 
@@ -118,12 +128,8 @@ def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
         content_type=row.content_type, neighbours=[], occurred_at=row.occurred_at,
         created_at=row.created_at, links=links, **_labels(row),
     )
-    room = _Room(budget, view)
-    reserved = _spill_floor("payload", href, row.content_type, row.size)
-    room.left -= reserved
-    view.neighbours = _links(row.neighbours, room)
-    room.left += reserved
-    view.payload, view.spilled = _content("payload", href, row.content_type, row.size, row.head, room)
+    view.neighbours, view.payload, view.spilled = _links_and_content(
+        "payload", href, row, row.neighbours, _Room(budget, view))
     return view
 
 
@@ -167,10 +173,5 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
         },
         **_labels(row),
     )
-    room = _Room(budget, view)
-    reserved = _spill_floor("body", href, row.content_type, row.size)
-    room.left -= reserved
-    view.refs = _links(row.refs, room)
-    room.left += reserved
-    view.body, view.spilled = _content("body", href, row.content_type, row.size, row.head, room)
+    view.refs, view.body, view.spilled = _links_and_content("body", href, row, row.refs, _Room(budget, view))
     return view
