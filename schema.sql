@@ -194,7 +194,7 @@ CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at
 -- ---- isolation ---------------------------------------------------------------------------
 -- Requests run as recall_app: it owns nothing, is not a superuser and cannot bypass RLS. Every
 -- tenant-owned table forces row-level security keyed on app.tenant_id, which the server sets
--- from the authenticated key (and RESET ALL clears when a pooled connection is returned), so
+-- from the authenticated key, transaction-local (it ends with the request's transaction), so
 -- a query that forgets its tenant filter still sees one tenant only.
 DO $$
 BEGIN

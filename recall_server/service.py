@@ -176,7 +176,7 @@ class Recall:
     async def _write(self, cred: Credential, idempotency_key: str | None, fingerprint: bytes,
                      operation: Callable[[q.Conn, str], Awaitable[Outcome]]) -> Outcome:
         """Run a write in one transaction; with an Idempotency-Key, record its outcome in the same one."""
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+        async with self.db.session(cred, "write") as (conn, tenant):
             if idempotency_key is None:
                 return await operation(conn, tenant)
             if not await q.idempotency_lock(conn, tenant, idempotency_key):
@@ -453,7 +453,7 @@ class Recall:
 
     async def update_thread(self, cred: Credential, thread_id: str, req: UpdateThread) -> ThreadView:
         unset = msgspec.UNSET
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+        async with self.db.session(cred, "write") as (conn, tenant):
             await self._locked_thread(conn, tenant, thread_id)
             old, new = await q.update_thread(
                 conn, tenant, thread_id,
@@ -505,7 +505,7 @@ class Recall:
 
         Deleting something already gone erases again (a no-op, or the purge an expiry still owed).
         """
-        async with self.db.session(cred, "write") as (conn, tenant), conn.transaction():
+        async with self.db.session(cred, "write") as (conn, tenant):
             _expect(kind, object_id)
             if object_id not in await q.existing(conn, tenant, [object_id]):
                 raise not_found(object_id, kind)

@@ -46,15 +46,15 @@ def _labels(row: asyncpg.Record) -> dict[str, object]:
 def _authenticated(sql: str) -> str:
     """`sql` (a read for tenant $1, further parameters $2..) as one statement that also checks the key.
 
-    The key is $1/$2 and the tenant comes from it: set_config binds the session, then the LATERAL
-    read runs for that tenant. The read depends on the auth row, so it runs after set_config; were
-    it ever evaluated first, row-level security would show it nothing (the pool's RESET ALL cleared
-    the setting): a false miss, never another tenant's row. One round trip for a GET by ID.
+    The key is $1/$2 and the tenant comes from it: set_config binds this statement's transaction,
+    then the LATERAL read runs for that tenant. The read depends on the auth row, so it runs after
+    set_config; were it ever evaluated first, row-level security would show it nothing (no tenant
+    is set outside a transaction): a false miss, never another tenant's row. One round trip.
     """
     body = re.sub(r"\$(\d+)", lambda m: "auth.tenant" if m.group(1) == "1" else f"${int(m.group(1)) + 1}", sql)
     return f"""
         WITH auth AS MATERIALIZED (
-          SELECT set_config('app.tenant_id', a.tenant_id, false) AS tenant FROM recall_authenticate($1, $2) a)
+          SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant FROM recall_authenticate($1, $2) a)
         SELECT v.* FROM auth LEFT JOIN LATERAL ({body}) v ON true
     """
 
@@ -333,12 +333,13 @@ async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, 
 
 
 async def authenticate(conn: Conn, key_id: str, secret_sha256: bytes) -> tuple[str, str] | None:
-    """Check a key and, in the same round trip, bind this session to its tenant: (tenant, scope).
+    """Check a key and, in the same round trip, bind the current transaction to its tenant: (tenant, scope).
 
-    The setting is session-level; the pool's RESET ALL clears it when the connection is released.
+    The setting is transaction-local (SET LOCAL): it ends with the transaction, so no pooled
+    connection ever carries one request's tenant into the next.
     """
     row = await conn.fetchrow(
-        "SELECT set_config('app.tenant_id', a.tenant_id, false), a.scope FROM recall_authenticate($1, $2) a",
+        "SELECT set_config('app.tenant_id', a.tenant_id, true), a.scope FROM recall_authenticate($1, $2) a",
         key_id, secret_sha256,
     )
     return None if row is None else (row[0], row[1])

@@ -64,7 +64,7 @@ def recall(state: State) -> Recall:
     return state.recall
 
 
-def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+async def require_key(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Guard: a well-formed Bearer key or 401, before the body is even parsed. The database checks it next."""
     if connection.scope["method"] == "OPTIONS":  # says which methods exist, nothing about data
         return
