@@ -129,7 +129,8 @@ def _expiry(req: Creatable) -> datetime | None:
 
 
 def _events_for(budget: int) -> int:
-    return max(8, min(500, budget // 64))
+    """How many recent events (or links) to fetch for a view: about as many as can fit, no more."""
+    return max(8, min(500, budget // 80))
 
 
 def _created(status_new: bool, view: Any, location: str) -> Outcome:
