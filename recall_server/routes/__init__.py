@@ -93,7 +93,7 @@ LabelFilter = NamedDependency[Labels]  # injected as `labels`
 
 IdempotencyKey = Annotated[
     str | None,
-    HeaderParameter(header="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
               description="Retries with the same key and request replay the first outcome (24 h by default)."),
 ]
 
