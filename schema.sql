@@ -334,10 +334,13 @@ BEGIN
                run_id = NULL, deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     WHEN 'thr_' THEN
-        FOR child IN SELECT id FROM triggers WHERE tenant_id = t AND thread_id = obj AND summary <> '' LOOP
+        -- The thread's row lock first: a trigger or report being filed on it concurrently is either
+        -- committed before (and erased here) or sees the thread gone (and is refused).
+        PERFORM 1 FROM threads WHERE tenant_id = t AND id = obj FOR UPDATE;
+        FOR child IN SELECT id FROM triggers WHERE tenant_id = t AND thread_id = obj AND deleted_at IS NULL LOOP
             PERFORM recall_erase(t, child);
         END LOOP;
-        FOR child IN SELECT id FROM reports WHERE tenant_id = t AND thread_id = obj AND summary <> '' LOOP
+        FOR child IN SELECT id FROM reports WHERE tenant_id = t AND thread_id = obj AND deleted_at IS NULL LOOP
             PERFORM recall_erase(t, child);
         END LOOP;
         DELETE FROM thread_events WHERE tenant_id = t AND thread_id = obj;
@@ -384,7 +387,7 @@ GRANT EXECUTE ON FUNCTION recall_sweep() TO recall_app;
 -- DEFINER (as the owner) so recall_app never needs to read other tenants' key rows.
 CREATE OR REPLACE FUNCTION recall_authenticate(key_id text, key_sha256 bytea)
 RETURNS TABLE (tenant_id text, scope text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql STABLE SECURITY DEFINER ROWS 1 SET search_path = public, pg_temp AS $$
     SELECT k.tenant_id, k.scope FROM api_keys k
      WHERE k.id = key_id AND k.secret_sha256 = key_sha256 AND k.revoked_at IS NULL
 $$;

@@ -113,7 +113,10 @@ def _timestamp(field: str, value: str | None) -> datetime | None:
         raise BadRequest(f"{field} must be an RFC 3339 date-time, got {value!r}.", field=field) from None
     if parsed.tzinfo is None:
         raise BadRequest(f"{field} must carry a UTC offset (e.g. 2026-11-30T12:00:00Z).", field=field)
-    return parsed
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise BadRequest(f"{field} is out of range: {value!r}.", field=field) from None
 
 
 def _expiry(req: Creatable) -> datetime | None:
@@ -199,7 +202,12 @@ class Recall:
             return outcome
 
     async def _replay(self, conn: q.Conn, tenant: str, stored: q.Stored) -> Outcome:
-        """The stored outcome; if an erasure dropped it, what still exists is rendered again (or 410)."""
+        """The stored outcome; if an erasure dropped it, what still exists is rendered again (or 410).
+
+        Never the old content of something deleted or expired since: that is 410, sweep or no sweep.
+        """
+        if (await q.existing(conn, tenant, [stored.object_id])).get(stored.object_id, True):
+            raise gone(stored.object_id)
         body = stored.body
         if body is None:
             if stored.event_seq is not None:
@@ -390,6 +398,8 @@ class Recall:
         linked = [*([req.thread_id] if req.thread_id else []), *req.neighbours]
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            if req.thread_id:  # its row lock orders this filing against a concurrent delete or close
+                await q.lock_thread(conn, tenant, req.thread_id)
             await self._require(conn, tenant, linked)
             created = await q.insert_trigger(
                 conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
@@ -425,6 +435,7 @@ class Recall:
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             _expect("worker", worker_id)
             await self._parent(conn, tenant, "worker", worker_id)
+            await q.lock_thread(conn, tenant, req.thread_id)  # ordered against a concurrent delete or close
             await self._require(conn, tenant, [req.thread_id, *req.refs])
             created = await q.insert_report(
                 conn, tenant, report_id, worker_id, req.thread_id, req.summary, content_type, body,

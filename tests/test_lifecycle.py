@@ -267,3 +267,32 @@ def test_every_kind_can_be_deleted(client: httpx.Client, graph: Graph, kind: str
             "reports": graph.report(worker, thread)["id"]}[kind]
     assert client.delete(f"/{kind}/{made}").status_code == 204
     assert_problem(client.get(f"/{kind}/{made}"), 410)
+
+
+def test_deleting_a_thread_erases_children_with_empty_summaries_too(client: httpx.Client, graph: Graph,
+                                                                     sql) -> None:
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    trigger = graph.trigger(thread_id=thread, summary="", payload="SECRET")["id"]
+    report = graph.report(worker, thread, summary="", body="SECRET")["id"]
+    assert client.delete(f"/threads/{thread}").status_code == 204
+    assert_problem(client.get(f"/triggers/{trigger}/payload"), 410)
+    assert_problem(client.get(f"/reports/{report}/body"), 410)
+    assert sql("SELECT count(*) FROM triggers WHERE id = $1 AND deleted_at IS NULL", trigger)[0][0] == 0
+    assert sql("SELECT octet_length(body) FROM reports WHERE id = $1", report)[0][0] == 0
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:00:00-01:00", "0001-01-01T00:00:00+01:00"])
+def test_timestamps_outside_the_database_range_are_400(client: httpx.Client, when: str) -> None:
+    assert_problem(client.post("/triggers", json={"source": "s", "summary": "s", "occurred_at": when}), 400)
+    assert_problem(client.post("/threads", json={"title": "t", "expires_at": when}), 400)
+
+
+def test_replaying_the_create_of_an_expired_object_is_410_before_any_sweep(client: httpx.Client) -> None:
+    headers = idem()
+    body = {"source": "s", "summary": "brief", "payload": "short-lived words", "content_type": "text/plain",
+            "ttl": 1}
+    assert client.post("/triggers", json=body, headers=headers).status_code == 201
+    time.sleep(1.5)
+    replay = client.post("/triggers", json=body, headers=headers)
+    assert_problem(replay, 410)
+    assert "short-lived words" not in replay.text

@@ -47,15 +47,17 @@ def _authenticated(sql: str) -> str:
     """`sql` (a read for tenant $1, further parameters $2..) as one statement that also checks the key.
 
     The key is $1/$2 and the tenant comes from it: set_config binds this statement's transaction,
-    then the LATERAL read runs for that tenant. The read depends on the auth row, so it runs after
-    set_config; were it ever evaluated first, row-level security would show it nothing (no tenant
-    is set outside a transaction): a false miss, never another tenant's row. One round trip.
+    then the LATERAL read runs for that tenant. OFFSET 0 keeps the planner from flattening the
+    read into a join, so it is a parameterised nested loop over the one auth row and runs after
+    set_config. Were it ever evaluated first, row-level security would show it nothing (no tenant
+    is set outside a transaction): a false miss, never another tenant's row, and every read also
+    filters on the key's tenant explicitly. One round trip.
     """
     body = re.sub(r"\$(\d+)", lambda m: "auth.tenant" if m.group(1) == "1" else f"${int(m.group(1)) + 1}", sql)
     return f"""
         WITH auth AS MATERIALIZED (
           SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant FROM recall_authenticate($1, $2) a)
-        SELECT v.* FROM auth LEFT JOIN LATERAL ({body}) v ON true
+        SELECT v.* FROM auth LEFT JOIN LATERAL ({body} OFFSET 0) v ON true
     """
 
 
