@@ -172,11 +172,13 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     location     text,
     object_id    text NOT NULL,
     event_seq    bigint,
+    shows        text[] NOT NULL DEFAULT '{}',  -- every ID the stored body shows, so an erase finds it by index
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at   timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, key)
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_by_shown_id ON idempotency_keys USING gin (shows);
 
 -- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read
 -- on every request, so it takes effect at once in every server process.
@@ -355,12 +357,14 @@ BEGIN
      WHERE tenant_id = t AND ref = obj;
     -- Stored idempotent responses that show it are dropped; replays render what still exists.
     UPDATE idempotency_keys SET body = NULL
-     WHERE tenant_id = t AND body IS NOT NULL AND position(convert_to('"' || obj || '"', 'UTF8') IN body) > 0;
+     WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[obj];
 END
 $$;
 
 -- Purge the content of everything that has expired (all tenants), and expired idempotency keys.
-CREATE OR REPLACE FUNCTION recall_sweep() RETURNS integer
+-- At most `batch` objects per call, so a large backlog is worked off in short transactions.
+DROP FUNCTION IF EXISTS recall_sweep();
+CREATE OR REPLACE FUNCTION recall_sweep(batch integer DEFAULT 500) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE r record; n integer := 0;
 BEGIN
@@ -372,6 +376,7 @@ BEGIN
         UNION ALL SELECT tenant_id, id FROM workers WHERE deleted_at IS NULL AND expires_at <= now()
         UNION ALL SELECT tenant_id, id FROM triggers WHERE deleted_at IS NULL AND expires_at <= now()
         UNION ALL SELECT tenant_id, id FROM reports WHERE deleted_at IS NULL AND expires_at <= now()
+        LIMIT batch
     LOOP
         PERFORM recall_erase(r.tenant_id, r.id);
         n := n + 1;
@@ -380,8 +385,8 @@ BEGIN
     RETURN n;
 END
 $$;
-REVOKE ALL ON FUNCTION recall_sweep() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_sweep() TO recall_app;
+REVOKE ALL ON FUNCTION recall_sweep(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_sweep(integer) TO recall_app;
 
 -- The one way recall_app learns a tenant: present a key, get its tenant and scope. SECURITY
 -- DEFINER (as the owner) so recall_app never needs to read other tenants' key rows.

@@ -170,12 +170,13 @@ def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> N
 
 
 @main.command()
+@click.option("--batch", type=int, default=500, show_default=True, help="Objects purged per transaction.")
 @data_dir_option
-def sweep(data_dir: Path | None) -> None:
+def sweep(batch: int, data_dir: Path | None) -> None:
     """Purge the content of every expired object now (serve also does this periodically)."""
     from recall_server import service
 
-    purged = _owner(_settings(data_dir=data_dir), service.operator_sweep)
+    purged = _owner(_settings(data_dir=data_dir), lambda conn: service.operator_sweep(conn, batch))
     click.echo(f"purged {purged} expired objects")
 
 

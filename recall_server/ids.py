@@ -16,6 +16,14 @@ ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}$"
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
+_SHOWN = re.compile(rb'"((?:trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64})"')
+
+
+def shown_in(body: bytes) -> list[str]:
+    """Every ID a JSON document shows as a string value or key (what erasing that ID must scrub)."""
+    return sorted({m.decode() for m in _SHOWN.findall(body)})
+
+
 def pattern(kind: str) -> str:
     """The JSON-schema pattern of one kind's IDs."""
     return rf"^{PREFIX[kind]}_[A-Za-z0-9_-]{{1,64}}$"

@@ -550,10 +550,15 @@ class Recall:
         async with self.db.connection() as conn:
             return await q.bench_pk(conn, thread_id)
 
-    async def sweep(self) -> int:
-        """Purge expired objects in every tenant (recall_sweep runs as the owner)."""
-        async with self.db.connection() as conn:
-            return await q.sweep(conn)
+    async def sweep(self, batch: int = 500) -> int:
+        """Purge expired objects in every tenant (recall_sweep runs as the owner), a batch per transaction."""
+        purged = 0
+        while True:
+            async with self.db.connection() as conn:
+                done = await q.sweep(conn, batch)
+            purged += done
+            if done < batch:
+                return purged
 
 
 async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
@@ -591,8 +596,11 @@ async def operator_revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return await q.revoke_key(conn, key_id, None)
 
 
-async def operator_sweep(conn: q.Conn) -> int:
-    return await q.sweep(conn)
+async def operator_sweep(conn: q.Conn, batch: int = 500) -> int:
+    purged = 0
+    while (done := await q.sweep(conn, batch)) == batch:
+        purged += done
+    return purged + done
 
 
 async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]:

@@ -296,3 +296,11 @@ def test_replaying_the_create_of_an_expired_object_is_410_before_any_sweep(clien
     replay = client.post("/triggers", json=body, headers=headers)
     assert_problem(replay, 410)
     assert "short-lived words" not in replay.text
+
+
+def test_the_sweep_works_off_a_backlog_in_batches(graph: Graph, sql, database_url: str) -> None:
+    made = [graph.trigger(ttl=1, payload=f"backlog {i}")["id"] for i in range(5)]
+    time.sleep(1.5)
+    out = cli(database_url, "sweep", "--batch", "2")
+    assert int(out.split()[1]) >= 5
+    assert sql("SELECT count(*) FROM triggers WHERE id = ANY($1) AND deleted_at IS NULL", made)[0][0] == 0

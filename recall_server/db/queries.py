@@ -13,6 +13,7 @@ from datetime import datetime
 import asyncpg
 import msgspec
 
+from recall_server import ids
 from recall_server.auth import Credential
 from recall_server.errors import Unauthorized
 from recall_server.models import (
@@ -600,9 +601,9 @@ async def erase(conn: Conn, tenant: str, object_id: str) -> None:
     await conn.execute("SELECT recall_erase($1, $2)", tenant, object_id)
 
 
-async def sweep(conn: Conn) -> int:
-    """Purge everything that has expired, in every tenant; returns how many objects."""
-    return await conn.fetchval("SELECT recall_sweep()")
+async def sweep(conn: Conn, batch: int) -> int:
+    """Purge up to `batch` expired objects, in every tenant; returns how many."""
+    return await conn.fetchval("SELECT recall_sweep($1)", batch)
 
 
 class Stored(msgspec.Struct):
@@ -636,15 +637,15 @@ async def idempotency_put(conn: Conn, tenant: str, key: str, stored: Stored, kee
     await conn.execute(
         """
         INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, body, location, object_id, event_seq,
-                                      expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp() + make_interval(secs => $9))
+                                      expires_at, shows)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp() + make_interval(secs => $9), $10)
         ON CONFLICT (tenant_id, key) DO UPDATE SET
             request_hash = excluded.request_hash, status = excluded.status, body = excluded.body,
             location = excluded.location, object_id = excluded.object_id, event_seq = excluded.event_seq,
-            created_at = excluded.created_at, expires_at = excluded.expires_at
+            created_at = excluded.created_at, expires_at = excluded.expires_at, shows = excluded.shows
         """,
         tenant, key, stored.request_hash, stored.status, stored.body, stored.location, stored.object_id,
-        stored.event_seq, keep_seconds,
+        stored.event_seq, keep_seconds, ids.shown_in(stored.body or b""),
     )
 
 
@@ -689,7 +690,7 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
           UNION ALL SELECT 'reports: ' || id || ' about the thread still has content' FROM reports
            WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
           UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
-           WHERE tenant_id = $1 AND position(convert_to('"' || $2 || '"', 'UTF8') IN body) > 0
+           WHERE tenant_id = $1 AND body IS NOT NULL AND shows @> ARRAY[$2]
         ) found ORDER BY place
         """,
         tenant, object_id,
