@@ -15,8 +15,7 @@ from recall_server.errors import Forbidden, Unauthorized, Unavailable
 from recall_server.observability import DB_ERRORS, POOL
 
 # Connection-level failures: the server is down, restarting, unreachable or gone away mid-query.
-_UNREACHABLE = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
-                asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError)
+_UNREACHABLE = (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError)
 
 
 APP_ROLE = "recall_app"
@@ -94,7 +93,9 @@ class Database:
             yield conn
         except asyncio.TimeoutError:
             raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
-        except _UNREACHABLE:
+        except (*_UNREACHABLE, asyncpg.InterfaceError) as exc:
+            if isinstance(exc, asyncpg.InterfaceError) and not conn.is_closed():
+                raise  # a programming error on a live connection is a bug (500), not an outage
             # Connections opened before an outage are dead: replace them all, not one request at a time.
             self.pool.expire_connections()
             raise self._unavailable("unreachable", "The database connection was lost; retry shortly.") from None
