@@ -45,7 +45,9 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(database_url, tmp_path_factory.mktemp("server") / "server.log").start()
+    # No periodic sweep in the shared server: tests that sweep do it themselves, deterministically.
+    proc = ServerProcess(database_url, tmp_path_factory.mktemp("server") / "server.log",
+                         RECALL_SWEEP_INTERVAL="0").start()
     yield proc
     proc.stop()
 

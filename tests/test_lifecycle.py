@@ -304,3 +304,16 @@ def test_the_sweep_works_off_a_backlog_in_batches(graph: Graph, sql, database_ur
     out = cli(database_url, "sweep", "--batch", "2")
     assert int(out.split()[1]) >= 5
     assert sql("SELECT count(*) FROM triggers WHERE id = ANY($1) AND deleted_at IS NULL", made)[0][0] == 0
+
+
+def test_serve_sweeps_expired_content_by_itself(database_url: str, api_key: str, tmp_path: Path, sql) -> None:
+    server = ServerProcess(database_url, tmp_path / "log", RECALL_SWEEP_INTERVAL="0.5").start()
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}) as c:
+            made = Graph(c).trigger(ttl=1, payload="swept by serve")["id"]
+        deadline = time.monotonic() + 15
+        while sql("SELECT octet_length(payload) FROM triggers WHERE id = $1", made)[0][0] > 0:
+            assert time.monotonic() < deadline, "serve never swept"
+            time.sleep(0.2)
+    finally:
+        server.stop()
