@@ -176,7 +176,7 @@ def sweep(batch: int, data_dir: Path | None) -> None:
     """Purge the content of every expired object now (serve also does this periodically)."""
     from recall_server import service
 
-    purged = _owner(_settings(data_dir=data_dir), lambda conn: service.operator_sweep(conn, batch))
+    purged = _owner(_settings(data_dir=data_dir), lambda conn: service.sweep_all(conn, batch))
     click.echo(f"purged {purged} expired objects")
 
 

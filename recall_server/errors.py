@@ -139,6 +139,11 @@ def not_found(value: str, expected_kind: str) -> NotFound:
     return NotFound(f"No {expected_kind} with ID {value} exists.", id=value)
 
 
+def unknown_key() -> Unauthorized:
+    """A well-formed key the database does not know, or has revoked (the two are not told apart)."""
+    return Unauthorized("The API key is unknown or has been revoked.")
+
+
 def gone(value: str) -> Gone:
     """A miss that is not a mistake: the object existed and was removed on purpose (or expired)."""
     return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)

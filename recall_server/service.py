@@ -552,13 +552,8 @@ class Recall:
 
     async def sweep(self, batch: int = 500) -> int:
         """Purge expired objects in every tenant (recall_sweep runs as the owner), a batch per transaction."""
-        purged = 0
-        while True:
-            async with self.db.connection() as conn:
-                done = await q.sweep(conn, batch)
-            purged += done
-            if done < batch:
-                return purged
+        async with self.db.connection() as conn:
+            return await sweep_all(conn, batch)
 
 
 async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
@@ -596,7 +591,8 @@ async def operator_revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return await q.revoke_key(conn, key_id, None)
 
 
-async def operator_sweep(conn: q.Conn, batch: int = 500) -> int:
+async def sweep_all(conn: q.Conn, batch: int = 500) -> int:
+    """Sweep until a batch comes back short; each call of recall_sweep is its own transaction."""
     purged = 0
     while (done := await q.sweep(conn, batch)) == batch:
         purged += done

@@ -11,7 +11,7 @@ import asyncpg
 
 from recall_server.auth import SCOPES, Credential
 from recall_server.db import queries
-from recall_server.errors import Forbidden, Unauthorized, Unavailable
+from recall_server.errors import Forbidden, Unavailable, unknown_key
 from recall_server.observability import DB_ERRORS, POOL
 
 # Connection-level failures: the server is down, restarting, unreachable or gone away mid-query.
@@ -112,7 +112,7 @@ class Database:
         async with self.connection() as conn, conn.transaction():
             found = await queries.authenticate(conn, cred.key_id, cred.secret_sha256)
             if found is None:
-                raise Unauthorized("The API key is unknown or has been revoked.")
+                raise unknown_key()
             tenant, granted = found
             if SCOPES[granted] < SCOPES[scope]:
                 raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")

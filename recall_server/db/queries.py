@@ -15,7 +15,7 @@ import msgspec
 
 from recall_server import ids
 from recall_server.auth import Credential
-from recall_server.errors import Unauthorized
+from recall_server.errors import unknown_key
 from recall_server.models import (
     Event,
     KeyView,
@@ -68,7 +68,7 @@ async def _fetch(conn: Conn, sql: str, who: str | Credential, *args: object) -> 
         return await conn.fetchrow(sql, who, *args)
     row = await conn.fetchrow(_authenticated(sql), who.key_id, who.secret_sha256, *args)
     if row is None:
-        raise Unauthorized("The API key is unknown or has been revoked.")
+        raise unknown_key()
     return None if row[0] is None else row
 
 
@@ -306,11 +306,9 @@ class _ReportKey(msgspec.Struct):
 
 _report_keys = msgspec.json.Decoder(list[_ReportKey])
 
-_RESOLVE = {
-    "trigger": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM triggers WHERE tenant_id = $1 AND id = $2",
-    "thread": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM threads WHERE tenant_id = $1 AND id = $2",
-    "worker": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM workers WHERE tenant_id = $1 AND id = $2",
-    "report": "SELECT summary, recall_is_gone(deleted_at, expires_at) FROM reports WHERE tenant_id = $1 AND id = $2",
+_RESOLVE = {  # kind -> its table (the plural), e.g. "trigger" -> triggers
+    kind: f"SELECT summary, recall_is_gone(deleted_at, expires_at) FROM {table} WHERE tenant_id = $1 AND id = $2"
+    for kind, table in ids.PLURAL.items()
 }
 
 
@@ -417,7 +415,7 @@ async def ping(conn: Conn) -> None:
 
 _REQUEST_HASH = {
     kind: f"SELECT request_hash, recall_is_gone(deleted_at, expires_at) FROM {table} WHERE tenant_id = $1 AND id = $2"
-    for kind, table in (("trigger", "triggers"), ("thread", "threads"), ("worker", "workers"), ("report", "reports"))
+    for kind, table in ids.PLURAL.items()
 }
 
 
