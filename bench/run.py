@@ -1,6 +1,7 @@
 """recall-server benchmark: the server as a user runs it, a seeded store, wrk, and ceilings from the same run.
 
     python bench/run.py [--workers 2] [--duration 10] [--connections 32] [--skip-peer]
+                        [--home DIR] [--only get_thread,ceiling_fetch,...]
 
 Prints a table and writes bench/results/latest.json and latest.md. Every headline figure is also
 given as a ratio to ceilings measured in the same run on the same machine: a constant route of
@@ -200,9 +201,17 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--home", type=Path, help="keep the embedded store here and reuse it (seeded once)")
+    parser.add_argument("--only", help="comma-separated scenario names (default: all); results go to stdout only")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
     wrk_bin = ensure_wrk()
-    home = Path(tempfile.mkdtemp(prefix="recall-bench-"))
+    home = args.home or Path(tempfile.mkdtemp(prefix="recall-bench-"))
+    home.mkdir(parents=True, exist_ok=True)
     log(f"starting the embedded PostgreSQL in {home}")
     owner = os.environ.get("DATABASE_URL") or embedded.start(home / "data")
     server = ServerProcess(home / "server.log", "--workers", str(args.workers), DATABASE_URL=owner,
@@ -225,40 +234,56 @@ def main() -> None:
     s = results["scenarios"] = {}
 
     log("ceilings: HTTP constant route, one PK select through the pool, pgbench")
-    s["ceiling_http"] = wrk.run(url, ["/bench/constant"])
-    s["ceiling_fetch"] = wrk.run(url, [f"/bench/pk/thr_b{i}" for i in range(1, 10001, 7)])
-    s["ceiling_db_pgbench"] = pgbench(owner, args.connections, args.duration)
+    if want("ceiling_http"):
+        s["ceiling_http"] = wrk.run(url, ["/bench/constant"])
+    if want("ceiling_fetch"):
+        s["ceiling_fetch"] = wrk.run(url, [f"/bench/pk/thr_b{i}" for i in range(1, 10001, 7)])
+    if want("ceiling_db_pgbench"):
+        s["ceiling_db_pgbench"] = pgbench(owner, args.connections, args.duration)
 
     log("fetch by ID")
-    s["get_thread"] = wrk.run(url, threads)
-    s["get_worker"] = wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)])
-    s["get_trigger"] = wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)])
-    s["get_payload_41k"] = wrk.run(url, ["/triggers/trg_b41k/payload"])
-    s["get_unknown_404"] = wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)])
+    if want("get_thread"):
+        s["get_thread"] = wrk.run(url, threads)
+    if want("get_worker"):
+        s["get_worker"] = wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)])
+    if want("get_trigger"):
+        s["get_trigger"] = wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)])
+    if want("get_payload_41k"):
+        s["get_payload_41k"] = wrk.run(url, ["/triggers/trg_b41k/payload"])
+    if want("get_unknown_404"):
+        s["get_unknown_404"] = wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)])
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
     last = codec.encode("bench\0events\0thr_big", [1_000_000 - 50])
-    s["page_first"] = wrk.run(url, ["/threads/thr_big/events?limit=50"])
-    s["page_last"] = wrk.run(url, [f"/threads/thr_big/events?limit=50&cursor={last}"])
-    s["walk_1m_log"] = walk_log(url, key)
+    if want("page_first"):
+        s["page_first"] = wrk.run(url, ["/threads/thr_big/events?limit=50"])
+    if want("page_last"):
+        s["page_last"] = wrk.run(url, [f"/threads/thr_big/events?limit=50&cursor={last}"])
+    if want("walk_1m_log"):
+        s["walk_1m_log"] = walk_log(url, key)
 
     log("three-hop recall, sequential")
-    s["recall_three_hops"] = recall_hops(url, key, 300)
+    if want("recall_three_hops"):
+        s["recall_three_hops"] = recall_hops(url, key, 300)
 
     log("ingest")
     payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
     payload_40k = json.dumps({"source": "bench.ingest", "summary": "ingest 40 KB", "payload": "x" * 40960})
-    s["ingest_4k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
-    s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
-    s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
+    if want("ingest_4k"):
+        s["ingest_4k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    if want("ingest_40k"):
+        s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
+    if want("append_hot_thread"):
+        s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                      body=json.dumps({"summary": "hot append"}))
 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
-        s["inline_size"] = {"events_10": len(c.get("/threads/thr_ten").content),
-                            "events_1m": len(c.get("/threads/thr_big").content)}
+        if want("inline_size"):
+            s["inline_size"] = {"events_10": len(c.get("/threads/thr_ten").content),
+                                "events_1m": len(c.get("/threads/thr_big").content)}
 
-    peer, peer_url, peer_note = start_peer(args.skip_peer)
+    peer, peer_url, peer_note = start_peer(args.skip_peer or not want("peer_langgraph_get_thread"))
     results["peer"] = peer_note
     if peer is not None:
         try:
@@ -282,13 +307,17 @@ def main() -> None:
     ratios["get_payload_41k / http_ceiling"] = ratio("get_payload_41k", "ceiling_http")
     ratios["fetch_ceiling / db_ceiling"] = ratio("ceiling_fetch", "ceiling_db_pgbench")
     ratios["404 cost / hit cost (rps hit / rps 404)"] = ratio("get_thread", "get_unknown_404")
-    ratios["last page cost / first page cost"] = round(s["page_first"]["rps"] / s["page_last"]["rps"], 3)
-    ratios["inline size 1M / 10 events"] = round(s["inline_size"]["events_1m"] / s["inline_size"]["events_10"], 3)
+    ratios["last page cost / first page cost"] = ratio("page_first", "page_last")
+    if "inline_size" in s:
+        ratios["inline size 1M / 10 events"] = round(s["inline_size"]["events_1m"] / s["inline_size"]["events_10"], 3)
+    table = render(results)
+    print(table)
+    if only is not None:
+        return
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     table = render(results)
     (RESULTS / "latest.md").write_text(table)
-    print(table)
 
 
 def render(results: dict) -> str:

@@ -52,16 +52,16 @@ SELECT 'bench', 'rpt_b' || g, 1, CASE WHEN g % 1000 = 1 THEN 'trg_b41k' ELSE 'tr
 FROM generate_series(1, 20000) g;
 
 INSERT INTO threads (tenant_id, id, title, summary, status, request_hash, last_seq)
-VALUES ('bench', 'thr_big', 'the long thread', 'a thread with a million events', 'open', '\x', 1000000),
-       ('bench', 'thr_ten', 'the short thread', 'a thread with ten events', 'open', '\x', 10),
+VALUES ('bench', 'thr_big', 'a thread of notes', 'the same title and summary in both', 'open', '\x', 1000000),
+       ('bench', 'thr_ten', 'a thread of notes', 'the same title and summary in both', 'open', '\x', 10),
        ('bench', 'thr_hot', 'the hot thread', 'concurrent appends land here', 'open', '\x', 0);
 
 INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
-SELECT 'bench', 'thr_big', s, 'note', 'event ' || s || ' of the long thread: something happened', NULL
+SELECT 'bench', 'thr_big', s, 'note', 'event ' || s || ': something happened', NULL
 FROM generate_series(1, 1000000) s;
 
 INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
-SELECT 'bench', 'thr_ten', s, 'note', 'event ' || s || ' of the long thread: something happened', NULL
+SELECT 'bench', 'thr_ten', s, 'note', 'event ' || s || ': something happened', NULL
 FROM generate_series(1, 10) s;
 COMMIT;
 ANALYZE;

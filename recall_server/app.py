@@ -28,12 +28,11 @@ from recall_server.db.pool import Database, as_app_role
 from recall_server.observability import ObservabilityMiddleware, request_id
 from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
-    credential,
+    Caller,
+    RequireKey,
     keys,
     labels,
     meta,
-    recall,
-    require_key,
     threads,
     triggers,
     workers,
@@ -41,16 +40,6 @@ from recall_server.routes import (
 from recall_server.service import Recall
 
 log = logging.getLogger("recall_server")
-
-
-class RecallRequest(Request[Any, Any, Any]):
-    """Litestar's request, except that JSON nested too deeply to decode is a client error (400), not a 500."""
-
-    async def json(self) -> Any:
-        try:
-            return await super().json()
-        except RecursionError:
-            raise SerializationException("JSON is nested too deeply") from None
 
 
 def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Problem:
@@ -137,31 +126,31 @@ def create_app(settings: Settings) -> Litestar:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
         app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl)
-        sweeper = asyncio.create_task(_sweep_forever(recall, settings.sweep_interval))
+        background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
+                      asyncio.create_task(db.publish_forever())]
         try:
             yield
         finally:
-            sweeper.cancel()
+            for task in background:
+                task.cancel()
             await db.close()
 
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
-            Router("/", route_handlers=[*_options_handlers(protected), *protected], guards=[require_key],
+            Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
             *(meta.BENCH if settings.bench_routes else []),
         ],
         dependencies={
-            "recall": Provide(recall, sync_to_thread=False),
-            "cred": Provide(credential, sync_to_thread=False),
             "labels": Provide(labels, sync_to_thread=False),
         },
         lifespan=[lifespan],
         exception_handlers={Exception: _problem_response},
         request_max_body_size=settings.max_body_bytes,
-        request_class=RecallRequest,
+        request_class=Caller,
         openapi_config=OpenAPIConfig(
             title="recall-server",
             version=__version__,

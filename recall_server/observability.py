@@ -7,10 +7,12 @@ X-Request-ID response header, put in problem bodies, and written in one JSON acc
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import re
 import time
-import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -40,6 +42,13 @@ DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the 
                     "timed out or was saturated", ["reason"])
 
 
+def _request_ids() -> Iterator[str]:
+    """Request IDs unique across processes and restarts: a random prefix per process, then a
+    counter (a uuid4 per request costs a getrandom() call)."""
+    prefix = os.urandom(8).hex()
+    return (f"{prefix}{n:08x}" for n in itertools.count())
+
+
 def request_id(scope: dict[str, Any]) -> str | None:
     return scope.get("state", {}).get("request_id")
 
@@ -49,13 +58,14 @@ class ObservabilityMiddleware:
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.ids = _request_ids()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        rid = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        rid = incoming if _REQUEST_ID.match(incoming) else next(self.ids)
         scope.setdefault("state", {})["request_id"] = rid
         started = time.perf_counter()
         status = 500

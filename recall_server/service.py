@@ -131,11 +131,6 @@ def _expiry(req: Creatable) -> datetime | None:
     return expires_at
 
 
-def _events_for(budget: int) -> int:
-    """How many recent events (or links) to fetch for a view: about as many as can fit, no more."""
-    return max(8, min(500, budget // 80))
-
-
 def _created(status_new: bool, view: Any, location: str) -> Outcome:
     return Outcome(status=201 if status_new else 200, body=_json(view), object_id=view.id, location=location)
 
@@ -230,10 +225,10 @@ class Recall:
         """
         kind = ids.kind_of(object_id)
         if kind == "thread":
-            row: Any = await q.fetch_thread(conn, who, object_id, _events_for(budget))
+            row: Any = await q.fetch_thread(conn, who, object_id, spill.recent_limit(budget))
             render: Any = spill.thread_view
         elif kind == "worker":
-            row, render = await q.fetch_worker(conn, who, object_id, _events_for(budget)), spill.worker_view
+            row, render = await q.fetch_worker(conn, who, object_id, spill.recent_limit(budget)), spill.worker_view
         elif kind == "trigger":
             row = await q.fetch_trigger(conn, who, object_id, budget, spill.PREVIEW_BYTES)
             render = spill.trigger_view

@@ -31,6 +31,7 @@ MIN_BUDGET = 4096
 DEFAULT_BUDGET = 4096
 MAX_BUDGET = 1_048_576
 PREVIEW_BYTES = 512  # the longest preview a spill pointer carries
+RECENT = 10  # newest events (or a worker's reports and threads) a view shows at the default budget
 
 _encode = msgspec.json.encode
 
@@ -62,8 +63,17 @@ def _links(items: list[Link], room: _Room) -> list[Link]:
     return [item if room.take(len(_encode(item)) - len(_encode(b))) else b for item, b in zip(items, bare)]
 
 
+def recent_limit(budget: int) -> int:
+    """How many newest events, reports or threads a view shows: RECENT per default budget, at most 500.
+
+    A fixed count, not "as many as fit": a view's size then does not depend on how long the log
+    behind it is, and the rest is one page away (links.events).
+    """
+    return min(500, max(RECENT, budget * RECENT // DEFAULT_BUDGET))
+
+
 def _recent(items: list[Any], room: _Room) -> list[Any]:
-    """The newest items (given newest first) that fit, as many as possible, in given order."""
+    """Of the newest items (given newest first, fetched up to recent_limit), those that fit, in given order."""
     out = []
     for item in items:
         if not room.take(len(_encode(item)) + 1):

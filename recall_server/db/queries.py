@@ -87,10 +87,8 @@ async def fetch_thread(conn: Conn, who: str | Credential, thread_id: str, events
                                     ORDER BY o.assigned_at, w.id), '[]')
              FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
             WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
-          (SELECT coalesce(json_agg(recall_event(e)), '[]') FROM (
-             SELECT * FROM thread_events
-              WHERE tenant_id = t.tenant_id AND thread_id = t.id
-              ORDER BY seq DESC LIMIT $3) e) AS events
+          (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
+            WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $3) AS events
         FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
         """,
         who, thread_id, events,

@@ -8,25 +8,25 @@ from litestar import Response, delete, get, post
 from litestar.params import FromPath, JSONBody
 
 from recall_server.models import CreateKey, KeyList, KeyView, NewKey
-from recall_server.routes import Key, Service, problems
+from recall_server.routes import Caller, problems
 
 
 @post("/admin/keys", status_code=201, responses=problems(400, 401, 403, 413, 503), operation_id="CreateKey")
-async def create_key(data: JSONBody[CreateKey], recall: Service, cred: Key) -> Response[NewKey]:
+async def create_key(data: JSONBody[CreateKey], request: Caller) -> Response[NewKey]:
     """Create a key in the caller's tenant. The response is the only time the secret is shown."""
-    key = await recall.create_key(cred, data)
+    key = await request.recall.create_key(request.cred, data)
     return Response(key, status_code=201, headers={"Location": f"/admin/keys/{key.id}"})
 
 
 @get("/admin/keys", responses=problems(401, 403, 503), operation_id="ListKeys")
-async def list_keys(recall: Service, cred: Key) -> KeyList:
-    return await recall.list_keys(cred)
+async def list_keys(request: Caller) -> KeyList:
+    return await request.recall.list_keys(request.cred)
 
 
 @delete("/admin/keys/{key_id:str}", status_code=200, responses=problems(401, 403, 404, 503), operation_id="RevokeKey")
-async def revoke_key(key_id: FromPath[str], recall: Service, cred: Key) -> KeyView:
+async def revoke_key(key_id: FromPath[str], request: Caller) -> KeyView:
     """Revoke a key; refused from the next request on, in every server process."""
-    return await recall.revoke_key(cred, key_id)
+    return await request.recall.revoke_key(request.cred, key_id)
 
 
 ROUTES: list[Any] = [create_key, list_keys, revoke_key]

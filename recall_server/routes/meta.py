@@ -9,12 +9,12 @@ from litestar.params import FromPath
 
 from recall_server.models import Health, Resolved
 from recall_server.observability import METRICS_CONTENT_TYPE, metrics_body
-from recall_server.routes import Key, Service, problems
+from recall_server.routes import Caller, problems
 
 
 @get("/ids/{object_id:str}", responses=problems(401, 404, 410, 503), operation_id="ResolveId")
-async def resolve_id(object_id: FromPath[str], recall: Service, cred: Key) -> Resolved:
-    return await recall.resolve(cred, object_id)
+async def resolve_id(object_id: FromPath[str], request: Caller) -> Resolved:
+    return await request.recall.resolve(request.cred, object_id)
 
 
 @get("/healthz", operation_id="Healthz")
@@ -24,9 +24,9 @@ async def healthz() -> Health:
 
 
 @get("/readyz", responses=problems(503), operation_id="Readyz")
-async def readyz(recall: Service) -> Health:
+async def readyz(request: Caller) -> Health:
     """The database answers a query."""
-    await recall.ready()
+    await request.recall.ready()
     return Health(status="ready")
 
 
@@ -44,9 +44,9 @@ def bench_constant() -> Health:
 
 
 @get("/bench/pk/{thread_id:str}", include_in_schema=False)
-async def bench_pk(thread_id: FromPath[str], recall: Service) -> Health:
+async def bench_pk(thread_id: FromPath[str], request: Caller) -> Health:
     """The stack's fetch ceiling: one primary-key SELECT through the same pool (only with RECALL_BENCH_ROUTES)."""
-    return Health(status=await recall.bench_pk(thread_id))
+    return Health(status=await request.recall.bench_pk(thread_id))
 
 
 BENCH: list[Any] = [bench_constant, bench_pk]

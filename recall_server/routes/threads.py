@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Response, delete, get, patch, post
+from litestar import Response, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, Parameter
 
 from recall_server import spill
@@ -20,12 +20,11 @@ from recall_server.models import (
 )
 from recall_server.routes import (
     Budget,
+    Caller,
     Cursor,
     IdempotencyKey,
-    Key,
     LabelFilter,
     Limit,
-    Service,
     paged,
     problems,
     sent,
@@ -36,65 +35,63 @@ WRITE = (400, 401, 403, 404, 409, 410, 413, 422, 503)
 
 @post("/threads", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503), operation_id="CreateThread")
 async def create_thread(
-    data: JSONBody[CreateThread], recall: Service, cred: Key, idempotency_key: IdempotencyKey = None
+    data: JSONBody[CreateThread], request: Caller, idempotency_key: IdempotencyKey = None
 ) -> Response[ThreadView]:
-    return sent(await recall.create_thread(cred, data, idempotency_key))
+    return sent(await request.recall.create_thread(request.cred, data, idempotency_key))
 
 
 @get("/threads/{thread_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetThread")
 async def get_thread(
-    thread_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET
+    thread_id: FromPath[str], request: Caller, budget: Budget = spill.DEFAULT_BUDGET
 ) -> ThreadView:
-    return await recall.get_thread(cred, thread_id, budget)
+    return await request.recall.get_thread(request.cred, thread_id, budget)
 
 
 @patch("/threads/{thread_id:str}", responses=problems(400, 401, 403, 404, 410, 413, 503), operation_id="UpdateThread")
-async def update_thread(thread_id: FromPath[str], data: JSONBody[UpdateThread], recall: Service, cred: Key) -> ThreadView:
-    return await recall.update_thread(cred, thread_id, data)
+async def update_thread(thread_id: FromPath[str], data: JSONBody[UpdateThread], request: Caller) -> ThreadView:
+    return await request.recall.update_thread(request.cred, thread_id, data)
 
 
 @delete("/threads/{thread_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteThread")
-async def delete_thread(thread_id: FromPath[str], recall: Service, cred: Key) -> None:
+async def delete_thread(thread_id: FromPath[str], request: Caller) -> None:
     """Erase the thread, its event log, and the triggers and reports filed on it; the IDs are retired."""
-    await recall.delete(cred, "thread", thread_id)
+    await request.recall.delete(request.cred, "thread", thread_id)
 
 
 @get("/threads", responses=problems(400, 401, 503), operation_id="ListThreads")
 async def list_threads(
-    request: Request[Any, Any, Any],
-    recall: Service,
-    cred: Key,
+    request: Caller,
     labels: LabelFilter,
     status: Annotated[str | None, Parameter(description="Only threads with this status.")] = None,
     owner: Annotated[str | None, Parameter(description="Only threads this worker owns.")] = None,
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> Response[ThreadPage]:
-    return paged(request, await recall.list_threads(cred, status, owner, labels, cursor, limit))
+    return paged(request, await request.recall.list_threads(request.cred, status, owner, labels, cursor, limit))
 
 
 @get("/threads/{thread_id:str}/events", responses=problems(400, 401, 404, 410, 503), operation_id="ListEvents")
 async def list_events(
-    thread_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key,
+    thread_id: FromPath[str], request: Caller,
     cursor: Cursor = None, limit: Limit = 50,
 ) -> Response[EventPage]:
-    return paged(request, await recall.list_events(cred, thread_id, cursor, limit))
+    return paged(request, await request.recall.list_events(request.cred, thread_id, cursor, limit))
 
 
 @post("/threads/{thread_id:str}/events", status_code=201, responses=problems(*WRITE), operation_id="AddNote")
 async def add_note(
-    thread_id: FromPath[str], data: JSONBody[CreateNote], recall: Service, cred: Key,
+    thread_id: FromPath[str], data: JSONBody[CreateNote], request: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> Response[Event]:
-    return sent(await recall.add_note(cred, thread_id, data, idempotency_key))
+    return sent(await request.recall.add_note(request.cred, thread_id, data, idempotency_key))
 
 
 @post("/threads/{thread_id:str}/owners", status_code=201, responses=problems(*WRITE), operation_id="AssignOwner")
 async def assign_owner(
-    thread_id: FromPath[str], data: JSONBody[AssignOwner], recall: Service, cred: Key,
+    thread_id: FromPath[str], data: JSONBody[AssignOwner], request: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> Response[ThreadView]:
-    return sent(await recall.assign_owner(cred, thread_id, data, idempotency_key))
+    return sent(await request.recall.assign_owner(request.cred, thread_id, data, idempotency_key))
 
 
 ROUTES: list[Any] = [create_thread, get_thread, update_thread, delete_thread, list_threads, list_events, add_note,

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, delete, get, post
+from litestar import Response, delete, get, post
 from litestar.params import FromPath, JSONBody
 
 from recall_server import spill
 from recall_server.models import CreateTrigger, TriggerView
 from recall_server.routes import (
     Budget,
+    Caller,
     IdempotencyKey,
-    Key,
-    Service,
     problems,
     sent,
     serve_content,
@@ -23,29 +22,29 @@ from recall_server.routes import (
 @post("/triggers", status_code=201, responses=problems(400, 401, 403, 409, 413, 422, 503),
       operation_id="CreateTrigger")
 async def create_trigger(
-    data: JSONBody[CreateTrigger], recall: Service, cred: Key, idempotency_key: IdempotencyKey = None
+    data: JSONBody[CreateTrigger], request: Caller, idempotency_key: IdempotencyKey = None
 ) -> Response[TriggerView]:
-    return sent(await recall.create_trigger(cred, data, idempotency_key))
+    return sent(await request.recall.create_trigger(request.cred, data, idempotency_key))
 
 
 @get("/triggers/{trigger_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetTrigger")
 async def get_trigger(
-    trigger_id: FromPath[str], recall: Service, cred: Key, budget: Budget = spill.DEFAULT_BUDGET
+    trigger_id: FromPath[str], request: Caller, budget: Budget = spill.DEFAULT_BUDGET
 ) -> TriggerView:
-    return await recall.get_trigger(cred, trigger_id, budget)
+    return await request.recall.get_trigger(request.cred, trigger_id, budget)
 
 
 @get("/triggers/{trigger_id:str}/payload", responses=problems(401, 404, 410, 416, 503), operation_id="GetPayload")
 async def get_payload(
-    trigger_id: FromPath[str], request: Request[Any, Any, Any], recall: Service, cred: Key
+    trigger_id: FromPath[str], request: Caller
 ) -> Response[bytes]:
-    return serve_content(request, await recall.get_payload(cred, trigger_id))
+    return serve_content(request, await request.recall.get_payload(request.cred, trigger_id))
 
 
 @delete("/triggers/{trigger_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteTrigger")
-async def delete_trigger(trigger_id: FromPath[str], recall: Service, cred: Key) -> None:
+async def delete_trigger(trigger_id: FromPath[str], request: Caller) -> None:
     """Erase the trigger and its payload; the ID is retired."""
-    await recall.delete(cred, "trigger", trigger_id)
+    await request.recall.delete(request.cred, "trigger", trigger_id)
 
 
 ROUTES: list[Any] = [create_trigger, get_trigger, get_payload, delete_trigger]
