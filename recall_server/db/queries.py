@@ -78,6 +78,8 @@ async def _fetch(conn: Conn, sql: str, who: str | Credential, *args: object) -> 
 
 
 async def fetch_thread(conn: Conn, who: str | Credential, thread_id: str, events: int) -> ThreadRow | None:
+    # The newest events by seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the
+    # LIMIT, PostgreSQL re-planned this statement on every execution (tests/test_plans.py).
     row = await _fetch(
         conn,
         """
