@@ -541,9 +541,12 @@ class Recall:
         async with self.db.connection() as conn:
             await q.ping(conn)
 
-    async def bench_pk(self, thread_id: str) -> str:
+    async def bench_pk(self, thread_id: str) -> dict[str, object]:
         async with self.db.connection() as conn:
-            return await q.bench_pk(conn, thread_id)
+            row = await q.bench_pk(conn, thread_id)
+        if row is None:
+            raise not_found(thread_id, "thread")
+        return row
 
     async def sweep(self, batch: int = 500) -> int:
         """Purge expired objects in every tenant (recall_sweep runs as the owner), a batch per transaction."""

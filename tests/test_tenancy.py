@@ -326,3 +326,9 @@ def test_labels_narrow_lists_and_star_means_any(as_key) -> None:
     g.report(worker, tagged["id"])
     assert len(a.get(f"/workers/{worker}/reports", params={"run_id": run}).json()["data"]) == 1
     assert_problem(a.get("/threads", params={"app_id": "bad label!"}), 400)
+
+
+def test_benchmark_routes_do_not_exist_unless_enabled(base_url: str) -> None:
+    """/bench/pk reads tenant `bench` without a key: only `bench/run.py` turns it on (RECALL_BENCH_ROUTES)."""
+    for path in ("/bench/constant", "/bench/pk/thr_b1"):
+        assert_problem(httpx.get(base_url + path), 404)

@@ -398,13 +398,20 @@ async def cursor_secret(conn: Conn) -> bytes:
     return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
 
 
-async def bench_pk(conn: Conn, thread_id: str) -> str:
-    """One primary-key lookup, for the benchmark's ceiling (RLS applies: no tenant is set, so no row)."""
+async def bench_pk(conn: Conn, thread_id: str) -> dict[str, object] | None:
+    """One primary-key lookup of a thread row of tenant `bench`, for the benchmark's fetch ceiling.
+
+    The tenant is bound in the same statement, as every read of the app role needs (without it
+    row-level security hides the row and the lookup would measure a cheaper miss).
+    """
     row = await conn.fetchrow(
-        "SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = 'bench' AND id = $1",
+        """
+        SELECT t.* FROM (SELECT set_config('app.tenant_id', 'bench', true)) s, LATERAL (
+          SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = 'bench' AND id = $1 OFFSET 0) t
+        """,
         thread_id,
     )
-    return "miss" if row is None else row["status"]
+    return None if row is None else dict(row)
 
 
 async def ping(conn: Conn) -> None:

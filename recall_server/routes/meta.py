@@ -44,9 +44,10 @@ def bench_constant() -> Health:
 
 
 @get("/bench/pk/{thread_id:str}", include_in_schema=False)
-async def bench_pk(thread_id: FromPath[str], request: Caller) -> Health:
-    """The stack's fetch ceiling: one primary-key SELECT through the same pool (only with RECALL_BENCH_ROUTES)."""
-    return Health(status=await request.recall.bench_pk(thread_id))
+async def bench_pk(thread_id: FromPath[str], request: Caller) -> dict[str, Any]:
+    """The stack's fetch ceiling: one primary-key SELECT of a thread row through the same pool, returned
+    as JSON (only with RECALL_BENCH_ROUTES)."""
+    return await request.recall.bench_pk(thread_id)
 
 
 BENCH: list[Any] = [bench_constant, bench_pk]
