@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS workers (
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at   timestamptz,
     deleted_at   timestamptz,
+    -- rows of thread_owners and reports naming this worker (they are never deleted), kept by the
+    -- statements that insert them: the worker's view reads them instead of counting (version 2)
+    threads_total bigint NOT NULL DEFAULT 0,
+    reports_total bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant_id, id)
 );
 
@@ -400,3 +404,17 @@ REVOKE ALL ON FUNCTION recall_authenticate(text, bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_authenticate(text, bytea) TO recall_app;
 
 INSERT INTO schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING;
+
+-- Version 2: workers keep their thread and report counts (a worker's view cost grew with them).
+-- Stop version-1 servers before migrating: they insert without counting.
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS threads_total bigint NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS reports_total bigint NOT NULL DEFAULT 0;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 2) THEN
+        UPDATE workers w SET
+            threads_total = (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id),
+            reports_total = (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id);
+        INSERT INTO schema_migrations (version) VALUES (2);
+    END IF;
+END $$;

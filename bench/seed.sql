@@ -51,6 +51,12 @@ INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
 SELECT 'bench', 'rpt_b' || g, 1, CASE WHEN g % 1000 = 1 THEN 'trg_b41k' ELSE 'trg_b' || g END
 FROM generate_series(1, 20000) g;
 
+-- the counts the server keeps on the worker row as it inserts owners and reports
+UPDATE workers w SET
+    threads_total = (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id),
+    reports_total = (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id)
+WHERE w.tenant_id = 'bench';
+
 INSERT INTO threads (tenant_id, id, title, summary, status, request_hash, last_seq)
 VALUES ('bench', 'thr_big', 'a thread of notes', 'the same title and summary in both', 'open', '\x', 1000000),
        ('bench', 'thr_ten', 'a thread of notes', 'the same title and summary in both', 'open', '\x', 10),

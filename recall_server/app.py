@@ -25,7 +25,11 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
-from recall_server.observability import ObservabilityMiddleware, request_id
+from recall_server.observability import (
+    ObservabilityMiddleware,
+    forget_processes,
+    request_id,
+)
 from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
     Caller,
@@ -126,6 +130,7 @@ def create_app(settings: Settings) -> Litestar:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
         app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl)
+        forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever())]
         try:
@@ -134,6 +139,7 @@ def create_app(settings: Settings) -> Litestar:
             for task in background:
                 task.cancel()
             await db.close()
+            forget_processes(settings.metrics_dir, including_this_one=True)
 
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(

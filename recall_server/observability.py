@@ -13,6 +13,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -100,7 +101,34 @@ def metrics_body(multiprocess_dir: str | None) -> bytes:
     return generate_latest(REGISTRY)
 
 
-METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split("; charset=")[0]  # Litestar adds the charset to text/* types
+
+
+def forget_processes(multiprocess_dir: str | None, *, including_this_one: bool = False) -> None:
+    """Drop the pool gauges of worker processes that have exited (or of this one, as it exits).
+
+    Otherwise a reloaded or crashed worker's last pool state is summed into the gauges forever;
+    its request counts stay, as they should.
+    """
+    if not multiprocess_dir:
+        return
+    me = os.getpid()
+    for path in Path(multiprocess_dir).glob("gauge_live*_*.db"):
+        pid = int(path.stem.rpartition("_")[2])
+        if pid == me and not including_this_one:
+            continue
+        if pid == me or not _alive(pid):
+            multiprocess.mark_process_dead(pid, multiprocess_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, under another user
+        return True
+    return True
 
 
 class JsonFormatter(logging.Formatter):

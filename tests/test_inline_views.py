@@ -115,3 +115,18 @@ def test_links_beyond_their_summaries_keep_their_ids(client: httpx.Client, graph
     neighbours = [graph.trigger(summary="x" * 200)["id"] for _ in range(16)]
     view = client.get(f"/triggers/{graph.trigger(neighbours=neighbours)['id']}").json()
     assert [n["id"] for n in view["neighbours"]] == neighbours
+
+
+def test_a_workers_view_counts_every_thread_it_owned_and_report_it_filed(client: httpx.Client, graph: Graph) -> None:
+    worker = graph.worker()["id"]
+    threads = [graph.thread()["id"] for _ in range(3)]
+    for thread in threads:
+        for _ in range(2):  # assigning an owner twice makes one ownership
+            assert client.post(f"/threads/{thread}/owners", json={"worker_id": worker}).status_code in (200, 201)
+    reports = [graph.report(worker, threads[0])["id"] for _ in range(spill.RECENT + 2)]
+    again = {"id": reports[0], "thread_id": threads[0], "summary": "a report", "body": "text"}
+    assert client.post(f"/workers/{worker}/reports", json=again).status_code == 200  # a retry files nothing new
+    assert client.delete(f"/reports/{reports[1]}").status_code == 204  # deleted, still filed: the ID is retired
+    view = client.get(f"/workers/{worker}").json()
+    assert (view["threads_total"], view["reports_total"]) == (3, spill.RECENT + 2)
+    assert len(view["reports"]) == spill.RECENT, "the newest ten; the rest are one page away"

@@ -110,15 +110,13 @@ async def fetch_worker(conn: Conn, who: str | Credential, worker_id: str, recent
         """
         SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
           recall_is_gone(w.deleted_at, w.expires_at) AS gone,
-          (SELECT count(*) FROM thread_owners o WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id)
-            AS threads_total,
+          w.threads_total,
           (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
              SELECT t.id, t.summary, t.deleted_at, t.expires_at FROM thread_owners o
                JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
               WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
               ORDER BY o.assigned_at DESC, t.id DESC LIMIT $3) x) AS threads,
-          (SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id)
-            AS reports_total,
+          w.reports_total,
           (SELECT coalesce(json_agg(CASE WHEN recall_is_gone(x.deleted_at, x.expires_at)
                                          THEN json_build_object('id', x.id, 'deleted', true)
                                          ELSE json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs) END),
@@ -495,10 +493,13 @@ async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summ
 
 
 async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) -> bool:
+    """Make the worker an owner (counted on the worker row); False when it already is one."""
     return await conn.fetchval(
         """
-        INSERT INTO thread_owners (tenant_id, thread_id, worker_id) VALUES ($1, $2, $3)
-        ON CONFLICT DO NOTHING RETURNING true
+        WITH new AS (INSERT INTO thread_owners (tenant_id, thread_id, worker_id) VALUES ($1, $2, $3)
+                     ON CONFLICT DO NOTHING RETURNING worker_id)
+        UPDATE workers w SET threads_total = threads_total + 1 FROM new
+         WHERE w.tenant_id = $1 AND w.id = new.worker_id RETURNING true
         """,
         tenant, thread_id, worker_id,
     ) is not None
@@ -550,13 +551,17 @@ async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours
 async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
                         content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes,
                         expires_at: datetime | None) -> bool:
+    """Insert (counted on the worker row); False when the ID exists."""
     return await conn.fetchval(
         """
-        INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
-                             body_sha256, request_hash, app_id, agent_id, run_id, expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                least($13, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
-        ON CONFLICT DO NOTHING RETURNING true
+        WITH new AS (
+          INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
+                               body_sha256, request_hash, app_id, agent_id, run_id, expires_at)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                  least($13, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
+          ON CONFLICT DO NOTHING RETURNING worker_id)
+        UPDATE workers w SET reports_total = reports_total + 1 FROM new
+         WHERE w.tenant_id = $1 AND w.id = new.worker_id RETURNING true
         """,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
         labels.app_id, labels.agent_id, labels.run_id, expires_at,
