@@ -27,6 +27,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     metrics_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: worker processes share metrics there
     migrate_on_start: bool = True
     idempotency_ttl: int = 86_400  # seconds an Idempotency-Key's outcome is kept
+    content_cache_bytes: int = 64 * 1024 * 1024  # per process: payloads/bodies served without reading them again
     sweep_interval: float = 60.0  # seconds between purges of expired objects inside serve (0: never)
     log_level: str = "info"
 

@@ -1,8 +1,10 @@
-"""Serving immutable content: strong ETags, conditional GET and single byte ranges (pure)."""
+"""Serving immutable content: strong ETags, conditional GET, single byte ranges, and a cache (pure)."""
 
 from __future__ import annotations
 
 import re
+
+from cachetools import LRUCache
 
 from recall_server.errors import RangeNotSatisfiable
 
@@ -72,3 +74,26 @@ def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str 
             headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
             return Served(206, data[first:last + 1], headers)
     return Served(200, data, headers)
+
+
+class ContentCache:
+    """Payloads and bodies this process has served, by object ID, up to `max_bytes` (least recently used go).
+
+    Never trusted on its own: each read still asks the database, passing the cached SHA-256; the
+    database leaves the bytes out when they match (content is immutable, erasure changes the hash)
+    and always answers for existence, deletion, expiry and the key. So a hit saves reading,
+    decompressing and sending the bytes, and a deleted object is 410 at once in every process.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_item = max_bytes // 16  # one big payload must not flush everything else
+        self.items: LRUCache[str, tuple[bytes, bytes]] = LRUCache(
+            maxsize=max(1, max_bytes), getsizeof=lambda item: len(item[1]) + 100)
+
+    def get(self, object_id: str) -> tuple[bytes, bytes] | None:
+        """(sha256, data) if cached."""
+        return self.items.get(object_id)
+
+    def put(self, object_id: str, sha256: bytes, data: bytes) -> None:
+        if len(data) <= self.max_item:
+            self.items[object_id] = (sha256, data)

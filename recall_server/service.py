@@ -11,6 +11,7 @@ import msgspec
 
 from recall_server import auth, ids, spill
 from recall_server.auth import Credential
+from recall_server.content import ContentCache
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
@@ -138,10 +139,12 @@ def _created(status_new: bool, view: Any, location: str) -> Outcome:
 class Recall:
     """The operations behind the HTTP API, for one store."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, idempotency_ttl: int = 86_400) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, idempotency_ttl: int = 86_400,
+                 content_cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.db = db
         self.cursors = cursors
         self.idempotency_ttl = idempotency_ttl
+        self.contents = ContentCache(content_cache_bytes)
 
     # ---- shared steps ----------------------------------------------------------------
 
@@ -267,14 +270,20 @@ class Recall:
         return await self._read_view(cred, "report", report_id, budget)
 
     async def _content(self, cred: Credential, kind: str, object_id: str,
-                       fetch: Callable[[q.Conn, Credential, str], Awaitable[Content | None]]) -> Content:
+                       fetch: Callable[[q.Conn, Credential, str, bytes | None], Awaitable[Content | None]]) -> Content:
+        """The content, with the bytes from this process's cache when the database says they are the same."""
         await self._authenticated_miss(cred, kind, object_id)
+        cached = self.contents.get(object_id)
         async with self.db.connection() as conn:
-            content = await fetch(conn, cred, object_id)
+            content = await fetch(conn, cred, object_id, cached[0] if cached else None)
         if content is None:
             raise not_found(object_id, kind)
         if content.gone:
             raise gone(object_id)
+        if content.data is None and cached is not None:  # same SHA-256 as the cached bytes
+            content.data = cached[1]
+        else:
+            self.contents.put(object_id, content.sha256, content.data)
         return content
 
     async def get_payload(self, cred: Credential, trigger_id: str) -> Content:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
-from helpers import Graph, assert_problem
+import pytest
+from helpers import Graph, ServerProcess, assert_problem, create_key, uid
 
 
 def test_a_json_payload_is_inlined_as_json_and_served_as_json(client: httpx.Client, graph: Graph) -> None:
@@ -60,3 +63,61 @@ def test_report_body_is_served_like_a_payload(client: httpx.Client, graph: Graph
     assert served.status_code == 200 and served.text.startswith("# findings")
     assert served.headers["content-type"].startswith("text/markdown")
     assert client.get(report["spilled"]["body"]["href"], headers={"Range": "bytes=0-9"}).text == "# findings"
+
+
+# ---- the per-process content cache: a hit saves the bytes, never the database's say ------------------
+
+
+@pytest.fixture(scope="module")
+def two_workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(database_url, tmp_path_factory.mktemp("cache") / "server.log", RECALL_WORKERS="2").start()
+    yield proc
+    proc.stop()
+
+
+def served_by_both_workers(c: httpx.Client, path: str) -> bytes:
+    """GET path on new connections until both worker processes have served (and cached) it; the bytes.
+
+    A generated request ID starts with its process's random prefix: that tells the workers apart.
+    """
+    bodies, workers = set(), set()
+    for _ in range(200):
+        response = c.get(path, headers={"Connection": "close"})  # a kept-alive connection stays on one worker
+        assert response.status_code == 200
+        bodies.add(response.content)
+        workers.add(response.headers["x-request-id"][:16])
+        if len(workers) == 2:
+            break
+    assert len(workers) == 2, "one worker served every request"
+    assert len(bodies) == 1
+    return bodies.pop()
+
+
+def test_a_cached_payload_is_410_in_every_process_once_deleted(two_workers: ServerProcess, api_key: str) -> None:
+    with httpx.Client(base_url=two_workers.url, headers={"Authorization": f"Bearer {api_key}"}) as c:
+        graph = Graph(c)
+        trigger = graph.trigger(payload="x" * 5000)
+        report = graph.report(graph.worker()["id"], graph.thread()["id"], body="y" * 5000)
+        for path, kind in ((f"/triggers/{trigger['id']}/payload", "triggers"), (f"/reports/{report['id']}/body", "reports")):
+            served_by_both_workers(c, path)
+            assert c.delete(f"/{kind}/{path.split('/')[2]}").status_code == 204
+            for _ in range(20):
+                assert_problem(c.get(path), 410)
+
+
+def test_the_same_id_in_two_tenants_serves_each_its_own_bytes(two_workers: ServerProcess, api_key: str,
+                                                               database_url: str) -> None:
+    other_key = create_key(database_url, uid("cache"), "write")
+    trigger_id = uid("trg")
+    clients = [httpx.Client(base_url=two_workers.url, headers={"Authorization": f"Bearer {key}"})
+               for key in (api_key, other_key)]
+    try:
+        for c, text in zip(clients, ("mine", "theirs")):
+            assert c.post("/triggers", json={"id": trigger_id, "source": "s", "summary": "same id",
+                                             "payload": text * 100}).status_code == 201
+        for _ in range(3):  # interleaved, so each process has cached the other tenant's bytes first
+            for c, text in zip(clients, ("mine", "theirs")):
+                assert served_by_both_workers(c, f"/triggers/{trigger_id}/payload") == (text * 100).encode()
+    finally:
+        for c in clients:
+            c.close()

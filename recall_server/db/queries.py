@@ -195,29 +195,33 @@ async def fetch_report(conn: Conn, who: str | Credential, report_id: str, inline
 
 class Content(msgspec.Struct):
     content_type: str
-    data: bytes
+    data: bytes | None  # None: the bytes are the caller's known ones (same SHA-256)
     sha256: bytes
     gone: bool
 
 
-async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str) -> Content | None:
+async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str, known_sha256: bytes | None) -> Content | None:
     row = await _fetch(
         conn,
         """
-        SELECT content_type, payload, payload_sha256, recall_is_gone(deleted_at, expires_at) FROM triggers
-        WHERE tenant_id = $1 AND id = $2
+        SELECT content_type, CASE WHEN payload_sha256 = $3 THEN NULL ELSE payload END, payload_sha256,
+               recall_is_gone(deleted_at, expires_at)
+        FROM triggers WHERE tenant_id = $1 AND id = $2
         """,
-        who, trigger_id,
+        who, trigger_id, known_sha256,
     )
     return None if row is None else Content(*row)
 
 
-async def fetch_body(conn: Conn, who: str | Credential, report_id: str) -> Content | None:
+async def fetch_body(conn: Conn, who: str | Credential, report_id: str, known_sha256: bytes | None) -> Content | None:
     row = await _fetch(
         conn,
-        "SELECT content_type, body, body_sha256, recall_is_gone(deleted_at, expires_at) FROM reports"
-        " WHERE tenant_id = $1 AND id = $2",
-        who, report_id,
+        """
+        SELECT content_type, CASE WHEN body_sha256 = $3 THEN NULL ELSE body END, body_sha256,
+               recall_is_gone(deleted_at, expires_at)
+        FROM reports WHERE tenant_id = $1 AND id = $2
+        """,
+        who, report_id, known_sha256,
     )
     return None if row is None else Content(*row)
 
