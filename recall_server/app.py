@@ -129,7 +129,8 @@ def create_app(settings: Settings) -> Litestar:
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
-        app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl, settings.content_cache_bytes)
+        app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl,
+                                           settings.content_cache_bytes)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever())]

@@ -77,7 +77,7 @@ def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str 
 
 
 class ContentCache:
-    """Payloads and bodies this process has served, by object ID, up to `max_bytes` (least recently used go).
+    """Payloads and bodies this process served, by object ID, up to `max_bytes` (least recently used out).
 
     Never trusted on its own: each read still asks the database, passing the cached SHA-256; the
     database leaves the bytes out when they match (content is immutable, erasure changes the hash)

@@ -44,7 +44,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
         run(url, (DATA / "schema-v1.sql").read_text())
         run(url, """
             INSERT INTO tenants (id) VALUES ('default') ON CONFLICT DO NOTHING;
-            INSERT INTO workers (tenant_id, id, name, summary, request_hash) VALUES ('default', 'wkr_old', 'w', 's', '\\x');
+            INSERT INTO workers (tenant_id, id, name, summary, request_hash)
+            VALUES ('default', 'wkr_old', 'w', 's', '\\x');
             INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
             SELECT 'default', 'thr_old' || g, 't', 's', 'open', '\\x' FROM generate_series(1, 3) g;
             INSERT INTO thread_owners (tenant_id, thread_id, worker_id)

@@ -200,7 +200,8 @@ class Content(msgspec.Struct):
     gone: bool
 
 
-async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str, known_sha256: bytes | None) -> Content | None:
+async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str,
+                        known_sha256: bytes | None) -> Content | None:
     row = await _fetch(
         conn,
         """
@@ -213,7 +214,8 @@ async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str, know
     return None if row is None else Content(*row)
 
 
-async def fetch_body(conn: Conn, who: str | Credential, report_id: str, known_sha256: bytes | None) -> Content | None:
+async def fetch_body(conn: Conn, who: str | Credential, report_id: str,
+                     known_sha256: bytes | None) -> Content | None:
     row = await _fetch(
         conn,
         """
