@@ -45,23 +45,40 @@ class CursorCodec:
 
     def decode(self, scope: str, token: str, shape: type) -> Any:
         """Verify a cursor for this list and return its position, converted to `shape`."""
-        invalid = BadRequest(
-            "Invalid cursor: it is forged, corrupted, truncated, or was issued for a different list. "
-            "Start again without a cursor.",
-            cursor=token[:_MAX_TOKEN],
-        )
-        if len(token) > _MAX_TOKEN or token.count(".") != 1:
-            raise invalid
-        body_text, mac_text = token.split(".")
-        try:
-            body, mac = _unb64(body_text), _unb64(mac_text)
-        except (binascii.Error, ValueError):
-            raise invalid from None
-        if _b64(body) != body_text or _b64(mac) != mac_text:  # non-canonical base64 is tampering too
-            raise invalid
-        if not hmac.compare_digest(mac, self._mac(scope, body)):
-            raise invalid
-        try:
-            return msgspec.json.decode(body, type=shape)
-        except msgspec.MsgspecError:
-            raise invalid from None
+        parts = _split(token)
+        position = _position(parts[0], shape) if parts else None
+        if position is None or not hmac.compare_digest(parts[1], self._mac(scope, parts[0])):
+            raise BadRequest(
+                "Invalid cursor: it is forged, corrupted, truncated, or was issued for a different list. "
+                "Start again without a cursor.",
+                cursor=token[:_MAX_TOKEN],
+            )
+        return position
+
+    @staticmethod
+    def position(token: str, shape: type) -> Any | None:
+        """The position a cursor claims, NOT verified (None if it does not parse): for a read that runs
+        before the cursor's scope is known. `decode` it before showing anything the read found."""
+        parts = _split(token)
+        return _position(parts[0], shape) if parts else None
+
+
+def _split(token: str) -> tuple[bytes, bytes] | None:
+    """(body, mac) of a well-formed token; None if malformed (non-canonical base64 is tampering too)."""
+    if len(token) > _MAX_TOKEN or token.count(".") != 1:
+        return None
+    body_text, mac_text = token.split(".")
+    try:
+        body, mac = _unb64(body_text), _unb64(mac_text)
+    except (binascii.Error, ValueError):
+        return None
+    if _b64(body) != body_text or _b64(mac) != mac_text:
+        return None
+    return body, mac
+
+
+def _position(body: bytes, shape: type) -> Any | None:
+    try:
+        return msgspec.json.decode(body, type=shape)
+    except msgspec.MsgspecError:
+        return None

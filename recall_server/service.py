@@ -323,11 +323,15 @@ class Recall:
         return ThreadPage(*self._keyset_page(scope, rows, limit))
 
     async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("thread", thread_id)
-            scope = f"{tenant}\0events\0{thread_id}"
-            after = self.cursors.decode(scope, cursor, tuple[int]) if cursor else (0,)
-            found = await q.list_events(conn, tenant, thread_id, after[0], limit + 1)
+        """One statement: the key check, and the page from the position the cursor claims. The cursor
+        is verified once that statement has told the key's tenant (its scope), before anything is shown."""
+        await self._authenticated_miss(cred, "thread", thread_id)
+        after = (self.cursors.position(cursor, tuple[int]) if cursor else None) or (0,)
+        async with self.db.connection() as conn:
+            tenant, found = await q.list_events(conn, cred, thread_id, after[0], limit + 1)
+        scope = f"{tenant}\0events\0{thread_id}"
+        if cursor:
+            self.cursors.decode(scope, cursor, tuple[int])  # 400 unless signed for this list
         if found is None:
             raise not_found(thread_id, "thread")
         if found[0]:

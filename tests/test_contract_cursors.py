@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from helpers import Graph, assert_problem, uid
+from helpers import Graph, assert_problem, create_key, uid
 
 
 def walk(client: httpx.Client, path: str, limit: int, cursor: str | None = None) -> tuple[list[dict], str | None]:
@@ -114,6 +114,25 @@ def test_a_cursor_is_bound_to_the_list_it_came_from(client: httpx.Client, graph:
     cursor = client.get(f"/threads/{a}/events", params={"limit": 1}).json()["next_cursor"]
     assert_problem(client.get(f"/threads/{b}/events", params={"cursor": cursor}), 400)
     assert_problem(client.get("/threads", params={"cursor": cursor}), 400)
+
+
+def test_a_cursor_from_another_tenant_is_a_400_and_shows_nothing(client: httpx.Client, graph: Graph,
+                                                                 database_url: str, base_url: str) -> None:
+    """The page is read before the cursor's scope (the key's tenant) is known: it must still not show."""
+    thread = graph.thread()["id"]
+    graph.note(thread, "mine")
+    cursor = client.get(f"/threads/{thread}/events", params={"limit": 1}).json()["next_cursor"]
+    other = {"Authorization": f"Bearer {create_key(database_url, uid('tenant'), 'read')}"}
+    response = httpx.get(f"{base_url}/threads/{thread}/events", params={"cursor": cursor}, headers=other)
+    assert_problem(response, 400, "cursor")
+    assert "mine" not in response.text
+
+
+def test_an_unknown_key_is_401_before_a_forged_cursor_is_400(base_url: str, graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    response = httpx.get(f"{base_url}/threads/{thread}/events", params={"cursor": "WzJd.AAAAAAAAAAAAAAAAAAAAAA"},
+                         headers={"Authorization": "Bearer rk_0000000000000000." + "A" * 43})
+    assert_problem(response, 401)
 
 
 @pytest.mark.parametrize("limit", [0, -1, 501, "ten"])

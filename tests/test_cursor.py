@@ -191,3 +191,20 @@ def test_a_secret_shorter_than_32_bytes_is_refused(length: int) -> None:
 
 def test_a_32_byte_secret_is_accepted() -> None:
     CursorCodec(b"s" * 32)
+
+
+# ---- the claimed position, before the scope is known ---------------------------------------------
+
+
+def test_position_reads_what_a_cursor_claims_without_trusting_it() -> None:
+    """For a read that runs before the scope is known; decode() must still pass before anything is shown."""
+    forged = "WzJd." + token_for([1]).split(".")[1]  # [2] under the signature of [1]
+    assert CursorCodec.position(token_for([7]), tuple[int]) == (7,)
+    assert CursorCodec.position(forged, tuple[int]) == (2,)
+    assert_rejected(forged)
+
+
+@given(st.text(alphabet=TOKEN_ALPHABET, max_size=80))
+def test_position_of_anything_malformed_is_none_never_an_error(token: str) -> None:
+    claimed = CursorCodec.position(token, tuple[int])
+    assert claimed is None or (isinstance(claimed, tuple) and isinstance(claimed[0], int))

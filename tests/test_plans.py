@@ -42,6 +42,7 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
                 await recall.get_payload(cred, trigger["id"])
                 await recall.get_body(cred, report["id"])
                 await recall.resolve(cred, thread["id"])
+                await recall.list_events(cred, thread["id"], None, 5)
             async with db.connection() as conn:  # the pool's one connection: its prepared statements
                 return [tuple(r) for r in await conn.fetch(
                     "SELECT generic_plans, custom_plans, statement FROM pg_prepared_statements")]

@@ -44,7 +44,7 @@ def _labels(row: asyncpg.Record) -> dict[str, object]:
 
 
 @functools.cache
-def _authenticated(sql: str) -> str:
+def _authenticated(sql: str, with_tenant: bool = False) -> str:
     """`sql` (a read for tenant $1, further parameters $2..) as one statement that also checks the key.
 
     The key is $1/$2 and the tenant comes from it: set_config binds this statement's transaction,
@@ -52,13 +52,14 @@ def _authenticated(sql: str) -> str:
     read into a join, so it is a parameterised nested loop over the one auth row and runs after
     set_config. Were it ever evaluated first, row-level security would show it nothing (no tenant
     is set outside a transaction): a false miss, never another tenant's row, and every read also
-    filters on the key's tenant explicitly. One round trip.
+    filters on the key's tenant explicitly. One round trip. `with_tenant`: the key's tenant comes
+    first in the row.
     """
     body = re.sub(r"\$(\d+)", lambda m: "auth.tenant" if m.group(1) == "1" else f"${int(m.group(1)) + 1}", sql)
     return f"""
         WITH auth AS MATERIALIZED (
           SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant FROM recall_authenticate($1, $2) a)
-        SELECT v.* FROM auth LEFT JOIN LATERAL ({body} OFFSET 0) v ON true
+        SELECT {"auth.tenant, " if with_tenant else ""}v.* FROM auth LEFT JOIN LATERAL ({body} OFFSET 0) v ON true
     """
 
 
@@ -70,6 +71,14 @@ async def _fetch(conn: Conn, sql: str, who: str | Credential, *args: object) -> 
     if row is None:
         raise unknown_key()
     return None if row[0] is None else row
+
+
+async def _fetch_for_key(conn: Conn, sql: str, cred: Credential, *args: object) -> tuple[str, asyncpg.Record | None]:
+    """The key's tenant and one row of a read for it (None: no row); 401 when the key is not valid."""
+    row = await conn.fetchrow(_authenticated(sql, True), cred.key_id, cred.secret_sha256, *args)
+    if row is None:
+        raise unknown_key()
+    return row[0], None if row[1] is None else row[1:]
 
 
 # ---- reads -----------------------------------------------------------------------------
@@ -256,21 +265,27 @@ async def list_threads(
 
 
 async def list_events(
-    conn: Conn, tenant: str, thread_id: str, after_seq: int, limit: int,
-) -> tuple[bool, list[Event]] | None:
-    """(thread gone?, events after a seq, in order); None when the thread does not exist (a miss)."""
-    row = await conn.fetchrow(
+    conn: Conn, cred: Credential, thread_id: str, after_seq: int, limit: int,
+) -> tuple[str, tuple[bool, list[Event]] | None]:
+    """The key's tenant, and (thread gone?, the `limit` events after a seq, in order) or None when the
+    thread does not exist (a miss). One statement with the key check.
+
+    A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's
+    last_seq rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages
+    on every execution (tests/test_plans.py).
+    """
+    tenant, row = await _fetch_for_key(
+        conn,
         """
         SELECT recall_is_gone(t.deleted_at, t.expires_at),
-               (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM (
-                  SELECT * FROM thread_events
-                   WHERE tenant_id = t.tenant_id AND thread_id = t.id AND seq > $3
-                   ORDER BY seq LIMIT $4) e) AS events
+               (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM thread_events e
+                 WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
+                   AND e.seq > $3 AND e.seq <= least(t.last_seq, $3 + $4)) AS events
         FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
         """,
-        tenant, thread_id, after_seq, limit,
+        cred, thread_id, after_seq, limit,
     )
-    return None if row is None else (row[0], _events.decode(row[1]))
+    return tenant, None if row is None else (row[0], _events.decode(row[1]))
 
 
 async def list_reports(
