@@ -293,11 +293,12 @@ class Recall:
         return await self._content(cred, "report", report_id, q.fetch_body)
 
     async def resolve(self, cred: Credential, value: str) -> Resolved:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            kind = ids.kind_of(value)
-            if kind is None:
+        kind = ids.kind_of(value)
+        if kind is None:
+            async with self.db.session(cred, "read"):  # a malformed ID is a miss, but only for a valid key
                 raise not_found(value, "recall")
-            found = await q.resolve(conn, tenant, kind, value, ids.href(value))
+        async with self.db.connection() as conn:
+            found = await q.resolve(conn, cred, kind, value, ids.href(value))
         if found is None:
             raise not_found(value, kind)
         if found[0]:
@@ -314,24 +315,29 @@ class Recall:
             next_cursor = self.cursors.encode(scope, [created_at, last.id])
         return [entry for entry, _ in rows], next_cursor, has_more
 
+    def _verify(self, scope: str, cursor: str | None, shape: type) -> None:
+        """A page is read from the position its cursor claims, in the statement that checks the key
+        and tells its tenant; the cursor must then prove it was signed for this list (400) before
+        anything the read found is shown."""
+        if cursor:
+            self.cursors.decode(scope, cursor, shape)
+
     async def list_threads(self, cred: Credential, status: str | None, owner: str | None, labels: Labels,
                            cursor: str | None, limit: int) -> ThreadPage:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            scope = f"{tenant}\0threads\0{status}\0{owner}\0{labels.key()}"
-            after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
-            rows = await q.list_threads(conn, tenant, status, owner, labels, after, limit + 1)
+        after = self.cursors.position(cursor, tuple[datetime, str]) if cursor else None
+        async with self.db.connection() as conn:
+            tenant, rows = await q.list_threads(conn, cred, status, owner, labels, after, limit + 1)
+        scope = f"{tenant}\0threads\0{status}\0{owner}\0{labels.key()}"
+        self._verify(scope, cursor, tuple[datetime, str])
         return ThreadPage(*self._keyset_page(scope, rows, limit))
 
     async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
-        """One statement: the key check, and the page from the position the cursor claims. The cursor
-        is verified once that statement has told the key's tenant (its scope), before anything is shown."""
         await self._authenticated_miss(cred, "thread", thread_id)
         after = (self.cursors.position(cursor, tuple[int]) if cursor else None) or (0,)
         async with self.db.connection() as conn:
             tenant, found = await q.list_events(conn, cred, thread_id, after[0], limit + 1)
         scope = f"{tenant}\0events\0{thread_id}"
-        if cursor:
-            self.cursors.decode(scope, cursor, tuple[int])  # 400 unless signed for this list
+        self._verify(scope, cursor, tuple[int])
         if found is None:
             raise not_found(thread_id, "thread")
         if found[0]:
@@ -345,11 +351,12 @@ class Recall:
 
     async def list_reports(self, cred: Credential, worker_id: str, labels: Labels, cursor: str | None,
                            limit: int) -> ReportPage:
-        async with self.db.session(cred, "read") as (conn, tenant):
-            _expect("worker", worker_id)
-            scope = f"{tenant}\0reports\0{worker_id}\0{labels.key()}"
-            after = self.cursors.decode(scope, cursor, tuple[datetime, str]) if cursor else None
-            found = await q.list_reports(conn, tenant, worker_id, labels, after, limit + 1)
+        await self._authenticated_miss(cred, "worker", worker_id)
+        after = self.cursors.position(cursor, tuple[datetime, str]) if cursor else None
+        async with self.db.connection() as conn:
+            tenant, found = await q.list_reports(conn, cred, worker_id, labels, after, limit + 1)
+        scope = f"{tenant}\0reports\0{worker_id}\0{labels.key()}"
+        self._verify(scope, cursor, tuple[datetime, str])
         if found is None:
             raise not_found(worker_id, "worker")
         if found[0]:

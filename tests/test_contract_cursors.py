@@ -118,14 +118,19 @@ def test_a_cursor_is_bound_to_the_list_it_came_from(client: httpx.Client, graph:
 
 def test_a_cursor_from_another_tenant_is_a_400_and_shows_nothing(client: httpx.Client, graph: Graph,
                                                                  database_url: str, base_url: str) -> None:
-    """The page is read before the cursor's scope (the key's tenant) is known: it must still not show."""
-    thread = graph.thread()["id"]
+    """A page is read before the cursor's scope (the key's tenant) is known: it must still not show."""
+    worker, thread = graph.worker()["id"], graph.thread(title="mine")["id"]
+    graph.thread(title="mine")
     graph.note(thread, "mine")
-    cursor = client.get(f"/threads/{thread}/events", params={"limit": 1}).json()["next_cursor"]
+    for _ in range(2):
+        graph.report(worker, thread, summary="mine")
     other = {"Authorization": f"Bearer {create_key(database_url, uid('tenant'), 'read')}"}
-    response = httpx.get(f"{base_url}/threads/{thread}/events", params={"cursor": cursor}, headers=other)
-    assert_problem(response, 400, "cursor")
-    assert "mine" not in response.text
+    for path in (f"/threads/{thread}/events", "/threads", f"/workers/{worker}/reports"):
+        cursor = client.get(path, params={"limit": 1}).json()["next_cursor"]
+        assert cursor
+        response = httpx.get(f"{base_url}{path}", params={"cursor": cursor}, headers=other)
+        assert_problem(response, 400, "cursor")
+        assert "mine" not in response.text
 
 
 def test_an_unknown_key_is_401_before_a_forged_cursor_is_400(base_url: str, graph: Graph) -> None:

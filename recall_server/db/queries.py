@@ -238,30 +238,46 @@ async def fetch_body(conn: Conn, who: str | Credential, report_id: str,
 
 
 async def list_threads(
-    conn: Conn, tenant: str, status: str | None, owner: str | None, labels: Labels,
+    conn: Conn, cred: Credential, status: str | None, owner: str | None, labels: Labels,
     after: tuple[datetime, str] | None, limit: int,
-) -> list[tuple[ThreadIndexEntry, datetime]]:
-    """Live threads, newest first, keyset on (created_at, id); each entry with its sort key."""
-    rows = await conn.fetch(
+) -> tuple[str, list[tuple[ThreadIndexEntry, datetime]]]:
+    """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
+    with its sort key. One statement with the key check."""
+    tenant, row = await _fetch_for_key(
+        conn,
         """
-        SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
-        WHERE t.tenant_id = $1 AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-          AND ($2::text IS NULL OR t.status = $2)
-          AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
-                                            AND o.thread_id = t.id AND o.worker_id = $3))
-          AND ($4::timestamptz IS NULL OR (t.created_at, t.id) < ($4, $5))
-          AND ($7::text IS NULL OR t.app_id = $7) AND ($8::text IS NULL OR t.agent_id = $8)
-          AND ($9::text IS NULL OR t.run_id = $9)
-        ORDER BY t.created_at DESC, t.id DESC LIMIT $6
+        SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
+          SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
+          WHERE t.tenant_id = $1 AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
+            AND ($2::text IS NULL OR t.status = $2)
+            AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
+                                              AND o.thread_id = t.id AND o.worker_id = $3))
+            AND ($4::timestamptz IS NULL OR (t.created_at, t.id) < ($4, $5))
+            AND ($7::text IS NULL OR t.app_id = $7) AND ($8::text IS NULL OR t.agent_id = $8)
+            AND ($9::text IS NULL OR t.run_id = $9)
+          ORDER BY t.created_at DESC, t.id DESC LIMIT $6) x
         """,
-        tenant, status, owner, after[0] if after else None, after[1] if after else None, limit,
+        cred, status, owner, after[0] if after else None, after[1] if after else None, limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
-    return [
-        (ThreadIndexEntry(id=r["id"], title=r["title"], status=r["status"], summary=r["summary"],
-                          updated_at=r["updated_at"], href=f"/threads/{r['id']}"), r["created_at"])
-        for r in rows
+    assert row is not None  # an aggregate: always one row
+    return tenant, [
+        (ThreadIndexEntry(id=r.id, title=r.title, status=r.status, summary=r.summary, updated_at=r.updated_at,
+                          href=f"/threads/{r.id}"), r.created_at)
+        for r in _thread_keys.decode(row[0])
     ]
+
+
+class _ThreadKey(msgspec.Struct):
+    id: str
+    title: str
+    status: str
+    summary: str
+    updated_at: datetime
+    created_at: datetime
+
+
+_thread_keys = msgspec.json.Decoder(list[_ThreadKey])
 
 
 async def list_events(
@@ -289,13 +305,15 @@ async def list_events(
 
 
 async def list_reports(
-    conn: Conn, tenant: str, worker_id: str, labels: Labels, after: tuple[datetime, str] | None, limit: int,
-) -> tuple[bool, list[tuple[ReportIndexEntry, datetime]]] | None:
-    """(worker gone?, its live reports newest first); None when the worker does not exist."""
-    row = await conn.fetchrow(
+    conn: Conn, cred: Credential, worker_id: str, labels: Labels, after: tuple[datetime, str] | None, limit: int,
+) -> tuple[str, tuple[bool, list[tuple[ReportIndexEntry, datetime]]] | None]:
+    """The key's tenant, and (worker gone?, its live reports newest first) or None when the worker
+    does not exist. One statement with the key check."""
+    tenant, row = await _fetch_for_key(
+        conn,
         """
         SELECT recall_is_gone(w.deleted_at, w.expires_at),
-               (SELECT coalesce(json_agg(x), '[]') FROM (
+               (SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
                   SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
                    WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
                      AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
@@ -304,16 +322,16 @@ async def list_reports(
                    ORDER BY r.created_at DESC, r.id DESC LIMIT $5) x) AS reports
         FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
         """,
-        tenant, worker_id, after[0] if after else None, after[1] if after else None, limit,
+        cred, worker_id, after[0] if after else None, after[1] if after else None, limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
     if row is None:
-        return None
-    return row[0], [
+        return tenant, None
+    return tenant, (row[0], [
         (ReportIndexEntry(id=r.id, thread_id=r.thread_id, summary=r.summary, created_at=r.created_at,
                           href=f"/reports/{r.id}"), r.created_at)
         for r in _report_keys.decode(row[1])
-    ]
+    ])
 
 
 class _ReportKey(msgspec.Struct):
@@ -331,9 +349,9 @@ _RESOLVE = {  # kind -> its table (the plural), e.g. "trigger" -> triggers
 }
 
 
-async def resolve(conn: Conn, tenant: str, kind: str, object_id: str, href: str) -> tuple[bool, Resolved] | None:
-    """(gone?, resolution); None when the ID never existed in the tenant."""
-    row = await conn.fetchrow(_RESOLVE[kind], tenant, object_id)
+async def resolve(conn: Conn, cred: Credential, kind: str, object_id: str, href: str) -> tuple[bool, Resolved] | None:
+    """(gone?, resolution); None when the ID never existed in the key's tenant. One statement with the key check."""
+    row = await _fetch(conn, _RESOLVE[kind], cred, object_id)
     return None if row is None else (row[1], Resolved(id=object_id, type=kind, href=href, summary=row[0]))
 
 
