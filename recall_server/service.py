@@ -422,7 +422,8 @@ class Recall:
             )
             existing_id = trigger_id
             if created:
-                await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
+                if req.neighbours:  # most triggers have none: no round trip for an empty insert
+                    await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
                 if req.thread_id:
                     await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
             elif req.external_id is not None and (
@@ -457,7 +458,8 @@ class Recall:
                 hashlib.sha256(body).digest(), _labels(req), h, expires_at,
             )
             if created:
-                await q.insert_refs(conn, tenant, report_id, req.refs)
+                if req.refs:
+                    await q.insert_refs(conn, tenant, report_id, req.refs)
                 await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
             else:
                 await self._existing_or_conflict(conn, tenant, "report", report_id, h)
