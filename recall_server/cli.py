@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import signal
 import sys
 import tempfile
 import urllib.error
@@ -84,8 +86,13 @@ def main() -> None:
 def serve(host: str | None, port: int | None, workers: int | None, data_dir: Path | None) -> None:
     """Start the HTTP server (migrating the database first)."""
     settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
-    if not settings.metrics_dir:  # worker processes aggregate Prometheus metrics through a shared directory
+    own_metrics_dir = not settings.metrics_dir
+    if own_metrics_dir:  # worker processes aggregate Prometheus metrics through a shared directory
         settings = msgspec.structs.replace(settings, metrics_dir=tempfile.mkdtemp(prefix="recall-metrics-"))
+    else:  # an earlier run's files would be summed in (prometheus_client: wipe it between runs)
+        Path(settings.metrics_dir).mkdir(parents=True, exist_ok=True)
+        for stale in Path(settings.metrics_dir).glob("*.db"):
+            stale.unlink()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir  # read by prometheus_client at import
 
     import uvicorn
@@ -100,11 +107,18 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     if embedded:
         _bootstrap_local_key(settings)
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
-    uvicorn.run(
-        "recall_server.app:from_env", factory=True, host=settings.host, port=settings.port,
-        workers=settings.workers, loop="uvloop", http="httptools", log_config=log_config(settings.log_level),
-        access_log=False, proxy_headers=False, server_header=False, timeout_graceful_shutdown=10,
-    )
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it found:
+    # make that one an exit, so the cleanup below runs instead of the process dying on the signal.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(
+            "recall_server.app:from_env", factory=True, host=settings.host, port=settings.port,
+            workers=settings.workers, loop="uvloop", http="httptools", log_config=log_config(settings.log_level),
+            access_log=False, proxy_headers=False, server_header=False, timeout_graceful_shutdown=10,
+        )
+    finally:
+        if own_metrics_dir:
+            shutil.rmtree(settings.metrics_dir, ignore_errors=True)
 
 
 @main.command("migrate")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -268,3 +269,29 @@ def test_a_database_outage_is_counted_by_reason(database_url: str, api_key: str,
     finally:
         server.stop()
         proxy.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_wipes_a_given_metrics_directory_and_removes_the_one_it_made(database_url: str, tmp_path: Path,
+                                                                           workers: str) -> None:
+    given = tmp_path / "metrics"
+    given.mkdir()
+    (given / "counter_999999.db").write_bytes(b"an earlier run's counts")
+    server = ServerProcess(database_url, tmp_path / "given.log", PROMETHEUS_MULTIPROC_DIR=str(given),
+                           RECALL_WORKERS=workers).start()
+    try:
+        assert not (given / "counter_999999.db").exists()
+        assert httpx.get(server.url + "/metrics", timeout=30).status_code == 200
+    finally:
+        server.stop()
+    assert given.is_dir(), "a directory the operator chose stays"
+
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("recall-metrics-*"))
+    server = ServerProcess(database_url, tmp_path / "own.log", RECALL_WORKERS=workers).start()
+    try:
+        made = set(temp.glob("recall-metrics-*")) - before
+        assert len(made) == 1, made
+    finally:
+        server.stop()
+    assert not any(d.exists() for d in made), "serve removes the directory it made when it stops"
