@@ -200,6 +200,12 @@ def walk_log(url: str, key: str) -> dict:
     return {"seconds": round(time.perf_counter() - started, 2), "pages": pages, "events": seen}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median req/s, noting every run's req/s when there were several."""
+    median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
+    return {**median, "rps_runs": [r["rps"] for r in runs]} if len(runs) > 1 else median
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
@@ -258,9 +264,7 @@ def main() -> None:
         for name in runs:
             runs[name].append(compared[name]())
     for name, done in runs.items():
-        s[name] = sorted(done, key=lambda r: r["rps"])[len(done) // 2]
-        if len(done) > 1:
-            s[name]["rps_runs"] = [r["rps"] for r in done]
+        s[name] = median_run(done)
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
@@ -298,9 +302,8 @@ def main() -> None:
         try:
             log("peer: LangGraph GET /threads/{thread_id}")
             thread_id = httpx.post(f"{peer_url}/threads", json={}, timeout=30).json()["thread_id"]
-            done = sorted((wrk.run(peer_url, [f"/threads/{thread_id}"]) for _ in range(args.rounds)),
-                          key=lambda r: r["rps"])
-            s["peer_langgraph_get_thread"] = {**done[len(done) // 2], "rps_runs": [r["rps"] for r in done]}
+            s["peer_langgraph_get_thread"] = median_run(
+                [wrk.run(peer_url, [f"/threads/{thread_id}"]) for _ in range(args.rounds)])
         finally:
             os.killpg(peer.pid, signal.SIGTERM)
     server.stop()

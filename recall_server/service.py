@@ -269,13 +269,12 @@ class Recall:
     async def get_report(self, cred: Credential, report_id: str, budget: int) -> ReportView:
         return await self._read_view(cred, "report", report_id, budget)
 
-    async def _content(self, cred: Credential, kind: str, object_id: str,
-                       fetch: Callable[[q.Conn, Credential, str, bytes | None], Awaitable[Content | None]]) -> Content:
+    async def _content(self, cred: Credential, kind: str, object_id: str) -> Content:
         """The content, with the bytes from this process's cache when the database says they are the same."""
         await self._authenticated_miss(cred, kind, object_id)
         cached = self.contents.get(object_id)
         async with self.db.connection() as conn:
-            content = await fetch(conn, cred, object_id, cached[0] if cached else None)
+            content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
         if content is None:
             raise not_found(object_id, kind)
         if content.gone:
@@ -287,10 +286,10 @@ class Recall:
         return content
 
     async def get_payload(self, cred: Credential, trigger_id: str) -> Content:
-        return await self._content(cred, "trigger", trigger_id, q.fetch_payload)
+        return await self._content(cred, "trigger", trigger_id)
 
     async def get_body(self, cred: Credential, report_id: str) -> Content:
-        return await self._content(cred, "report", report_id, q.fetch_body)
+        return await self._content(cred, "report", report_id)
 
     async def resolve(self, cred: Credential, value: str) -> Resolved:
         kind = ids.kind_of(value)

@@ -209,31 +209,20 @@ class Content(msgspec.Struct):
     gone: bool
 
 
-async def fetch_payload(conn: Conn, who: str | Credential, trigger_id: str,
+_CONTENT = {  # kind -> the query of its content: payload of a trigger, body of a report
+    kind: f"""
+        SELECT content_type, CASE WHEN {column}_sha256 = $3 THEN NULL ELSE {column} END, {column}_sha256,
+               recall_is_gone(deleted_at, expires_at)
+        FROM {ids.PLURAL[kind]} WHERE tenant_id = $1 AND id = $2
+    """
+    for kind, column in (("trigger", "payload"), ("report", "body"))
+}
+
+
+async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
                         known_sha256: bytes | None) -> Content | None:
-    row = await _fetch(
-        conn,
-        """
-        SELECT content_type, CASE WHEN payload_sha256 = $3 THEN NULL ELSE payload END, payload_sha256,
-               recall_is_gone(deleted_at, expires_at)
-        FROM triggers WHERE tenant_id = $1 AND id = $2
-        """,
-        who, trigger_id, known_sha256,
-    )
-    return None if row is None else Content(*row)
-
-
-async def fetch_body(conn: Conn, who: str | Credential, report_id: str,
-                     known_sha256: bytes | None) -> Content | None:
-    row = await _fetch(
-        conn,
-        """
-        SELECT content_type, CASE WHEN body_sha256 = $3 THEN NULL ELSE body END, body_sha256,
-               recall_is_gone(deleted_at, expires_at)
-        FROM reports WHERE tenant_id = $1 AND id = $2
-        """,
-        who, report_id, known_sha256,
-    )
+    """A trigger's payload or a report's body; `data` is None when its SHA-256 is `known_sha256`."""
+    row = await _fetch(conn, _CONTENT[kind], cred, object_id, known_sha256)
     return None if row is None else Content(*row)
 
 
