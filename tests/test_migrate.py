@@ -5,44 +5,26 @@ tests/data/schema-v<N>.sql is schema.sql as released in version N, kept to build
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import pytest
-from helpers import ServerProcess, cli, create_key
+from helpers import ServerProcess, cli, create_key, run_script, run_sql, with_database
 
 DATA = Path(__file__).parent / "data"
-
-
-def run(dsn: str, sql: str) -> list[asyncpg.Record]:
-    """One query's rows, or a script of several statements (no rows)."""
-    async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            if ";" in sql:
-                await conn.execute(sql)
-                return []
-            return await conn.fetch(sql)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 @pytest.fixture()
 def version_1_store(database_url: str) -> Iterator[str]:
     """A new database with the version-1 schema and a worker that owns 3 threads and filed 4 reports."""
     name = f"recall_v1_{uuid.uuid4().hex[:12]}"
-    run(database_url, f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(database_url)._replace(path=f"/{name}"))
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
     try:
-        run(url, (DATA / "schema-v1.sql").read_text())
-        run(url, """
+        run_script(url, (DATA / "schema-v1.sql").read_text())
+        run_script(url, """
             INSERT INTO tenants (id) VALUES ('default') ON CONFLICT DO NOTHING;
             INSERT INTO workers (tenant_id, id, name, summary, request_hash)
             VALUES ('default', 'wkr_old', 'w', 's', '\\x');
@@ -57,13 +39,13 @@ def version_1_store(database_url: str) -> Iterator[str]:
         """)
         yield url
     finally:
-        run(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
     assert cli(version_1_store, "migrate").strip() == "schema version 2"
     assert cli(version_1_store, "migrate").strip() == "schema version 2"  # and again: nothing changes
-    rows = run(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
+    rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
     try:
