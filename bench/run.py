@@ -82,12 +82,12 @@ def execute_file(dsn: str, path: Path) -> None:
 
 
 def make_key(dsn: str) -> str:
-    from recall_server import service
+    from recall_server import ops
 
     async def go() -> str:
         conn = await asyncpg.connect(dsn)
         try:
-            return (await service.issue_key(conn, "bench", "write", "bench")).key
+            return (await ops.issue_key(conn, "bench", "write", "bench")).key
         finally:
             await conn.close()
 

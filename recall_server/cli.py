@@ -54,12 +54,12 @@ def _owner(settings: Settings, operation: Callable[[asyncpg.Connection], Awaitab
 
 def _bootstrap_local_key(settings: Settings) -> None:
     """Embedded default: on first start, one write key for `default`, printed once, kept 0600 in the data dir."""
-    from recall_server import service
+    from recall_server import ops
 
     path = _key_file(settings)
     if path.exists():
         return
-    key = _owner(settings, lambda conn: service.operator_issue_key(conn, "default", "write", "local default"))
+    key = _owner(settings, lambda conn: ops.issue_key_checked(conn, "default", "write", "local default"))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -156,10 +156,10 @@ def tenants() -> None:
 @data_dir_option
 def tenants_create(name: str, data_dir: Path | None) -> None:
     """Create tenant NAME (lowercase letters, digits, - and _)."""
-    from recall_server import service
+    from recall_server import ops
 
     try:
-        created = _owner(_settings(data_dir=data_dir), lambda conn: service.create_tenant(conn, name))
+        created = _owner(_settings(data_dir=data_dir), lambda conn: ops.create_tenant(conn, name))
     except asyncpg.CheckViolationError:
         raise click.BadParameter("use lowercase letters, digits, - and _ (at most 63)", param_hint="NAME") from None
     click.echo(f"tenant {name} {'created' if created else 'already exists'}")
@@ -172,11 +172,11 @@ def tenants_create(name: str, data_dir: Path | None) -> None:
 @data_dir_option
 def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> None:
     """Set how long tenant NAME keeps closed/merged threads (applies from the next status change)."""
-    from recall_server import service
+    from recall_server import ops
     from recall_server.errors import NotFound
 
     try:
-        _owner(_settings(data_dir=data_dir), lambda conn: service.set_retention(conn, name, days))
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_retention(conn, name, days))
     except NotFound as exc:
         raise click.ClickException(exc.detail) from None
     click.echo(f"tenant {name}: closed/merged threads " + (f"expire {days:g} days after closing" if days else
@@ -188,9 +188,9 @@ def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> N
 @data_dir_option
 def sweep(batch: int, data_dir: Path | None) -> None:
     """Purge the content of every expired object now (serve also does this periodically)."""
-    from recall_server import service
+    from recall_server import ops
 
-    purged = _owner(_settings(data_dir=data_dir), lambda conn: service.sweep_all(conn, batch))
+    purged = _owner(_settings(data_dir=data_dir), lambda conn: ops.sweep(conn, batch))
     click.echo(f"purged {purged} expired objects")
 
 
@@ -200,9 +200,9 @@ def sweep(batch: int, data_dir: Path | None) -> None:
 @data_dir_option
 def verify_erasure(object_id: str, tenant: str, data_dir: Path | None) -> None:
     """Report every place OBJECT_ID's content could still be read; exit 1 if there is any."""
-    from recall_server import service
+    from recall_server import ops
 
-    findings = _owner(_settings(data_dir=data_dir), lambda conn: service.verify_erasure(conn, tenant, object_id))
+    findings = _owner(_settings(data_dir=data_dir), lambda conn: ops.verify_erasure(conn, tenant, object_id))
     for place in findings:
         click.echo(place)
     if findings:
@@ -222,11 +222,11 @@ def keys() -> None:
 @data_dir_option
 def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> None:
     """Create a key; it is printed once, alone on the last line, and cannot be recovered."""
-    from recall_server import service
+    from recall_server import ops
     from recall_server.errors import NotFound
 
     try:
-        key = _owner(_settings(data_dir=data_dir), lambda conn: service.operator_issue_key(conn, tenant, scope, label))
+        key = _owner(_settings(data_dir=data_dir), lambda conn: ops.issue_key_checked(conn, tenant, scope, label))
     except NotFound as exc:
         raise click.ClickException(exc.detail) from None
     click.echo(f"key {key.id} for tenant {key.tenant}, scope {key.scope} (shown once; store it now):")
@@ -238,9 +238,9 @@ def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> N
 @data_dir_option
 def keys_list(tenant: str | None, data_dir: Path | None) -> None:
     """List keys (never their secrets)."""
-    from recall_server import service
+    from recall_server import ops
 
-    for k in _owner(_settings(data_dir=data_dir), lambda conn: service.operator_list_keys(conn, tenant)):
+    for k in _owner(_settings(data_dir=data_dir), lambda conn: ops.list_keys(conn, tenant)):
         state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M:%S}" if k.revoked_at else "active"
         click.echo(f"{k.id}  {k.tenant:<20} {k.scope:<6} {state:<28} {k.label}")
 
@@ -250,9 +250,9 @@ def keys_list(tenant: str | None, data_dir: Path | None) -> None:
 @data_dir_option
 def keys_revoke(key_id: str, data_dir: Path | None) -> None:
     """Revoke KEY_ID: refused from the next request on, by every server process."""
-    from recall_server import service
+    from recall_server import ops
 
-    if _owner(_settings(data_dir=data_dir), lambda conn: service.operator_revoke_key(conn, key_id)) is None:
+    if _owner(_settings(data_dir=data_dir), lambda conn: ops.revoke_key(conn, key_id)) is None:
         raise click.ClickException(f"no key {key_id}")
     click.echo(f"key {key_id} revoked")
 

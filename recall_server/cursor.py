@@ -1,8 +1,13 @@
-"""Opaque, signed keyset cursors bound to the list they page (pure).
+"""Opaque, signed keyset cursors bound to the list they page, and the one protocol that uses them (pure).
 
 A cursor is base64url(JSON position) "." base64url(HMAC-SHA256(secret, scope NUL position)[:16]).
-The scope (tenant, route, ID, filters) is part of the MAC but not of the token, so a cursor
+The scope (tenant, list, ID, filters) is part of the MAC but not of the token, so a cursor
 replayed on another list, or edited by a single bit, fails verification and becomes a 400.
+
+Every list pages through a `Pager`: the page is read from the position the cursor claims, in the
+same statement that checks the key and tells its tenant (one round trip); only then is the scope
+known, and the cursor must prove it was signed for this list of that tenant before anything the
+read found is shown.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -55,12 +61,40 @@ class CursorCodec:
             )
         return position
 
-    @staticmethod
-    def position(token: str, shape: type) -> Any | None:
-        """The position a cursor claims, NOT verified (None if it does not parse): for a read that runs
-        before the cursor's scope is known. `decode` it before showing anything the read found."""
-        parts = _split(token)
-        return _position(parts[0], shape) if parts else None
+    def pager(self, token: str | None, shape: type, *list_key: object) -> Pager:
+        """The cursor protocol for one request of the list named by `list_key` (its name and filters)."""
+        return Pager(self, token, shape, list_key)
+
+
+class Pager:
+    """One list request: `after` is the position the cursor claims, NOT yet verified (None without a
+    cursor, or if it does not parse); `verify` (and so `keyset`) checks it against the key's tenant."""
+
+    def __init__(self, codec: CursorCodec, token: str | None, shape: type, list_key: tuple[object, ...]) -> None:
+        self.codec, self.token, self.shape, self.list_key = codec, token, shape, list_key
+        parts = _split(token) if token else None
+        self.after: Any | None = _position(parts[0], shape) if parts else None
+
+    def _scope(self, tenant: str) -> str:
+        return "\0".join([tenant, *map(str, self.list_key)])
+
+    def verify(self, tenant: str) -> None:
+        """400 unless the cursor (if any) was signed for this list of this tenant."""
+        if self.token:
+            self.codec.decode(self._scope(tenant), self.token, self.shape)
+
+    def next(self, tenant: str, position: list[Any]) -> str:
+        """The signed cursor of the page after `position`."""
+        return self.codec.encode(self._scope(tenant), position)
+
+    def keyset(self, tenant: str, rows: list[tuple[Any, datetime]], limit: int) -> tuple[list[Any], str | None, bool]:
+        """Verify, then (entries, next cursor, has_more) from rows read newest first with limit + 1,
+        each with its creation time; the position is (created_at, id) of the last entry shown."""
+        self.verify(tenant)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = self.next(tenant, [rows[-1][1], rows[-1][0].id]) if has_more else None
+        return [entry for entry, _ in rows], next_cursor, has_more
 
 
 def _split(token: str) -> tuple[bytes, bytes] | None:

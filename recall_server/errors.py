@@ -149,6 +149,14 @@ def gone(value: str) -> Gone:
     return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)
 
 
+def require_live(state: ids.State, value: str, expected_kind: str) -> None:
+    """The one turn from an ID's state to a miss: 404 if it never existed, 410 if it is gone."""
+    if state is ids.State.MISSING:
+        raise not_found(value, expected_kind)
+    if state is ids.State.GONE:
+        raise gone(value)
+
+
 def encode(problem: Problem, instance: str, request_id: str | None = None) -> bytes:
     body = problem.body(instance)
     if request_id:

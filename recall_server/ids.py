@@ -1,10 +1,11 @@
-"""Generate, parse and validate recall IDs (pure)."""
+"""Generate, parse and validate recall IDs, and name the state an ID is in (pure)."""
 
 from __future__ import annotations
 
 import os
 import re
 import time
+from enum import Enum
 
 KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report"}
 PREFIX = {kind: prefix for prefix, kind in KINDS.items()}
@@ -14,6 +15,19 @@ ID_RE = re.compile(r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}\Z")
 ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}$"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class State(Enum):
+    """What an ID names in a tenant: nothing (404), a live object, or a deleted/expired one (410)."""
+
+    MISSING = "missing"
+    LIVE = "live"
+    GONE = "gone"
+
+    @classmethod
+    def of(cls, gone: bool | None) -> State:
+        """From a lookup's gone flag, None when no row was found."""
+        return cls.MISSING if gone is None else cls.GONE if gone else cls.LIVE
 
 
 _SHOWN = re.compile(rb'"((?:trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64})"')

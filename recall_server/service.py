@@ -1,4 +1,8 @@
-"""One async function per operation: validates links, owns transactions, renders views."""
+"""The operations behind the HTTP API: one async method each; validates links, owns transactions, renders views.
+
+The mechanisms they share live in their own modules: tenant binding in db/tenancy.py, cursors in
+cursor.py (Pager), Idempotency-Key in idempotency.py, 404/410 in errors.require_live.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +13,22 @@ from typing import Any
 
 import msgspec
 
-from recall_server import auth, ids, spill
+from recall_server import ids, idempotency, ops, spill
 from recall_server.auth import Credential
 from recall_server.content import ContentCache
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
+from recall_server.db import tenancy
 from recall_server.db.pool import Database
 from recall_server.errors import (
     BadRequest,
     Conflict,
     NotFound,
     Unprocessable,
-    gone,
     not_found,
+    require_live,
 )
+from recall_server.ids import State
 from recall_server.models import (
     MAX_LINKS,
     AssignOwner,
@@ -35,7 +41,6 @@ from recall_server.models import (
     EventPage,
     KeyList,
     KeyView,
-    Labels,
     NewKey,
     ReportPage,
     ReportView,
@@ -47,27 +52,10 @@ from recall_server.models import (
     UpdateThread,
     WorkerView,
 )
+from recall_server.rows import Content, Labels, Outcome
 
-Content = q.Content
 Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport
 _json = msgspec.json.encode
-
-
-class Outcome(msgspec.Struct):
-    """The result of a POST, as sent and as stored for Idempotency-Key replays."""
-
-    status: int
-    body: bytes
-    object_id: str
-    location: str | None = None
-    event_seq: int | None = None
-    replayed: bool = False
-
-
-def _expect(kind: str, value: str) -> None:
-    """A path ID of the wrong shape or kind is a miss, decided without touching the database."""
-    if ids.kind_of(value) != kind:
-        raise not_found(value, kind)
 
 
 def _body_id(field: str, value: str, kind: str) -> None:
@@ -83,11 +71,6 @@ def _labels(req: Creatable) -> Labels:
 
 def _hash(req: Request) -> bytes:
     return hashlib.sha256(_json(req)).digest()
-
-
-def _fingerprint(method: str, path: str, req: Request) -> bytes:
-    """What an Idempotency-Key is bound to: the route and the decoded body."""
-    return hashlib.sha256(f"{method} {path}\0".encode() + _json(req)).digest()
 
 
 def _encode_content(field: str, value: object, content_type: str | None) -> tuple[str, bytes]:
@@ -152,102 +135,57 @@ class Recall:
         """No dangling edges: every linked ID must exist, and still be there, in the caller's tenant."""
         if not linked:
             return
-        found = await q.existing(conn, tenant, linked)  # id -> gone?
-        dangling = [i for i in dict.fromkeys(linked) if found.get(i, True)]
+        found = await q.states(conn, tenant, linked)
+        dangling = [i for i in dict.fromkeys(linked) if found[i] is not State.LIVE]
         if dangling:
             raise Unprocessable(f"Linked IDs do not exist: {', '.join(dangling)}.", missing=dangling)
 
-    async def _parent(self, conn: q.Conn, tenant: str, kind: str, object_id: str) -> None:
-        """The object a path names must exist (404) and not be gone (410)."""
-        state = (await q.existing(conn, tenant, [object_id])).get(object_id)
-        if state is None:
-            raise not_found(object_id, kind)
-        if state:
-            raise gone(object_id)
-
     async def _existing_or_conflict(self, conn: q.Conn, tenant: str, kind: str, object_id: str, h: bytes) -> None:
         """A create that hit an existing ID: identical request is a retry, anything else a clash."""
-        found = await q.request_hash(conn, tenant, kind, object_id)
-        if found is not None and found[1]:
+        state, found = await q.request_hash(conn, tenant, kind, object_id)
+        if state is State.GONE:
             raise Conflict(f"{object_id} was deleted or has expired; its ID is retired and is never reused.",
                            id=object_id)
-        if found is None or found[0] != h:
+        if found != h:
             raise Conflict(f"{object_id} already exists with a different body; IDs are never reassigned.",
                            id=object_id)
 
     async def _write(self, cred: Credential, idempotency_key: str | None, fingerprint: bytes,
                      operation: Callable[[q.Conn, str], Awaitable[Outcome]]) -> Outcome:
-        """Run a write in one transaction; with an Idempotency-Key, record its outcome in the same one."""
-        async with self.db.session(cred, "write") as (conn, tenant):
-            if idempotency_key is None:
-                return await operation(conn, tenant)
-            if not await q.idempotency_lock(conn, tenant, idempotency_key):
-                raise Conflict("A request with this Idempotency-Key is still in flight; retry shortly.",
-                               headers={"Retry-After": "1"})
-            stored = await q.idempotency_get(conn, tenant, idempotency_key)
-            if stored is not None:
-                if stored.request_hash != fingerprint:
-                    raise Unprocessable("This Idempotency-Key was used for a different request.",
-                                        idempotency_key=idempotency_key)
-                return await self._replay(conn, tenant, stored)
-            outcome = await operation(conn, tenant)
-            await q.idempotency_put(
-                conn, tenant, idempotency_key,
-                q.Stored(request_hash=fingerprint, status=outcome.status, body=outcome.body,
-                         location=outcome.location, object_id=outcome.object_id, event_seq=outcome.event_seq),
-                self.idempotency_ttl,
-            )
-            return outcome
+        """Run a write in one transaction bound to the key's tenant, at most once per Idempotency-Key."""
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
 
-    async def _replay(self, conn: q.Conn, tenant: str, stored: q.Stored) -> Outcome:
-        """The stored outcome; if an erasure dropped it, what still exists is rendered again (or 410).
+            async def render(object_id: str) -> bytes:
+                return _json(await self._view(conn, cred, object_id, spill.DEFAULT_BUDGET))
 
-        Never the old content of something deleted or expired since: that is 410, sweep or no sweep.
-        """
-        if (await q.existing(conn, tenant, [stored.object_id])).get(stored.object_id, True):
-            raise gone(stored.object_id)
-        body = stored.body
-        if body is None:
-            if stored.event_seq is not None:
-                event = await q.event_at(conn, tenant, stored.object_id, stored.event_seq)
-                if event is None:
-                    raise gone(stored.object_id)
-                body = _json(event)
-            else:
-                body = _json(await self._view(conn, tenant, stored.object_id, spill.DEFAULT_BUDGET))
-        return Outcome(status=stored.status, body=body, object_id=stored.object_id, location=stored.location,
-                       event_seq=stored.event_seq, replayed=True)
+            return await idempotency.once(conn, tenant, idempotency_key, fingerprint, self.idempotency_ttl,
+                                          lambda: operation(conn, tenant), render)
 
-    async def _view(self, conn: q.Conn, who: str | Credential, object_id: str, budget: int, *,
+    async def _view(self, conn: q.Conn, cred: Credential, object_id: str, budget: int, *,
                     created: bool = False) -> Any:
-        """The inline view of any object; 404 if it never existed, 410 if it is gone.
-
-        `who` is the tenant of a bound session, or the caller's key: then the key check, the tenant
-        binding and the read are one statement (one round trip). `created`: the response to the
-        create itself, shown even if a short ttl has already run out.
-        """
+        """The inline view of any object, in one statement with the key check; 404 if it never existed,
+        410 if it is gone. `created`: the response to the create itself, shown even if a short ttl has
+        already run out."""
         kind = ids.kind_of(object_id)
         if kind == "thread":
-            row: Any = await q.fetch_thread(conn, who, object_id, spill.recent_limit(budget))
+            _, row = await q.fetch_thread(conn, cred, object_id, spill.recent_limit(budget))
             render: Any = spill.thread_view
         elif kind == "worker":
-            row, render = await q.fetch_worker(conn, who, object_id, spill.recent_limit(budget)), spill.worker_view
+            (_, row), render = await q.fetch_worker(conn, cred, object_id, spill.recent_limit(budget)), spill.worker_view
         elif kind == "trigger":
-            row = await q.fetch_trigger(conn, who, object_id, budget, spill.PREVIEW_BYTES)
+            _, row = await q.fetch_trigger(conn, cred, object_id, budget, spill.PREVIEW_BYTES)
             render = spill.trigger_view
         else:
-            row = await q.fetch_report(conn, who, object_id, budget, spill.PREVIEW_BYTES)
+            _, row = await q.fetch_report(conn, cred, object_id, budget, spill.PREVIEW_BYTES)
             render = spill.report_view
-        if row is None:
-            raise not_found(object_id, kind or "recall")
-        if row.gone and not created:
-            raise gone(object_id)
+        state = State.MISSING if row is None else State.GONE if row.gone and not created else State.LIVE
+        require_live(state, object_id, kind or "recall")
         return render(row, budget)
 
     async def _authenticated_miss(self, cred: Credential, kind: str, object_id: str) -> None:
-        """A malformed or wrong-kind ID is a miss, but only for a valid key: 401 comes first."""
+        """A malformed or wrong-kind ID is a miss, decided without a read, but only for a valid key: 401 first."""
         if ids.kind_of(object_id) != kind:
-            async with self.db.session(cred, "read"):
+            async with tenancy.session(self.db, cred, "read"):
                 raise not_found(object_id, kind)
 
     async def _read_view(self, cred: Credential, kind: str, object_id: str, budget: int) -> Any:
@@ -274,11 +212,9 @@ class Recall:
         await self._authenticated_miss(cred, kind, object_id)
         cached = self.contents.get(object_id)
         async with self.db.connection() as conn:
-            content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
-        if content is None:
-            raise not_found(object_id, kind)
-        if content.gone:
-            raise gone(object_id)
+            _, content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
+        require_live(State.MISSING if content is None else State.of(content.gone), object_id, kind)
+        assert content is not None
         if content.data is None and cached is not None:  # same SHA-256 as the cached bytes
             content.data = cached[1]
         else:
@@ -294,73 +230,42 @@ class Recall:
     async def resolve(self, cred: Credential, value: str) -> Resolved:
         kind = ids.kind_of(value)
         if kind is None:
-            async with self.db.session(cred, "read"):  # a malformed ID is a miss, but only for a valid key
-                raise not_found(value, "recall")
+            await self._authenticated_miss(cred, "recall", value)
         async with self.db.connection() as conn:
-            found = await q.resolve(conn, cred, kind, value, ids.href(value))
-        if found is None:
-            raise not_found(value, kind)
-        if found[0]:
-            raise gone(value)
-        return found[1]
-
-    def _keyset_page(self, scope: str, rows: list[tuple[Any, datetime]], limit: int) -> tuple[list[Any], str | None, bool]:
-        """(entries, next cursor, has_more) from rows fetched with limit + 1, newest first."""
-        has_more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = None
-        if has_more:
-            last, created_at = rows[-1]
-            next_cursor = self.cursors.encode(scope, [created_at, last.id])
-        return [entry for entry, _ in rows], next_cursor, has_more
-
-    def _verify(self, scope: str, cursor: str | None, shape: type) -> None:
-        """A page is read from the position its cursor claims, in the statement that checks the key
-        and tells its tenant; the cursor must then prove it was signed for this list (400) before
-        anything the read found is shown."""
-        if cursor:
-            self.cursors.decode(scope, cursor, shape)
+            state, found = await q.resolve(conn, cred, kind, value)
+        require_live(state, value, kind)
+        return found
 
     async def list_threads(self, cred: Credential, status: str | None, owner: str | None, labels: Labels,
                            cursor: str | None, limit: int) -> ThreadPage:
-        after = self.cursors.position(cursor, tuple[datetime, str]) if cursor else None
+        pager = self.cursors.pager(cursor, tuple[datetime, str], "threads", status, owner, labels.key())
         async with self.db.connection() as conn:
-            tenant, rows = await q.list_threads(conn, cred, status, owner, labels, after, limit + 1)
-        scope = f"{tenant}\0threads\0{status}\0{owner}\0{labels.key()}"
-        self._verify(scope, cursor, tuple[datetime, str])
-        return ThreadPage(*self._keyset_page(scope, rows, limit))
+            tenant, rows = await q.list_threads(conn, cred, status, owner, labels, pager.after, limit + 1)
+        return ThreadPage(*pager.keyset(tenant, rows, limit))
 
     async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
         await self._authenticated_miss(cred, "thread", thread_id)
-        after = (self.cursors.position(cursor, tuple[int]) if cursor else None) or (0,)
+        pager = self.cursors.pager(cursor, tuple[int], "events", thread_id)
+        after = (pager.after or (0,))[0]
         async with self.db.connection() as conn:
-            tenant, found = await q.list_events(conn, cred, thread_id, after[0], limit + 1)
-        scope = f"{tenant}\0events\0{thread_id}"
-        self._verify(scope, cursor, tuple[int])
-        if found is None:
-            raise not_found(thread_id, "thread")
-        if found[0]:
-            raise gone(thread_id)
-        events = found[1]
+            tenant, state, events = await q.list_events(conn, cred, thread_id, after, limit + 1)
+        pager.verify(tenant)
+        require_live(state, thread_id, "thread")
         has_more = len(events) > limit
         events = events[:limit]
         # Always hand back a position: a caller tailing a live thread polls with it for new events.
-        position = events[-1].seq if events else after[0]
-        return EventPage(data=events, next_cursor=self.cursors.encode(scope, [position]), has_more=has_more)
+        position = events[-1].seq if events else after
+        return EventPage(data=events, next_cursor=pager.next(tenant, [position]), has_more=has_more)
 
     async def list_reports(self, cred: Credential, worker_id: str, labels: Labels, cursor: str | None,
                            limit: int) -> ReportPage:
         await self._authenticated_miss(cred, "worker", worker_id)
-        after = self.cursors.position(cursor, tuple[datetime, str]) if cursor else None
+        pager = self.cursors.pager(cursor, tuple[datetime, str], "reports", worker_id, labels.key())
         async with self.db.connection() as conn:
-            tenant, found = await q.list_reports(conn, cred, worker_id, labels, after, limit + 1)
-        scope = f"{tenant}\0reports\0{worker_id}\0{labels.key()}"
-        self._verify(scope, cursor, tuple[datetime, str])
-        if found is None:
-            raise not_found(worker_id, "worker")
-        if found[0]:
-            raise gone(worker_id)
-        return ReportPage(*self._keyset_page(scope, found[1], limit))
+            tenant, state, rows = await q.list_reports(conn, cred, worker_id, labels, pager.after, limit + 1)
+        pager.verify(tenant)
+        require_live(state, worker_id, "worker")
+        return ReportPage(*pager.keyset(tenant, rows, limit))
 
     # ---- creates ---------------------------------------------------------------------
 
@@ -375,10 +280,10 @@ class Recall:
                                             _labels(req), h, expires_at)
             if not created:
                 await self._existing_or_conflict(conn, tenant, "thread", thread_id, h)
-            return _created(created, await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET, created=created),
+            return _created(created, await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET, created=created),
                             f"/threads/{thread_id}")
 
-        return await self._write(cred, idempotency_key, _fingerprint("POST", "/threads", req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/threads", req), operation)
 
     async def create_worker(self, cred: Credential, req: CreateWorker, idempotency_key: str | None) -> Outcome:
         worker_id = req.id or ids.new("worker")
@@ -391,10 +296,10 @@ class Recall:
                                             expires_at)
             if not created:
                 await self._existing_or_conflict(conn, tenant, "worker", worker_id, h)
-            return _created(created, await self._view(conn, tenant, worker_id, spill.DEFAULT_BUDGET, created=created),
+            return _created(created, await self._view(conn, cred, worker_id, spill.DEFAULT_BUDGET, created=created),
                             f"/workers/{worker_id}")
 
-        return await self._write(cred, idempotency_key, _fingerprint("POST", "/workers", req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/workers", req), operation)
 
     async def create_trigger(self, cred: Credential, req: CreateTrigger, idempotency_key: str | None) -> Outcome:
         trigger_id = req.id or ids.new("trigger")
@@ -431,10 +336,10 @@ class Recall:
                 existing_id = first  # a redelivery: the trigger made by the first delivery
             else:
                 await self._existing_or_conflict(conn, tenant, "trigger", trigger_id, h)
-            return _created(created, await self._view(conn, tenant, existing_id, spill.DEFAULT_BUDGET, created=created),
+            return _created(created, await self._view(conn, cred, existing_id, spill.DEFAULT_BUDGET, created=created),
                             f"/triggers/{existing_id}")
 
-        return await self._write(cred, idempotency_key, _fingerprint("POST", "/triggers", req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/triggers", req), operation)
 
     async def create_report(self, cred: Credential, worker_id: str, req: CreateReport,
                             idempotency_key: str | None) -> Outcome:
@@ -448,8 +353,9 @@ class Recall:
         h = _hash(msgspec.structs.replace(req, id=report_id))
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
-            _expect("worker", worker_id)
-            await self._parent(conn, tenant, "worker", worker_id)
+            if ids.kind_of(worker_id) != "worker":
+                raise not_found(worker_id, "worker")
+            require_live(await q.state(conn, tenant, worker_id), worker_id, "worker")
             await q.lock_thread(conn, tenant, req.thread_id)  # ordered against a concurrent delete or close
             await self._require(conn, tenant, [req.thread_id, *req.refs])
             created = await q.insert_report(
@@ -462,26 +368,23 @@ class Recall:
                 await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
             else:
                 await self._existing_or_conflict(conn, tenant, "report", report_id, h)
-            return _created(created, await self._view(conn, tenant, report_id, spill.DEFAULT_BUDGET, created=created),
+            return _created(created, await self._view(conn, cred, report_id, spill.DEFAULT_BUDGET, created=created),
                             f"/reports/{report_id}")
 
         path = f"/workers/{worker_id}/reports"
-        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
 
     # ---- thread writes ---------------------------------------------------------------
 
     async def _locked_thread(self, conn: q.Conn, tenant: str, thread_id: str) -> None:
         """Take the thread's row lock (it serialises appends); 404 / 410 when it is missing / gone."""
-        _expect("thread", thread_id)
-        state = await q.lock_thread(conn, tenant, thread_id)
-        if state is None:
+        if ids.kind_of(thread_id) != "thread":
             raise not_found(thread_id, "thread")
-        if state:
-            raise gone(thread_id)
+        require_live(await q.lock_thread(conn, tenant, thread_id), thread_id, "thread")
 
     async def update_thread(self, cred: Credential, thread_id: str, req: UpdateThread) -> ThreadView:
         unset = msgspec.UNSET
-        async with self.db.session(cred, "write") as (conn, tenant):
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
             await self._locked_thread(conn, tenant, thread_id)
             old, new = await q.update_thread(
                 conn, tenant, thread_id,
@@ -492,7 +395,7 @@ class Recall:
             if old != new:
                 await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
                 await q.cap_expiry(conn, tenant, thread_id)  # closing may have started the retention clock
-            return await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET)
+            return await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET)
 
     async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,
                        idempotency_key: str | None) -> Outcome:
@@ -504,7 +407,7 @@ class Recall:
             return Outcome(status=201, body=_json(event), object_id=thread_id, event_seq=event.seq)
 
         path = f"/threads/{thread_id}/events"
-        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
 
     async def assign_owner(self, cred: Credential, thread_id: str, req: AssignOwner,
                            idempotency_key: str | None) -> Outcome:
@@ -520,11 +423,11 @@ class Recall:
                     raise Unprocessable(f"A thread has at most {MAX_LINKS} owner workers.", id=thread_id)
                 await q.append_event(conn, tenant, thread_id, "owner_assigned",
                                      f"owner assigned: {req.worker_id}", req.worker_id)
-            return _created(created, await self._view(conn, tenant, thread_id, spill.DEFAULT_BUDGET, created=created),
+            return _created(created, await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET, created=created),
                             f"/threads/{thread_id}")
 
         path = f"/threads/{thread_id}/owners"
-        return await self._write(cred, idempotency_key, _fingerprint("POST", path, req), operation)
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
 
     # ---- deletion ----------------------------------------------------------------------
 
@@ -533,96 +436,35 @@ class Recall:
 
         Deleting something already gone erases again (a no-op, or the purge an expiry still owed).
         """
-        async with self.db.session(cred, "write") as (conn, tenant):
-            _expect(kind, object_id)
-            if object_id not in await q.existing(conn, tenant, [object_id]):
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            if ids.kind_of(object_id) != kind or await q.state(conn, tenant, object_id) is State.MISSING:
                 raise not_found(object_id, kind)
             await q.erase(conn, tenant, object_id)
 
     # ---- API keys (admin scope, within the caller's tenant) ---------------------------
 
     async def create_key(self, cred: Credential, req: CreateKey) -> NewKey:
-        async with self.db.session(cred, "admin") as (conn, tenant):
-            return await issue_key(conn, tenant, req.scope, req.label)
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
+            return await ops.issue_key(conn, tenant, req.scope, req.label)
 
     async def list_keys(self, cred: Credential) -> KeyList:
-        async with self.db.session(cred, "admin") as (conn, tenant):
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
             return KeyList(data=await q.list_keys(conn, tenant))
 
     async def revoke_key(self, cred: Credential, key_id: str) -> KeyView:
-        async with self.db.session(cred, "admin") as (conn, tenant):
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
             revoked = await q.revoke_key(conn, key_id, tenant)
         if revoked is None:
             raise NotFound(f"No API key with ID {key_id} exists.", id=key_id)
         return revoked
 
-    # ---- operations ----------------------------------------------------------------------
+    # ---- the server's own upkeep -----------------------------------------------------------
 
     async def ready(self) -> None:
         async with self.db.connection() as conn:
             await q.ping(conn)
 
-    async def bench_pk(self, thread_id: str) -> dict[str, object]:
-        async with self.db.connection() as conn:
-            row = await q.bench_pk(conn, thread_id)
-        if row is None:
-            raise not_found(thread_id, "thread")
-        return row
-
     async def sweep(self, batch: int = 500) -> int:
-        """Purge expired objects in every tenant (recall_sweep runs as the owner), a batch per transaction."""
+        """Purge expired objects in every tenant (the serve loop's periodic sweep)."""
         async with self.db.connection() as conn:
-            return await sweep_all(conn, batch)
-
-
-async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
-    """Create a key for a tenant; the returned NewKey is the only copy of its secret."""
-    key_id, key, secret_sha256 = auth.generate()
-    info = await q.insert_key(conn, key_id, tenant, scope, secret_sha256, label)
-    return NewKey(id=info.id, tenant=info.tenant, scope=info.scope, label=info.label, created_at=info.created_at,
-                  key=key)
-
-
-# ---- operator operations (the CLI, on an owner connection) -----------------------------
-
-
-async def create_tenant(conn: q.Conn, tenant: str) -> bool:
-    """Create a tenant; False if it already existed."""
-    return await q.create_tenant(conn, tenant)
-
-
-async def set_retention(conn: q.Conn, tenant: str, days: float | None) -> None:
-    if not await q.set_retention(conn, tenant, days):
-        raise NotFound(f"No tenant named {tenant!r}.")
-
-
-async def operator_issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
-    if not await q.tenant_exists(conn, tenant):
-        raise NotFound(f"No tenant named {tenant!r}; create it with `recall-server tenants create {tenant}`.")
-    return await issue_key(conn, tenant, scope, label)
-
-
-async def operator_list_keys(conn: q.Conn, tenant: str | None) -> list[KeyView]:
-    return await q.list_keys(conn, tenant)
-
-
-async def operator_revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
-    return await q.revoke_key(conn, key_id, None)
-
-
-async def sweep_all(conn: q.Conn, batch: int = 500) -> int:
-    """Sweep until a batch comes back short; each call of recall_sweep is its own transaction."""
-    purged = 0
-    while (done := await q.sweep(conn, batch)) == batch:
-        purged += done
-    return purged + done
-
-
-async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]:
-    """Where this ID's content could still be read (empty: erased). An ID still live says so."""
-    state = (await q.existing(conn, tenant, [object_id])).get(object_id)
-    if state is None:
-        return [f"{object_id} never existed in tenant {tenant}"]
-    findings = await q.erasure_findings(conn, tenant, object_id)
-    return findings if state else [f"{object_id} is live (not deleted, not expired)", *findings]
-
+            return await ops.sweep(conn, batch)

@@ -15,17 +15,14 @@ import msgspec
 
 from recall_server.models import (
     Link,
-    ReportRow,
     ReportView,
     Spill,
     Spilled,
-    ThreadRow,
     ThreadView,
-    TriggerRow,
     TriggerView,
-    WorkerRow,
     WorkerView,
 )
+from recall_server.rows import ReportRow, ThreadRow, TriggerRow, WorkerRow
 
 MIN_BUDGET = 4096
 DEFAULT_BUDGET = 4096

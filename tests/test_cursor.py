@@ -193,18 +193,50 @@ def test_a_32_byte_secret_is_accepted() -> None:
     CursorCodec(b"s" * 32)
 
 
-# ---- the claimed position, before the scope is known ---------------------------------------------
+# ---- the pager: the claimed position first, verified once the tenant is known ----------------------
 
 
-def test_position_reads_what_a_cursor_claims_without_trusting_it() -> None:
-    """For a read that runs before the scope is known; decode() must still pass before anything is shown."""
+def pager(token: str | None) -> object:
+    return codec().pager(token, tuple[int], "events", "thr_x")  # the list EVENTS names, for tenant-a
+
+
+def test_a_pager_reads_what_a_cursor_claims_without_trusting_it() -> None:
+    """For a read that runs before the scope is known; verify() must still pass before anything is shown."""
     forged = "WzJd." + token_for([1]).split(".")[1]  # [2] under the signature of [1]
-    assert CursorCodec.position(token_for([7]), tuple[int]) == (7,)
-    assert CursorCodec.position(forged, tuple[int]) == (2,)
-    assert_rejected(forged)
+    assert pager(token_for([7])).after == (7,)
+    assert pager(forged).after == (2,)
+    with pytest.raises(BadRequest):
+        pager(forged).verify("tenant-a")
+
+
+def test_a_pager_accepts_its_own_tenants_cursor_and_refuses_another_tenants() -> None:
+    token = token_for([7])
+    pager(token).verify("tenant-a")
+    with pytest.raises(BadRequest):
+        pager(token).verify("tenant-b")
+
+
+def test_the_next_cursor_of_a_pager_verifies_on_the_same_list_only() -> None:
+    token = pager(None).next("tenant-a", [9])
+    assert codec().decode(EVENTS, token, tuple[int]) == (9,)
+    assert_rejected(token, scope=THREADS)
+
+
+def test_a_keyset_page_signs_the_last_entry_shown_and_says_whether_there_is_more() -> None:
+    class Entry:
+        def __init__(self, id_: str) -> None:
+            self.id = id_
+
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    rows = [(Entry(f"thr_{i}"), at) for i in range(3)]
+    keyset = codec().pager(None, tuple[datetime, str], "threads")
+    entries, next_cursor, has_more = keyset.keyset("tenant-a", rows, 2)
+    assert [e.id for e in entries] == ["thr_0", "thr_1"] and has_more
+    assert codec().decode("tenant-a\0threads", next_cursor, tuple[datetime, str]) == (at, "thr_1")
+    assert keyset.keyset("tenant-a", rows[:2], 2)[1:] == (None, False)
 
 
 @given(st.text(alphabet=TOKEN_ALPHABET, max_size=80))
-def test_position_of_anything_malformed_is_none_never_an_error(token: str) -> None:
-    claimed = CursorCodec.position(token, tuple[int])
+def test_the_claimed_position_of_anything_malformed_is_none_never_an_error(token: str) -> None:
+    claimed = pager(token).after
     assert claimed is None or (isinstance(claimed, tuple) and isinstance(claimed[0], int))

@@ -17,16 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recall_server import spill
-from recall_server.models import (
-    MAX_LINKS,
-    Event,
-    Link,
-    ReportRow,
-    Spill,
-    ThreadRow,
-    TriggerRow,
-    WorkerRow,
-)
+from recall_server.models import MAX_LINKS, Event, Link, Spill
+from recall_server.rows import ReportRow, ThreadRow, TriggerRow, WorkerRow
 
 AT = datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
 EMOJI = "😀"  # 4 bytes of UTF-8: the most one character of a one-line field can cost on the wire

@@ -9,9 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from recall_server.auth import SCOPES, Credential
-from recall_server.db import queries
-from recall_server.errors import Forbidden, Unavailable, unknown_key
+from recall_server.errors import Unavailable
 from recall_server.observability import DB_ERRORS, POOL
 
 # Connection-level failures: the server is down, restarting, unreachable or gone away mid-query.
@@ -111,15 +109,3 @@ class Database:
                 await self.pool.release(conn, timeout=self.timeout)
             except Exception:  # a broken connection is closed by the pool; nothing to hand back
                 conn.terminate()
-
-    @asynccontextmanager
-    async def session(self, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
-        """A transaction bound to the key's tenant: (connection, tenant). 401 unknown/revoked, 403 scope."""
-        async with self.connection() as conn, conn.transaction():
-            found = await queries.authenticate(conn, cred.key_id, cred.secret_sha256)
-            if found is None:
-                raise unknown_key()
-            tenant, granted = found
-            if SCOPES[granted] < SCOPES[scope]:
-                raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")
-            yield conn, tenant

@@ -1,13 +1,14 @@
 """Every SQL statement the server runs: one function each, connection first, $n parameters only.
 
 The caller owns the transaction. Reads that serve a GET are single statements (one round
-trip): linked summaries and recent events arrive as JSON arrays in the same row.
+trip) behind the key check (db/tenancy.py): they name the tenant `auth.tenant`, take their own
+parameters from $3, and return the key's tenant with what they found. Linked summaries and
+recent events arrive as JSON arrays in the same row. Writes run in a session that tenancy
+opened, for the `tenant` it bound.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from datetime import datetime
 
 import asyncpg
@@ -15,16 +16,23 @@ import msgspec
 
 from recall_server import ids
 from recall_server.auth import Credential
-from recall_server.errors import unknown_key
+from recall_server.db import tenancy
+from recall_server.db.tenancy import keyed
+from recall_server.ids import State
 from recall_server.models import (
     Event,
     KeyView,
-    Labels,
     Link,
     ReportIndexEntry,
-    ReportRow,
     Resolved,
     ThreadIndexEntry,
+)
+from recall_server.rows import (
+    Content,
+    Labels,
+    Outcome,
+    ReportRow,
+    Stored,
     ThreadRow,
     TriggerRow,
     WorkerRow,
@@ -37,140 +45,99 @@ _events = msgspec.json.Decoder(list[Event])
 _event = msgspec.json.Decoder(Event)
 
 
-
 def _labels(row: asyncpg.Record) -> dict[str, object]:
     return {"app_id": row["app_id"], "agent_id": row["agent_id"], "run_id": row["run_id"],
             "expires_at": row["expires_at"], "gone": row["gone"]}
 
 
-@functools.cache
-def _authenticated(sql: str, with_tenant: bool = False) -> str:
-    """`sql` (a read for tenant $1, further parameters $2..) as one statement that also checks the key.
-
-    The key is $1/$2 and the tenant comes from it: set_config binds this statement's transaction,
-    then the LATERAL read runs for that tenant. OFFSET 0 keeps the planner from flattening the
-    read into a join, so it is a parameterised nested loop over the one auth row and runs after
-    set_config. Were it ever evaluated first, row-level security would show it nothing (no tenant
-    is set outside a transaction): a false miss, never another tenant's row, and every read also
-    filters on the key's tenant explicitly. One round trip. `with_tenant`: the key's tenant comes
-    first in the row.
-    """
-    body = re.sub(r"\$(\d+)", lambda m: "auth.tenant" if m.group(1) == "1" else f"${int(m.group(1)) + 1}", sql)
-    return f"""
-        WITH auth AS MATERIALIZED (
-          SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant FROM recall_authenticate($1, $2) a)
-        SELECT {"auth.tenant, " if with_tenant else ""}v.* FROM auth LEFT JOIN LATERAL ({body} OFFSET 0) v ON true
-    """
-
-
-async def _fetch(conn: Conn, sql: str, who: str | Credential, *args: object) -> asyncpg.Record | None:
-    """One row of a single-tenant read, for a bound tenant or for a key (401 when the key is not valid)."""
-    if isinstance(who, str):
-        return await conn.fetchrow(sql, who, *args)
-    row = await conn.fetchrow(_authenticated(sql), who.key_id, who.secret_sha256, *args)
-    if row is None:
-        raise unknown_key()
-    return None if row[0] is None else row
-
-
-async def _fetch_for_key(conn: Conn, sql: str, cred: Credential, *args: object) -> tuple[str, asyncpg.Record | None]:
-    """The key's tenant and one row of a read for it (None: no row); 401 when the key is not valid."""
-    row = await conn.fetchrow(_authenticated(sql, True), cred.key_id, cred.secret_sha256, *args)
-    if row is None:
-        raise unknown_key()
-    return row[0], None if row[1] is None else row[1:]
-
-
 # ---- reads -----------------------------------------------------------------------------
-# Gone (deleted or expired) objects come back flagged, never filtered silently: the service
-# answers 410 for them. Links and events to gone objects render through recall_link/recall_event.
+# Each returns (the key's tenant, what it found or None). Gone (deleted or expired) objects come
+# back flagged, never filtered silently: the service answers 410 for them. Links and events to gone
+# objects render through recall_link/recall_event.
+
+# The newest events by seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the
+# LIMIT, PostgreSQL re-planned this statement on every execution (tests/test_plans.py).
+_THREAD = keyed("""
+    SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
+      t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+      (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
+                                ORDER BY o.assigned_at, w.id), '[]')
+         FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
+        WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
+      (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
+        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events
+    FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
+""")
 
 
-async def fetch_thread(conn: Conn, who: str | Credential, thread_id: str, events: int) -> ThreadRow | None:
-    # The newest events by seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the
-    # LIMIT, PostgreSQL re-planned this statement on every execution (tests/test_plans.py).
-    row = await _fetch(
-        conn,
-        """
-        SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
-          t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-          (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
-                                    ORDER BY o.assigned_at, w.id), '[]')
-             FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
-            WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
-          (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
-            WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $3) AS events
-        FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
-        """,
-        who, thread_id, events,
-    )
+async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int) -> tuple[str, ThreadRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _THREAD, thread_id, events)
     if row is None:
-        return None
-    return ThreadRow(
+        return tenant, None
+    return tenant, ThreadRow(
         id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
         last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
         owners=_links.decode(row["owners"]), events=_events.decode(row["events"]), **_labels(row),
     )
 
 
-async def fetch_worker(conn: Conn, who: str | Credential, worker_id: str, recent: int) -> WorkerRow | None:
-    row = await _fetch(
-        conn,
-        """
-        SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
-          recall_is_gone(w.deleted_at, w.expires_at) AS gone,
-          w.threads_total,
-          (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
-             SELECT t.id, t.summary, t.deleted_at, t.expires_at FROM thread_owners o
-               JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
-              WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
-              ORDER BY o.assigned_at DESC, t.id DESC LIMIT $3) x) AS threads,
-          w.reports_total,
-          (SELECT coalesce(json_agg(CASE WHEN recall_is_gone(x.deleted_at, x.expires_at)
-                                         THEN json_build_object('id', x.id, 'deleted', true)
-                                         ELSE json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs) END),
-                           '[]')
-             FROM (
-             SELECT r.id, r.summary, r.deleted_at, r.expires_at,
-                    ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
-                           AND rr.report_id = r.id ORDER BY rr.position) AS refs
-               FROM reports r
-              WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
-              ORDER BY r.created_at DESC, r.id DESC LIMIT $3) x) AS reports
-        FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
-        """,
-        who, worker_id, recent,
-    )
+_WORKER = keyed("""
+    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
+      recall_is_gone(w.deleted_at, w.expires_at) AS gone,
+      w.threads_total,
+      (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
+         SELECT t.id, t.summary, t.deleted_at, t.expires_at FROM thread_owners o
+           JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
+          WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
+          ORDER BY o.assigned_at DESC, t.id DESC LIMIT $4) x) AS threads,
+      w.reports_total,
+      (SELECT coalesce(json_agg(CASE WHEN recall_is_gone(x.deleted_at, x.expires_at)
+                                     THEN json_build_object('id', x.id, 'deleted', true)
+                                     ELSE json_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs) END),
+                       '[]')
+         FROM (
+         SELECT r.id, r.summary, r.deleted_at, r.expires_at,
+                ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
+                       AND rr.report_id = r.id ORDER BY rr.position) AS refs
+           FROM reports r
+          WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
+          ORDER BY r.created_at DESC, r.id DESC LIMIT $4) x) AS reports
+    FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
+""")
+
+
+async def fetch_worker(conn: Conn, cred: Credential, worker_id: str, recent: int) -> tuple[str, WorkerRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _WORKER, worker_id, recent)
     if row is None:
-        return None
-    return WorkerRow(
+        return tenant, None
+    return tenant, WorkerRow(
         id=row["id"], name=row["name"], summary=row["summary"], created_at=row["created_at"],
         threads_total=row["threads_total"], threads=_links.decode(row["threads"]),
         reports_total=row["reports_total"], reports=_links.decode(row["reports"]), **_labels(row),
     )
 
 
-async def fetch_trigger(conn: Conn, who: str | Credential, trigger_id: str, inline_max: int, preview: int) -> TriggerRow | None:
-    row = await _fetch(
-        conn,
-        """
-        SELECT tr.id, tr.source, tr.thread_id, tr.summary, tr.content_type,
-          octet_length(tr.payload) AS size,
-          CASE WHEN octet_length(tr.payload) <= $3 THEN tr.payload
-               ELSE substring(tr.payload FROM 1 FOR $4) END AS head,
-          tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
-          recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
-          (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
-                                    ORDER BY nb.position), '[]')
-             FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
-            WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
-        FROM triggers tr WHERE tr.tenant_id = $1 AND tr.id = $2
-        """,
-        who, trigger_id, inline_max, preview,
-    )
+_TRIGGER = keyed("""
+    SELECT tr.id, tr.source, tr.thread_id, tr.summary, tr.content_type,
+      octet_length(tr.payload) AS size,
+      CASE WHEN octet_length(tr.payload) <= $4 THEN tr.payload
+           ELSE substring(tr.payload FROM 1 FOR $5) END AS head,
+      tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
+      recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
+      (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
+                                ORDER BY nb.position), '[]')
+         FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
+        WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
+    FROM triggers tr WHERE tr.tenant_id = auth.tenant AND tr.id = $3
+""")
+
+
+async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_max: int,
+                        preview: int) -> tuple[str, TriggerRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _TRIGGER, trigger_id, inline_max, preview)
     if row is None:
-        return None
-    return TriggerRow(
+        return tenant, None
+    return tenant, TriggerRow(
         id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"],
         occurred_at=row["occurred_at"], created_at=row["created_at"],
@@ -178,52 +145,63 @@ async def fetch_trigger(conn: Conn, who: str | Credential, trigger_id: str, inli
     )
 
 
-async def fetch_report(conn: Conn, who: str | Credential, report_id: str, inline_max: int, preview: int) -> ReportRow | None:
-    row = await _fetch(
-        conn,
-        """
-        SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
-          CASE WHEN octet_length(r.body) <= $3 THEN r.body ELSE substring(r.body FROM 1 FOR $4) END AS head,
-          r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
-          (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
-                                    ORDER BY rr.position), '[]')
-             FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
-            WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
-        FROM reports r WHERE r.tenant_id = $1 AND r.id = $2
-        """,
-        who, report_id, inline_max, preview,
-    )
+_REPORT = keyed("""
+    SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
+      CASE WHEN octet_length(r.body) <= $4 THEN r.body ELSE substring(r.body FROM 1 FOR $5) END AS head,
+      r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
+      (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
+                                ORDER BY rr.position), '[]')
+         FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
+        WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
+    FROM reports r WHERE r.tenant_id = auth.tenant AND r.id = $3
+""")
+
+
+async def fetch_report(conn: Conn, cred: Credential, report_id: str, inline_max: int,
+                       preview: int) -> tuple[str, ReportRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _REPORT, report_id, inline_max, preview)
     if row is None:
-        return None
-    return ReportRow(
+        return tenant, None
+    return tenant, ReportRow(
         id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"],
         created_at=row["created_at"], refs=_links.decode(row["refs"]), **_labels(row),
     )
 
 
-class Content(msgspec.Struct):
-    content_type: str
-    data: bytes | None  # None: the bytes are the caller's known ones (same SHA-256)
-    sha256: bytes
-    gone: bool
-
-
-_CONTENT = {  # kind -> the query of its content: payload of a trigger, body of a report
-    kind: f"""
-        SELECT content_type, CASE WHEN {column}_sha256 = $3 THEN NULL ELSE {column} END, {column}_sha256,
-               recall_is_gone(deleted_at, expires_at)
-        FROM {ids.PLURAL[kind]} WHERE tenant_id = $1 AND id = $2
-    """
-    for kind, column in (("trigger", "payload"), ("report", "body"))
+_CONTENT = {  # kind -> the read of its content: the payload of a trigger, the body of a report
+    "trigger": keyed("""
+        SELECT content_type, CASE WHEN payload_sha256 = $4 THEN NULL ELSE payload END AS data, payload_sha256,
+               recall_is_gone(deleted_at, expires_at) AS gone
+        FROM triggers WHERE tenant_id = auth.tenant AND id = $3
+    """),
+    "report": keyed("""
+        SELECT content_type, CASE WHEN body_sha256 = $4 THEN NULL ELSE body END AS data, body_sha256,
+               recall_is_gone(deleted_at, expires_at) AS gone
+        FROM reports WHERE tenant_id = auth.tenant AND id = $3
+    """),
 }
 
 
 async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
-                        known_sha256: bytes | None) -> Content | None:
+                        known_sha256: bytes | None) -> tuple[str, Content | None]:
     """A trigger's payload or a report's body; `data` is None when its SHA-256 is `known_sha256`."""
-    row = await _fetch(conn, _CONTENT[kind], cred, object_id, known_sha256)
-    return None if row is None else Content(*row)
+    tenant, row = await tenancy.fetch(conn, cred, _CONTENT[kind], object_id, known_sha256)
+    return tenant, None if row is None else Content(*row[1:])
+
+
+_THREADS = keyed("""
+    SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS threads FROM (
+      SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
+      WHERE t.tenant_id = auth.tenant AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
+        AND ($3::text IS NULL OR t.status = $3)
+        AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
+                                          AND o.thread_id = t.id AND o.worker_id = $4))
+        AND ($5::timestamptz IS NULL OR (t.created_at, t.id) < ($5, $6))
+        AND ($8::text IS NULL OR t.app_id = $8) AND ($9::text IS NULL OR t.agent_id = $9)
+        AND ($10::text IS NULL OR t.run_id = $10)
+      ORDER BY t.created_at DESC, t.id DESC LIMIT $7) x
+""")
 
 
 async def list_threads(
@@ -231,29 +209,16 @@ async def list_threads(
     after: tuple[datetime, str] | None, limit: int,
 ) -> tuple[str, list[tuple[ThreadIndexEntry, datetime]]]:
     """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
-    with its sort key. One statement with the key check."""
-    tenant, row = await _fetch_for_key(
-        conn,
-        """
-        SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
-          SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
-          WHERE t.tenant_id = $1 AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-            AND ($2::text IS NULL OR t.status = $2)
-            AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
-                                              AND o.thread_id = t.id AND o.worker_id = $3))
-            AND ($4::timestamptz IS NULL OR (t.created_at, t.id) < ($4, $5))
-            AND ($7::text IS NULL OR t.app_id = $7) AND ($8::text IS NULL OR t.agent_id = $8)
-            AND ($9::text IS NULL OR t.run_id = $9)
-          ORDER BY t.created_at DESC, t.id DESC LIMIT $6) x
-        """,
-        cred, status, owner, after[0] if after else None, after[1] if after else None, limit,
+    with its sort key."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _THREADS, status, owner, after[0] if after else None, after[1] if after else None, limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, [
         (ThreadIndexEntry(id=r.id, title=r.title, status=r.status, summary=r.summary, updated_at=r.updated_at,
                           href=f"/threads/{r.id}"), r.created_at)
-        for r in _thread_keys.decode(row[0])
+        for r in _thread_keys.decode(row["threads"])
     ]
 
 
@@ -268,59 +233,56 @@ class _ThreadKey(msgspec.Struct):
 
 _thread_keys = msgspec.json.Decoder(list[_ThreadKey])
 
+# A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's last_seq
+# rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages on every
+# execution (tests/test_plans.py).
+_EVENTS = keyed("""
+    SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+           (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM thread_events e
+             WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
+               AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
+    FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
+""")
+
 
 async def list_events(
     conn: Conn, cred: Credential, thread_id: str, after_seq: int, limit: int,
-) -> tuple[str, tuple[bool, list[Event]] | None]:
-    """The key's tenant, and (thread gone?, the `limit` events after a seq, in order) or None when the
-    thread does not exist (a miss). One statement with the key check.
+) -> tuple[str, State, list[Event]]:
+    """The key's tenant, the thread's state, and the `limit` events after a seq, in order."""
+    tenant, row = await tenancy.fetch(conn, cred, _EVENTS, thread_id, after_seq, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _events.decode(row["events"])
 
-    A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's
-    last_seq rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages
-    on every execution (tests/test_plans.py).
-    """
-    tenant, row = await _fetch_for_key(
-        conn,
-        """
-        SELECT recall_is_gone(t.deleted_at, t.expires_at),
-               (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM thread_events e
-                 WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
-                   AND e.seq > $3 AND e.seq <= least(t.last_seq, $3 + $4)) AS events
-        FROM threads t WHERE t.tenant_id = $1 AND t.id = $2
-        """,
-        cred, thread_id, after_seq, limit,
-    )
-    return tenant, None if row is None else (row[0], _events.decode(row[1]))
+
+_REPORTS = keyed("""
+    SELECT recall_is_gone(w.deleted_at, w.expires_at) AS gone,
+           (SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
+              SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
+               WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
+                 AND ($4::timestamptz IS NULL OR (r.created_at, r.id) < ($4, $5))
+                 AND ($7::text IS NULL OR r.app_id = $7) AND ($8::text IS NULL OR r.agent_id = $8)
+                 AND ($9::text IS NULL OR r.run_id = $9)
+               ORDER BY r.created_at DESC, r.id DESC LIMIT $6) x) AS reports
+    FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
+""")
 
 
 async def list_reports(
     conn: Conn, cred: Credential, worker_id: str, labels: Labels, after: tuple[datetime, str] | None, limit: int,
-) -> tuple[str, tuple[bool, list[tuple[ReportIndexEntry, datetime]]] | None]:
-    """The key's tenant, and (worker gone?, its live reports newest first) or None when the worker
-    does not exist. One statement with the key check."""
-    tenant, row = await _fetch_for_key(
-        conn,
-        """
-        SELECT recall_is_gone(w.deleted_at, w.expires_at),
-               (SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
-                  SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
-                   WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
-                     AND ($3::timestamptz IS NULL OR (r.created_at, r.id) < ($3, $4))
-                     AND ($6::text IS NULL OR r.app_id = $6) AND ($7::text IS NULL OR r.agent_id = $7)
-                     AND ($8::text IS NULL OR r.run_id = $8)
-                   ORDER BY r.created_at DESC, r.id DESC LIMIT $5) x) AS reports
-        FROM workers w WHERE w.tenant_id = $1 AND w.id = $2
-        """,
-        cred, worker_id, after[0] if after else None, after[1] if after else None, limit,
+) -> tuple[str, State, list[tuple[ReportIndexEntry, datetime]]]:
+    """The key's tenant, the worker's state, and its live reports newest first (keyset on (created_at, id))."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _REPORTS, worker_id, after[0] if after else None, after[1] if after else None, limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
     if row is None:
-        return tenant, None
-    return tenant, (row[0], [
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), [
         (ReportIndexEntry(id=r.id, thread_id=r.thread_id, summary=r.summary, created_at=r.created_at,
                           href=f"/reports/{r.id}"), r.created_at)
-        for r in _report_keys.decode(row[1])
-    ])
+        for r in _report_keys.decode(row["reports"])
+    ]
 
 
 class _ReportKey(msgspec.Struct):
@@ -332,20 +294,25 @@ class _ReportKey(msgspec.Struct):
 
 _report_keys = msgspec.json.Decoder(list[_ReportKey])
 
-_RESOLVE = {  # kind -> its table (the plural), e.g. "trigger" -> triggers
-    kind: f"SELECT summary, recall_is_gone(deleted_at, expires_at) FROM {table} WHERE tenant_id = $1 AND id = $2"
+_RESOLVE = {  # kind -> the read of its summary, from its table (the plural), e.g. "trigger" -> triggers
+    kind: keyed(f"""
+        SELECT summary, recall_is_gone(deleted_at, expires_at) AS gone FROM {table}
+        WHERE tenant_id = auth.tenant AND id = $3
+    """)
     for kind, table in ids.PLURAL.items()
 }
 
 
-async def resolve(conn: Conn, cred: Credential, kind: str, object_id: str, href: str) -> tuple[bool, Resolved] | None:
-    """(gone?, resolution); None when the ID never existed in the key's tenant. One statement with the key check."""
-    row = await _fetch(conn, _RESOLVE[kind], cred, object_id)
-    return None if row is None else (row[1], Resolved(id=object_id, type=kind, href=href, summary=row[0]))
+async def resolve(conn: Conn, cred: Credential, kind: str, object_id: str) -> tuple[State, Resolved | None]:
+    """The ID's state in the key's tenant, and what it resolves to."""
+    _, row = await tenancy.fetch(conn, cred, _RESOLVE[kind], object_id)
+    if row is None:
+        return State.MISSING, None
+    return State.of(row["gone"]), Resolved(id=object_id, type=kind, href=ids.href(object_id), summary=row["summary"])
 
 
-async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, bool]:
-    """Which of these IDs (of any kind) exist in the tenant, each with whether it is gone."""
+async def states(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, State]:
+    """The state of each of these IDs (of any kind) in the tenant; an ID that never existed is MISSING."""
     rows = await conn.fetch(
         """
         SELECT id, recall_is_gone(deleted_at, expires_at) FROM (
@@ -356,20 +323,12 @@ async def existing(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, 
         """,
         tenant, object_ids,
     )
-    return {r[0]: r[1] for r in rows}
+    found = {r[0]: State.of(r[1]) for r in rows}
+    return {i: found.get(i, State.MISSING) for i in object_ids}
 
 
-async def authenticate(conn: Conn, key_id: str, secret_sha256: bytes) -> tuple[str, str] | None:
-    """Check a key and, in the same round trip, bind the current transaction to its tenant: (tenant, scope).
-
-    The setting is transaction-local (SET LOCAL): it ends with the transaction, so no pooled
-    connection ever carries one request's tenant into the next.
-    """
-    row = await conn.fetchrow(
-        "SELECT set_config('app.tenant_id', a.tenant_id, true), a.scope FROM recall_authenticate($1, $2) a",
-        key_id, secret_sha256,
-    )
-    return None if row is None else (row[0], row[1])
+async def state(conn: Conn, tenant: str, object_id: str) -> State:
+    return (await states(conn, tenant, [object_id]))[object_id]
 
 
 # ---- tenants and keys (operator CLI as the owner; admin endpoints as recall_app, within a tenant) ----
@@ -424,22 +383,6 @@ async def cursor_secret(conn: Conn) -> bytes:
     return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
 
 
-async def bench_pk(conn: Conn, thread_id: str) -> dict[str, object] | None:
-    """One primary-key lookup of a thread row of tenant `bench`, for the benchmark's fetch ceiling.
-
-    The tenant is bound in the same statement, as every read of the app role needs (without it
-    row-level security hides the row and the lookup would measure a cheaper miss).
-    """
-    row = await conn.fetchrow(
-        """
-        SELECT t.* FROM (SELECT set_config('app.tenant_id', 'bench', true)) s, LATERAL (
-          SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = 'bench' AND id = $1 OFFSET 0) t
-        """,
-        thread_id,
-    )
-    return None if row is None else dict(row)
-
-
 async def ping(conn: Conn) -> None:
     await conn.fetchval("SELECT 1")
 
@@ -452,10 +395,10 @@ _REQUEST_HASH = {
 }
 
 
-async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> tuple[bytes, bool] | None:
-    """(hash of the create request that made an existing object, gone?): tells a retry from a clash."""
+async def request_hash(conn: Conn, tenant: str, kind: str, object_id: str) -> tuple[State, bytes | None]:
+    """The ID's state, and the hash of the create request that made it: tells a retry from a clash."""
     row = await conn.fetchrow(_REQUEST_HASH[kind], tenant, object_id)
-    return None if row is None else (row[0], row[1])
+    return (State.MISSING, None) if row is None else (State.of(row[1]), row[0])
 
 
 async def trigger_by_external_id(conn: Conn, tenant: str, source: str, external_id: str) -> str | None:
@@ -533,12 +476,12 @@ async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) 
     ) is not None
 
 
-async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> bool | None:
-    """Take the thread's row lock; return whether it is gone, None when it does not exist."""
-    return await conn.fetchval(
+async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> State:
+    """Take the thread's row lock (it orders appends, filings, closes and deletes); the thread's state."""
+    return State.of(await conn.fetchval(
         "SELECT recall_is_gone(deleted_at, expires_at) FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
         tenant, thread_id,
-    )
+    ))
 
 
 async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
@@ -644,15 +587,6 @@ async def sweep(conn: Conn, batch: int) -> int:
     return await conn.fetchval("SELECT recall_sweep($1)", batch)
 
 
-class Stored(msgspec.Struct):
-    request_hash: bytes
-    status: int
-    body: bytes | None
-    location: str | None
-    object_id: str
-    event_seq: int | None
-
-
 async def idempotency_lock(conn: Conn, tenant: str, key: str) -> bool:
     """Hold the key for this transaction; False when another request holds it (still in flight)."""
     return await conn.fetchval(
@@ -668,10 +602,13 @@ async def idempotency_get(conn: Conn, tenant: str, key: str) -> Stored | None:
         """,
         tenant, key,
     )
-    return None if row is None else Stored(*row)
+    if row is None:
+        return None
+    return Stored(row[0], Outcome(status=row[1], body=row[2], location=row[3], object_id=row[4], event_seq=row[5]))
 
 
 async def idempotency_put(conn: Conn, tenant: str, key: str, stored: Stored, keep_seconds: int) -> None:
+    done = stored.outcome
     await conn.execute(
         """
         INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, body, location, object_id, event_seq,
@@ -682,8 +619,8 @@ async def idempotency_put(conn: Conn, tenant: str, key: str, stored: Stored, kee
             location = excluded.location, object_id = excluded.object_id, event_seq = excluded.event_seq,
             created_at = excluded.created_at, expires_at = excluded.expires_at, shows = excluded.shows
         """,
-        tenant, key, stored.request_hash, stored.status, stored.body, stored.location, stored.object_id,
-        stored.event_seq, keep_seconds, ids.shown_in(stored.body or b""),
+        tenant, key, stored.fingerprint, done.status, done.body, done.location, done.object_id, done.event_seq,
+        keep_seconds, ids.shown_in(done.body or b""),
     )
 
 

@@ -15,8 +15,9 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from recall_server import auth, content, spill
 from recall_server.auth import Credential
 from recall_server.errors import PROBLEM_JSON
-from recall_server.models import Labels, ProblemBody
-from recall_server.service import Content, Outcome, Recall
+from recall_server.models import ProblemBody
+from recall_server.rows import Content, Labels, Outcome
+from recall_server.service import Recall
 
 Budget = Annotated[
     int,

@@ -1,0 +1,65 @@
+"""The one place where an API key becomes a bound tenant: the key check, the binding, 401 and 403.
+
+A request's tenant comes from its key, here, and from nowhere else (never a body or a parameter):
+
+- A read is one statement. `keyed(read)` puts the key check in front of it: `recall_authenticate`
+  (SECURITY DEFINER, so recall_app cannot read other tenants' keys) finds the key's tenant, and
+  `set_config('app.tenant_id', ..., true)` binds it for row-level security; the read then runs as a
+  LATERAL subquery for `auth.tenant`, taking its own parameters from $3 (the key is $1 and $2).
+  OFFSET 0 keeps the planner from flattening the read into a join, so it is a parameterised nested
+  loop over the one auth row and runs after set_config. Were it ever evaluated first, RLS would show
+  it nothing (no tenant is set outside a transaction): a false miss, never another tenant's row, and
+  every read also filters on `auth.tenant` explicitly.
+- A write is a transaction opened by `session()`: the same check and binding first, then the scope.
+
+The binding is transaction-local (`is_local`), so a pooled connection never carries one
+request's tenant into the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from recall_server.auth import SCOPES, Credential
+from recall_server.db.pool import Database
+from recall_server.errors import Forbidden, unknown_key
+
+KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
+               FROM recall_authenticate($1, $2) a"""
+
+
+def keyed(read: str) -> str:
+    """`read` (for tenant `auth.tenant`, parameters from $3) as one statement behind the key check.
+
+    The row it returns starts with the key's tenant; the read's own columns follow, all NULL when
+    it found nothing (so a read's first column must never be NULL on a row it found).
+    """
+    return f"""
+        WITH auth AS MATERIALIZED ({KEY_CHECK})
+        SELECT auth.tenant AS bound_tenant, v.* FROM auth LEFT JOIN LATERAL ({read} OFFSET 0) v ON true
+    """
+
+
+async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: object
+                ) -> tuple[str, asyncpg.Record | None]:
+    """Run a `keyed` read: (the key's tenant, the row or None when the read found none). 401 for a bad key."""
+    row = await conn.fetchrow(sql, cred.key_id, cred.secret_sha256, *args)
+    if row is None:
+        raise unknown_key()
+    return row[0], None if row[1] is None else row
+
+
+@asynccontextmanager
+async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+    """A transaction bound to the key's tenant: (connection, tenant). 401 unknown/revoked key, 403 scope."""
+    async with db.connection() as conn, conn.transaction():
+        found = await conn.fetchrow(KEY_CHECK, cred.key_id, cred.secret_sha256)
+        if found is None:
+            raise unknown_key()
+        tenant, granted = found
+        if SCOPES[granted] < SCOPES[scope]:
+            raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")
+        yield conn, tenant

@@ -1,0 +1,117 @@
+"""Internal rows: what queries read from PostgreSQL and spill renders (never on the wire).
+
+Wire shapes live in models.py, which holds only what openapi.yaml publishes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from msgspec import Struct
+
+from recall_server.models import Event, Link, Timestamp
+
+class TriggerRow(Struct):
+    id: str
+    source: str
+    thread_id: str | None
+    summary: str
+    content_type: str
+    size: int
+    head: bytes  # the whole content when it may fit the budget, else a preview-length prefix
+    occurred_at: Timestamp
+    created_at: Timestamp
+    neighbours: list[Link]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
+
+
+class ThreadRow(Struct):
+    id: str
+    title: str
+    summary: str
+    status: str
+    last_seq: int
+    created_at: Timestamp
+    updated_at: Timestamp
+    owners: list[Link]
+    events: list[Event]  # newest first
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
+
+
+class WorkerRow(Struct):
+    id: str
+    name: str
+    summary: str
+    created_at: Timestamp
+    threads_total: int
+    threads: list[Link]  # most recently assigned first
+    reports_total: int
+    reports: list[Link]  # newest first
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
+
+
+class ReportRow(Struct):
+    id: str
+    worker_id: str
+    thread_id: str
+    summary: str
+    content_type: str
+    size: int
+    head: bytes
+    created_at: Timestamp
+    refs: list[Link]
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
+
+
+class Labels(Struct, frozen=True):
+    """Scopes inside a tenant (app, agent, run): they narrow retrieval; they are not a security boundary."""
+
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+    def key(self) -> str:
+        return f"{self.app_id}\0{self.agent_id}\0{self.run_id}"
+
+
+class Content(Struct):
+    """A trigger's payload or a report's body, as read for serving."""
+
+    content_type: str
+    data: bytes | None  # None: the bytes are the caller's known ones (same SHA-256)
+    sha256: bytes
+    gone: bool
+
+
+class Outcome(Struct, kw_only=True):
+    """The result of a POST, as sent and as recorded for Idempotency-Key replays."""
+
+    status: int
+    body: bytes | None  # None only when read back after an erasure scrubbed it: render again
+    object_id: str
+    location: str | None = None
+    event_seq: int | None = None  # the outcome is that event of thread `object_id`
+    replayed: bool = False
+
+
+class Stored(Struct):
+    """An Idempotency-Key's record: what the request was (its fingerprint), and its outcome."""
+
+    fingerprint: bytes
+    outcome: Outcome
