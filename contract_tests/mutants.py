@@ -2,43 +2,44 @@
 
     python contract_tests/mutants.py MUTANT serve --port 8000 ...
 
-patches one behaviour of the real server, then runs the normal CLI.
+patches one behaviour of the real server, then runs the normal CLI. Each mutant breaks exactly
+one contract through the server's own mechanism, so the suite must catch the broken contract
+itself (the mutant test also checks that the mutant is still doing what it claims).
 """
 
 from __future__ import annotations
 
 import sys
 
-from recall_server import errors, service
+from recall_server import cursor, errors, service
 from recall_server.cli import main
 
 _get_thread = service.Recall.get_thread
-_list_events = service.Recall.list_events
+_next = cursor.Pager.next
 
 
-async def empty_miss(self, tenant, thread_id, budget):
+async def empty_miss(self, cred, thread_id, budget):
     """A miss answered as 200 {} instead of a loud 404."""
     try:
-        return await _get_thread(self, tenant, thread_id, budget)
+        return await _get_thread(self, cred, thread_id, budget)
     except errors.NotFound:
         return {}
 
 
-async def skipping_cursor(self, tenant, thread_id, cursor, limit):
-    """A cursor that silently skips the event after each page."""
-    page = await _list_events(self, tenant, thread_id, cursor, limit)
-    if page.data:
-        scope = f"{tenant}\0events\0{thread_id}"
-        page.next_cursor = self.cursors.encode(scope, [page.data[-1].seq + 1])
-    return page
+def skipping_cursor(self, tenant, position):
+    """An event-log cursor that silently skips the event after each page: still signed for the right
+    list of the right tenant by the one cursor helper, so the server accepts it."""
+    if self.list_key[0] == "events":
+        position = [position[0] + 1]
+    return _next(self, tenant, position)
 
 
 MUTANTS = {
-    "empty-miss": ("get_thread", empty_miss),
-    "skipping-cursor": ("list_events", skipping_cursor),
+    "empty-miss": (service.Recall, "get_thread", empty_miss),
+    "skipping-cursor": (cursor.Pager, "next", skipping_cursor),
 }
 
 if __name__ == "__main__":
-    name, replacement = MUTANTS[sys.argv.pop(1)]
-    setattr(service.Recall, name, replacement)
+    owner, name, replacement = MUTANTS[sys.argv.pop(1)]
+    setattr(owner, name, replacement)
     main()

@@ -31,7 +31,7 @@ def created(response: httpx.Response) -> dict[str, Any]:
 
 
 def assert_miss(response: httpx.Response, value: str) -> None:
-    assert response.status_code == 404, (value, response.status_code, response.text[:300])
+    assert response.status_code == 404, f"a miss must be a 404 problem, got {response.status_code}: {value}"
     assert response.headers["content-type"].startswith("application/problem+json")
     body = response.json()
     assert {"type", "title", "status", "detail", "instance"} <= body.keys()
@@ -128,14 +128,17 @@ def test_paging_events_while_another_client_appends_sees_each_once_in_order(
         while True:
             finished = writing.done()  # read before the page, so the last page sees every append
             params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
-            body = client.get(f"/threads/{thread}/events", params=params).json()
+            page = client.get(f"/threads/{thread}/events", params=params)
+            assert page.status_code == 200, f"an event page was refused ({page.status_code}): {page.text[:300]}"
+            body = page.json()
             seqs += [e["seq"] for e in body["data"]]
             cursor = body["next_cursor"]
             if finished and not body["has_more"]:
                 break
         writing.result()
     total = client.get(f"/threads/{thread}").json()["events_total"]
-    assert seqs == list(range(1, total + 1))
+    missing = sorted(set(range(1, total + 1)) - set(seqs))
+    assert seqs == list(range(1, total + 1)), f"events skipped or repeated: missing seqs {missing[:10]}"
     assert total >= appended + 4
 
 

@@ -16,6 +16,11 @@ from recall_server import ids
 MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
 
 OneLine = r"^[^\x00-\x1f\x7f]*$"
+# IDs of one kind where only that kind is allowed; AnyId where any kind is (links, refs, /ids/{id}).
+ThreadId = Annotated[str, Meta(pattern=ids.pattern("thread"), examples=["thr_pr_412"])]
+WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a0"])]
+TriggerId = Annotated[str, Meta(pattern=ids.pattern("trigger"), examples=["trg_8f21"])]
+ReportId = Annotated[str, Meta(pattern=ids.pattern("report"), examples=["rpt_412a"])]
 AnyId = Annotated[str, Meta(pattern=ids.ANY_ID_PATTERN, examples=["thr_pr_412"])]
 Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine)]
 Summary = Annotated[str, Meta(max_length=200, pattern=OneLine)]
@@ -25,7 +30,7 @@ Status = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9.
 ContentType = Annotated[
     str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$", examples=["text/plain"])
 ]
-Links = Annotated[list[AnyId], Meta(max_length=MAX_LINKS)]
+TriggerLinks = Annotated[list[TriggerId], Meta(max_length=MAX_LINKS)]
 Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$", examples=["router-1"])]
 Timestamp = Annotated[datetime, Meta(extra_json_schema={"format": "date-time"})]
 # A string in bodies: Litestar decodes bodies leniently and would take a number as Unix seconds.
@@ -37,13 +42,13 @@ class Request(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class CreateTrigger(Request, kw_only=True):
-    id: AnyId | None = None
+    id: TriggerId | None = None
     source: Source
-    thread_id: AnyId | None = None
+    thread_id: ThreadId | None = None
     summary: Summary
     payload: Any = None
     content_type: ContentType | None = None
-    neighbours: Links = []
+    neighbours: TriggerLinks = []
     occurred_at: DateTimeText | None = None
     app_id: Label | None = None
     agent_id: Label | None = None
@@ -55,7 +60,7 @@ class CreateTrigger(Request, kw_only=True):
 
 
 class CreateThread(Request, kw_only=True):
-    id: AnyId | None = None
+    id: ThreadId | None = None
     title: Title
     summary: Summary = ""
     status: Status = "open"
@@ -73,7 +78,7 @@ class UpdateThread(Request, kw_only=True):
 
 
 class CreateWorker(Request, kw_only=True):
-    id: AnyId | None = None
+    id: WorkerId | None = None
     name: Name
     summary: Summary = ""
     app_id: Label | None = None
@@ -84,16 +89,16 @@ class CreateWorker(Request, kw_only=True):
 
 
 class AssignOwner(Request, kw_only=True):
-    worker_id: AnyId
+    worker_id: WorkerId
 
 
 class CreateReport(Request, kw_only=True):
-    id: AnyId | None = None
-    thread_id: AnyId
+    id: ReportId | None = None
+    thread_id: ThreadId
     summary: Summary
     body: Any = None
     content_type: ContentType | None = None
-    refs: Links = []
+    refs: TriggerLinks = []
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
@@ -117,9 +122,9 @@ class CreateKey(Request, kw_only=True):
 class Link(Struct, omit_defaults=True):
     """A neighbour in the graph: its ID and, when the budget allows, its one-line summary."""
 
-    id: str
+    id: AnyId
     summary: str | UnsetType = UNSET
-    refs: list[str] | UnsetType = UNSET  # on a worker's reports: the trigger IDs each one cites
+    refs: list[TriggerId] | UnsetType = UNSET  # on a worker's reports: the trigger IDs each one cites
     deleted: bool = False  # the linked object was deleted or has expired: only its ID remains
 
 
@@ -128,7 +133,7 @@ class Event(Struct, omit_defaults=True):
     type: str
     at: Timestamp
     summary: str
-    ref: str | None
+    ref: AnyId | None
     ref_deleted: bool = False  # the event stays; its target is gone
 
 
@@ -148,9 +153,9 @@ class Spilled(Struct, omit_defaults=True):
 
 
 class TriggerView(Struct, omit_defaults=True):
-    id: str
+    id: TriggerId
     source: str
-    thread_id: str | None
+    thread_id: ThreadId | None
     summary: str
     content_type: str
     neighbours: list[Link]
@@ -166,7 +171,7 @@ class TriggerView(Struct, omit_defaults=True):
 
 
 class ThreadView(Struct, omit_defaults=True):
-    id: str
+    id: ThreadId
     title: str
     summary: str
     status: str
@@ -183,7 +188,7 @@ class ThreadView(Struct, omit_defaults=True):
 
 
 class WorkerView(Struct, omit_defaults=True):
-    id: str
+    id: WorkerId
     name: str
     summary: str
     threads: list[Link]
@@ -199,9 +204,9 @@ class WorkerView(Struct, omit_defaults=True):
 
 
 class ReportView(Struct, omit_defaults=True):
-    id: str
-    worker_id: str
-    thread_id: str
+    id: ReportId
+    worker_id: WorkerId
+    thread_id: ThreadId
     summary: str
     content_type: str
     refs: list[Link]
@@ -216,7 +221,7 @@ class ReportView(Struct, omit_defaults=True):
 
 
 class ThreadIndexEntry(Struct):
-    id: str
+    id: ThreadId
     title: str
     status: str
     summary: str
@@ -225,8 +230,8 @@ class ThreadIndexEntry(Struct):
 
 
 class ReportIndexEntry(Struct):
-    id: str
-    thread_id: str
+    id: ReportId
+    thread_id: ThreadId
     summary: str
     created_at: Timestamp
     href: str
@@ -251,7 +256,7 @@ class ReportPage(Struct):
 
 
 class Resolved(Struct):
-    id: str
+    id: AnyId
     type: str
     href: str
     summary: str

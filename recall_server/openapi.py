@@ -8,7 +8,10 @@ Structs. What it cannot know, added here in one place:
   - response headers: Location on creates, Link on pages, ETag/Content-Range on content,
     Retry-After on 503, and the content routes' 206/304 and any-media-type bodies;
   - OpenAPI links from every create to the reads and writes it enables, so a stateful
-    tester (schemathesis) walks the same hop chains an agent does.
+    tester (schemathesis) walks the same hop chains an agent does;
+  - IDs as named schemas (ThreadId, WorkerId, TriggerId, ReportId, AnyId), and their patterns on
+    path parameters. The server answers a malformed or wrong-kind path ID with a 404 naming it
+    (contract 3), so there the pattern is published, not enforced by the framework (a 400).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import yaml
 from litestar import Litestar, Request
 from litestar.openapi.plugins import JsonRenderPlugin
 
-from recall_server import models
+from recall_server import ids, models
 from recall_server.errors import PROBLEM_JSON
 
 _PROBLEM = {"$ref": "#/components/schemas/ProblemBody"}
@@ -44,6 +47,17 @@ _CREATES = {
     "CreateReport": ("report_id", ["GetReport", "GetBody", "DeleteReport"]),
 }
 _PAGES = {"ListThreads", "ListEvents", "ListReports"}
+# The named ID schemas: the same patterns models.py enforces in bodies.
+_ID_SCHEMAS = {
+    "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
+    "ReportId": ids.pattern("report"), "AnyId": ids.ANY_ID_PATTERN,
+}
+_PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "TriggerId", "report_id": "ReportId",
+             "object_id": "AnyId"}
+# A JSON media type (application/json or any +json), case-insensitive as media types are.
+_JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
+    + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
+_KEY_ID = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "An API key's ID (rk_<id>.<secret>)."}
 _CONTENT = {"GetPayload", "GetBody"}
 
 
@@ -67,11 +81,42 @@ def _exact_components(names: list[str]) -> dict[str, Any]:
     return components
 
 
+def _named_ids(node: Any) -> Any:
+    """Every inline ID schema (a string with one of the ID patterns) as a $ref to its named schema."""
+    by_pattern = {pattern: name for name, pattern in _ID_SCHEMAS.items()}
+    if isinstance(node, dict):
+        if node.get("type") == "string" and node.get("pattern") in by_pattern:
+            return {"$ref": f"#/components/schemas/{by_pattern[node['pattern']]}"}
+        return {k: _named_ids(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_named_ids(v) for v in node]
+    return node
+
+
+def _id_components() -> dict[str, Any]:
+    examples = {"ThreadId": "thr_pr_412", "WorkerId": "wkr_77a0", "TriggerId": "trg_8f21", "ReportId": "rpt_412a",
+                "AnyId": "thr_pr_412"}
+    return {
+        name: {"type": "string", "pattern": pattern, "examples": [examples[name]],
+               "description": "Any recall ID: trg_, thr_, wkr_ or rpt_ and a body of 1-64 [A-Za-z0-9_-]."
+               if name == "AnyId" else f"A {name[:-2].lower()} ID."}
+        for name, pattern in _ID_SCHEMAS.items()
+    }
+
+
 def correct(doc: dict[str, Any]) -> dict[str, Any]:
     """Litestar's generated document with the corrections listed at the top of this module."""
     doc = copy.deepcopy(doc)
-    doc["components"]["schemas"] = schemas = _exact_components(sorted(doc["components"]["schemas"]))
+    schemas = _named_ids(_exact_components(sorted(doc["components"]["schemas"])))
+    doc["components"]["schemas"] = schemas = dict(sorted({**schemas, **_id_components()}.items()))
     ops = _operations(doc)
+
+    for _, _, op in ops.values():
+        for param in op.get("parameters", []):
+            if param["in"] == "path" and param["name"] in _PATH_IDS:
+                param["schema"] = {"$ref": f"#/components/schemas/{_PATH_IDS[param['name']]}"}
+            elif param["in"] == "path" and param["name"] == "key_id":
+                param["schema"] = dict(_KEY_ID)
 
     for _, _, op in ops.values():
         for status, response in op["responses"].items():
@@ -123,6 +168,15 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         ]
 
     schemas["Spilled"]["minProperties"] = 1
+    # Rules between fields, which msgspec cannot state; the server answers 422 for them.
+    for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport"):
+        schemas[name]["not"] = {"description": "ttl and expires_at together", "required": ["ttl", "expires_at"],
+                                "properties": {"ttl": {"type": "integer"}, "expires_at": {"type": "string"}}}
+    for name, field in (("CreateTrigger", "payload"), ("CreateReport", "body")):
+        schemas[name]["if"] = {"required": ["content_type"],
+                               "properties": {"content_type": {"type": "string", "not": {"pattern": _JSON_TYPE}}}}
+        schemas[name]["then"] = {"description": f"a non-JSON content type takes {field} as a string",
+                                 "properties": {field: {"type": "string"}}}
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
     return doc

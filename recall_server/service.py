@@ -58,13 +58,6 @@ Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport
 _json = msgspec.json.encode
 
 
-def _body_id(field: str, value: str, kind: str) -> None:
-    if ids.kind_of(value) != kind:
-        raise Unprocessable(
-            f"{field} must be a {kind} ID ({ids.PREFIX[kind]}_...), got {value!r}.", field=field, id=value
-        )
-
-
 def _labels(req: Creatable) -> Labels:
     return Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id)
 
@@ -271,7 +264,6 @@ class Recall:
 
     async def create_thread(self, cred: Credential, req: CreateThread, idempotency_key: str | None) -> Outcome:
         thread_id = req.id or ids.new("thread")
-        _body_id("id", thread_id, "thread")
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=thread_id))
 
@@ -287,7 +279,6 @@ class Recall:
 
     async def create_worker(self, cred: Credential, req: CreateWorker, idempotency_key: str | None) -> Outcome:
         worker_id = req.id or ids.new("worker")
-        _body_id("id", worker_id, "worker")
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=worker_id))
 
@@ -303,11 +294,6 @@ class Recall:
 
     async def create_trigger(self, cred: Credential, req: CreateTrigger, idempotency_key: str | None) -> Outcome:
         trigger_id = req.id or ids.new("trigger")
-        _body_id("id", trigger_id, "trigger")
-        if req.thread_id is not None:
-            _body_id("thread_id", req.thread_id, "thread")
-        for neighbour in req.neighbours:
-            _body_id("neighbours", neighbour, "trigger")
         if trigger_id in req.neighbours:
             raise Unprocessable("A trigger cannot be its own neighbour.", id=trigger_id)
         content_type, payload = _encode_content("payload", req.payload, req.content_type)
@@ -344,10 +330,6 @@ class Recall:
     async def create_report(self, cred: Credential, worker_id: str, req: CreateReport,
                             idempotency_key: str | None) -> Outcome:
         report_id = req.id or ids.new("report")
-        _body_id("id", report_id, "report")
-        _body_id("thread_id", req.thread_id, "thread")
-        for ref in req.refs:
-            _body_id("refs", ref, "trigger")
         content_type, body = _encode_content("body", req.body, req.content_type)
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=report_id))
@@ -411,7 +393,6 @@ class Recall:
 
     async def assign_owner(self, cred: Credential, thread_id: str, req: AssignOwner,
                            idempotency_key: str | None) -> Outcome:
-        _body_id("worker_id", req.worker_id, "worker")
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             # The thread's row lock serialises assignments, so the owner cap holds under concurrency.

@@ -58,12 +58,15 @@ def test_dangling_links_on_every_create_are_422(client: httpx.Client, graph: Gra
     assert client.get(f"/threads/{thread}").json()["events_total"] == 0
 
 
-def test_wrong_kind_ids_in_bodies_are_422(client: httpx.Client, graph: Graph) -> None:
+def test_wrong_kind_ids_in_bodies_are_400_naming_the_field_and_the_kind(client: httpx.Client, graph: Graph) -> None:
+    """openapi.yaml types each body ID by kind (ThreadId, ...): a wrong-kind ID breaks the schema."""
     worker, thread = graph.worker()["id"], graph.thread()["id"]
-    assert_problem(client.post("/triggers", json={"source": "s", "summary": "s", "thread_id": worker}), 422, worker)
-    assert_problem(client.post(f"/threads/{thread}/owners", json={"worker_id": thread}), 422)
+    assert_problem(client.post("/triggers", json={"source": "s", "summary": "s", "thread_id": worker}), 400,
+                   "thread_id: Expected `str` matching regex '^thr_")
+    assert_problem(client.post(f"/threads/{thread}/owners", json={"worker_id": thread}), 400, "worker_id: Expected")
     assert_problem(client.post(f"/workers/{worker}/reports",
-                               json={"thread_id": thread, "summary": "s", "refs": [thread]}), 422)
+                               json={"thread_id": thread, "summary": "s", "refs": [thread]}), 400, "regex '^trg_")
+    assert client.get(f"/threads/{thread}").json()["events_total"] == 0
 
 
 def test_posting_to_a_missing_parent_is_404(client: httpx.Client, graph: Graph) -> None:

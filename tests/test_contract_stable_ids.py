@@ -72,10 +72,11 @@ def test_every_kind_refuses_a_clashing_create(client: httpx.Client, graph: Graph
                                json={"id": report["id"], "thread_id": thread["id"], "summary": "other"}), 409)
 
 
-def test_a_client_id_with_the_wrong_prefix_is_422(client: httpx.Client) -> None:
-    assert_problem(client.post("/threads", json={"id": "wkr_not_a_thread", "title": "t"}), 422, "wkr_not_a_thread")
-    assert_problem(client.post("/workers", json={"id": "thr_x", "name": "n"}), 422)
-    assert_problem(client.post("/triggers", json={"id": "rpt_x", "source": "s", "summary": "s"}), 422)
+def test_a_client_id_with_the_wrong_prefix_is_400(client: httpx.Client) -> None:
+    assert_problem(client.post("/threads", json={"id": "wkr_not_a_thread", "title": "t"}), 400, "'^thr_")
+    assert_problem(client.post("/workers", json={"id": "thr_x", "name": "n"}), 400, "'^wkr_")
+    assert_problem(client.post("/triggers", json={"id": "rpt_x", "source": "s", "summary": "s"}), 400, "'^trg_")
+    assert_problem(client.get("/ids/wkr_not_a_thread"), 404)  # nothing was created
 
 
 def test_natural_keys_from_the_issue_are_valid_ids(client: httpx.Client) -> None:
