@@ -418,9 +418,13 @@ END $$;
 -- and an operator with a large store may add them first and validate at a quieter time (here both run
 -- in the migration's one transaction). A store with a row over a limit fails the migration, naming the
 -- constraint. Owners per thread cannot be a CHECK (it counts rows): see thread_owners_limit below.
+-- The patterns are the request Structs' exactly. Python's `$` (msgspec) also matches before one final
+-- newline, so the API accepts 'a title\n'; `\n?$` here accepts the same and no more, because a CHECK the
+-- API lets through would turn such a request into a 500. Tighten both together (models.py, then a
+-- migration here).
 DO $$
 DECLARE
-    one_line constant text := $r$ !~ '[\x01-\x1f\x7f]'$r$;  -- no control characters (text cannot hold \x00)
+    one_line constant text := $r$ ~ '^[^\x01-\x1f\x7f]*\n?$'$r$;  -- no control characters (text cannot hold \x00)
     c record;
 BEGIN
     FOR c IN
@@ -428,12 +432,12 @@ BEGIN
             ('threads', 'threads_title_limit',
              'char_length(title) <= 120 AND title' || one_line || $r$ AND (title <> '' OR deleted_at IS NOT NULL)$r$),
             ('threads', 'threads_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
-            ('threads', 'threads_status_limit', $r$char_length(status) BETWEEN 1 AND 32 AND status ~ '^[A-Za-z0-9._-]+$'$r$),
+            ('threads', 'threads_status_limit', $r$char_length(status) BETWEEN 1 AND 32 AND status ~ '^[A-Za-z0-9._-]+\n?$'$r$),
             ('workers', 'workers_name_limit',
              'char_length(name) <= 80 AND name' || one_line || $r$ AND (name <> '' OR deleted_at IS NOT NULL)$r$),
             ('workers', 'workers_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
             ('triggers', 'triggers_source_limit',
-             $r$char_length(source) BETWEEN 1 AND 80 AND source ~ '^[A-Za-z0-9._:/-]+$'$r$),
+             $r$char_length(source) BETWEEN 1 AND 80 AND source ~ '^[A-Za-z0-9._:/-]+\n?$'$r$),
             ('triggers', 'triggers_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
             ('reports', 'reports_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
             ('trigger_neighbours', 'trigger_neighbours_position_limit', 'position BETWEEN 1 AND 16'),
@@ -441,7 +445,7 @@ BEGIN
         ) AS v(tbl, name, expr)
         UNION ALL  -- the labels app_id, agent_id, run_id: absent, or 1-64 of [A-Za-z0-9._:-]
         SELECT t, t || '_' || l || '_limit',
-               format($r$%1$I IS NULL OR (char_length(%1$I) BETWEEN 1 AND 64 AND %1$I ~ '^[A-Za-z0-9._:-]+$')$r$, l)
+               format($r$%1$I IS NULL OR (char_length(%1$I) BETWEEN 1 AND 64 AND %1$I ~ '^[A-Za-z0-9._:-]+\n?$')$r$, l)
           FROM unnest(ARRAY['threads', 'workers', 'triggers', 'reports']) t,
                unnest(ARRAY['app_id', 'agent_id', 'run_id']) l
     LOOP
