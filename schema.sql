@@ -260,16 +260,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT deleted_at IS NOT NULL OR coalesce(expires_at <= now(), false)
 $$;
 
--- The same, by ID (one lookup; for the object a request names, not for rows of a view).
-CREATE OR REPLACE FUNCTION recall_gone(t text, obj text) RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce(CASE left(obj, 4)
-        WHEN 'thr_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM threads x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'wkr_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM workers x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'trg_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
-        WHEN 'rpt_' THEN (SELECT recall_is_gone(x.deleted_at, x.expires_at) FROM reports x WHERE x.tenant_id = t AND x.id = obj)
-    END, false)
-$$;
+DROP FUNCTION IF EXISTS recall_gone(text, text);  -- unused: every read calls recall_is_gone on its own row
 
 -- When an object will be gone by expiry (NULL: not scheduled), copied into events that point at it.
 CREATE OR REPLACE FUNCTION recall_expiry(t text, obj text) RETURNS timestamptz
@@ -418,3 +409,77 @@ BEGIN
         INSERT INTO schema_migrations (version) VALUES (2);
     END IF;
 END $$;
+
+-- Version 3: the field limits that let the smallest inline view (4096 bytes) hold an object's core
+-- and every link ID, enforced by PostgreSQL as well as by the request Structs (recall_server/models.py),
+-- so a row written by any path (the operator, a restore, a seed script) keeps the guarantee. Erasure
+-- overwrites titles, names and summaries with '' (recall_erase), so '' is allowed once deleted_at is set.
+-- Added NOT VALID, then validated only while not yet validated: re-running the migration costs no scan,
+-- and an operator with a large store may add them first and validate at a quieter time (here both run
+-- in the migration's one transaction). A store with a row over a limit fails the migration, naming the
+-- constraint. Owners per thread cannot be a CHECK (it counts rows): see thread_owners_limit below.
+-- The patterns are the request Structs' exactly. Python's `$` (msgspec) also matches before one final
+-- newline, so the API accepts 'a title\n'; `\n?$` here accepts the same and no more, because a CHECK the
+-- API lets through would turn such a request into a 500. Tighten both together (models.py, then a
+-- migration here).
+DO $$
+DECLARE
+    one_line constant text := $r$ ~ '^[^\x01-\x1f\x7f]*\n?$'$r$;  -- no control characters (text cannot hold \x00)
+    c record;
+BEGIN
+    FOR c IN
+        SELECT * FROM (VALUES
+            ('threads', 'threads_title_limit',
+             'char_length(title) <= 120 AND title' || one_line || $r$ AND (title <> '' OR deleted_at IS NOT NULL)$r$),
+            ('threads', 'threads_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
+            ('threads', 'threads_status_limit', $r$char_length(status) BETWEEN 1 AND 32 AND status ~ '^[A-Za-z0-9._-]+\n?$'$r$),
+            ('workers', 'workers_name_limit',
+             'char_length(name) <= 80 AND name' || one_line || $r$ AND (name <> '' OR deleted_at IS NOT NULL)$r$),
+            ('workers', 'workers_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
+            ('triggers', 'triggers_source_limit',
+             $r$char_length(source) BETWEEN 1 AND 80 AND source ~ '^[A-Za-z0-9._:/-]+\n?$'$r$),
+            ('triggers', 'triggers_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
+            ('reports', 'reports_summary_limit', 'char_length(summary) <= 200 AND summary' || one_line),
+            ('trigger_neighbours', 'trigger_neighbours_position_limit', 'position BETWEEN 1 AND 16'),
+            ('report_refs', 'report_refs_position_limit', 'position BETWEEN 1 AND 16')
+        ) AS v(tbl, name, expr)
+        UNION ALL  -- the labels app_id, agent_id, run_id: absent, or 1-64 of [A-Za-z0-9._:-]
+        SELECT t, t || '_' || l || '_limit',
+               format($r$%1$I IS NULL OR (char_length(%1$I) BETWEEN 1 AND 64 AND %1$I ~ '^[A-Za-z0-9._:-]+\n?$')$r$, l)
+          FROM unnest(ARRAY['threads', 'workers', 'triggers', 'reports']) t,
+               unnest(ARRAY['app_id', 'agent_id', 'run_id']) l
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = c.tbl::regclass AND conname = c.name) THEN
+            EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (%s) NOT VALID', c.tbl, c.name, c.expr);
+        END IF;
+    END LOOP;
+    FOR c IN SELECT conrelid::regclass AS tbl, conname FROM pg_constraint
+              WHERE contype = 'c' AND NOT convalidated AND conname LIKE '%\_limit'
+                AND connamespace = 'public'::regnamespace
+    LOOP
+        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.tbl, c.conname);
+    END LOOP;
+END $$;
+
+-- At most 16 owners per thread, checked at commit. The service refuses the 17th first (422, under the
+-- thread's row lock, so concurrent assignments cannot both pass); this catches every other writer.
+-- It reads one tenant's rows only (Citus: runs on the shard, see README "Scaling out").
+CREATE OR REPLACE FUNCTION recall_owners_limit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT count(*) FROM thread_owners WHERE tenant_id = NEW.tenant_id AND thread_id = NEW.thread_id) > 16 THEN
+        RAISE EXCEPTION 'thread % has more than 16 owners', NEW.thread_id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'thread_owners_limit';
+    END IF;
+    RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'thread_owners'::regclass AND tgname = 'thread_owners_limit') THEN
+        CREATE CONSTRAINT TRIGGER thread_owners_limit AFTER INSERT ON thread_owners
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION recall_owners_limit();
+    END IF;
+END $$;
+
+INSERT INTO schema_migrations (version) VALUES (3) ON CONFLICT DO NOTHING;

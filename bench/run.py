@@ -4,10 +4,12 @@
                         [--home DIR] [--only get_thread,ceiling_fetch,...]
 
 Prints a table and writes bench/results/latest.json and latest.md. Every headline figure is also
-given as a ratio to ceilings measured in the same run on the same machine: a constant route of
-the same app (HTTP ceiling), one primary-key SELECT through the same pool (stack's fetch
-ceiling), pgbench doing that lookup (database ceiling), and the LangGraph dev server's
-GET /threads/{id} (peer). It never fails on speed: it is a benchmark, not a test.
+given as a ratio to ceilings measured in the same run on the same machine: a constant route
+(HTTP ceiling) and one primary-key SELECT through an asyncpg pool as recall_app (stack's fetch
+ceiling), both served by bench/ceiling_app.py, a separate process on the same framework, ASGI
+server and worker count as the server; pgbench doing that lookup (database ceiling); and the
+LangGraph dev server's GET /threads/{id} (peer). It never fails on speed: it is a benchmark,
+not a test.
 """
 
 from __future__ import annotations
@@ -226,10 +228,17 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     log(f"starting the embedded PostgreSQL in {home}")
     owner = os.environ.get("DATABASE_URL") or embedded.start(home / "data")
+    pool_max = str(max(4, args.connections // args.workers))
     server = ServerProcess(home / "server.log", "--workers", str(args.workers), DATABASE_URL=owner,
-                           RECALL_BENCH_ROUTES="true", RECALL_LOG_LEVEL="warning",
-                           RECALL_POOL_MAX=str(max(4, args.connections // args.workers)), RECALL_SWEEP_INTERVAL="0")
+                           RECALL_LOG_LEVEL="warning", RECALL_POOL_MAX=pool_max, RECALL_SWEEP_INTERVAL="0")
     server.start(timeout=120)
+    # The ceilings: their own app (bench/ceiling_app.py), started after the server has migrated the
+    # store, with the same workers, pool size and (like serve) a multi-process metrics directory.
+    ceiling_metrics = tempfile.mkdtemp(prefix="recall-bench-metrics-")
+    ceilings = ServerProcess(home / "ceiling.log", "--workers", str(args.workers),
+                             command=[sys.executable, str(HERE / "ceiling_app.py")], DATABASE_URL=owner,
+                             RECALL_POOL_MAX=pool_max, PROMETHEUS_MULTIPROC_DIR=ceiling_metrics)
+    ceilings.start(timeout=120)
     if not query(owner, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_big'"):
         log("seeding the store (10k threads, 100k triggers, a 1M-event thread)")
         started = time.perf_counter()
@@ -249,8 +258,8 @@ def main() -> None:
     # The ceilings and the fetches they are compared with run round-robin, `--rounds` times, and each
     # reports its median run: on a shared machine that keeps a slow minute from skewing one ratio.
     compared = {
-        "ceiling_http": lambda: wrk.run(url, ["/bench/constant"]),
-        "ceiling_fetch": lambda: wrk.run(url, [f"/bench/pk/thr_b{i}" for i in range(1, 10001, 7)]),
+        "ceiling_http": lambda: wrk.run(ceilings.url, ["/constant"]),
+        "ceiling_fetch": lambda: wrk.run(ceilings.url, [f"/pk/thr_b{i}" for i in range(1, 10001, 7)]),
         "ceiling_db_pgbench": lambda: pgbench(owner, args.connections, args.duration),
         "get_thread": lambda: wrk.run(url, threads),
         "get_worker": lambda: wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)]),
@@ -307,6 +316,8 @@ def main() -> None:
         finally:
             os.killpg(peer.pid, signal.SIGTERM)
     server.stop()
+    ceilings.stop()
+    shutil.rmtree(ceiling_metrics, ignore_errors=True)
 
     ratios = results["ratios"] = {}
 

@@ -149,7 +149,6 @@ def create_app(settings: Settings) -> Litestar:
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
-            *(meta.BENCH if settings.bench_routes else []),
         ],
         dependencies={
             "labels": Provide(labels, sync_to_thread=False),

@@ -23,7 +23,6 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
     queue_limit: int = 64  # requests per process that may wait for a busy pool before 503s start
-    bench_routes: bool = False  # /bench/constant and /bench/pk/{id}: the ceilings bench/run.py measures
     metrics_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: worker processes share metrics there
     migrate_on_start: bool = True
     idempotency_ttl: int = 86_400  # seconds an Idempotency-Key's outcome is kept

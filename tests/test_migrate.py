@@ -5,6 +5,9 @@ tests/data/schema-v<N>.sql is schema.sql as released in version N, kept to build
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +46,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
-    assert cli(version_1_store, "migrate").strip() == "schema version 2"
-    assert cli(version_1_store, "migrate").strip() == "schema version 2"  # and again: nothing changes
+    assert cli(version_1_store, "migrate").strip() == "schema version 3"
+    assert cli(version_1_store, "migrate").strip() == "schema version 3"  # and again: nothing changes
     rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
@@ -57,3 +60,58 @@ def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store
         assert (view["threads_total"], view["reports_total"]) == (3, 5)
     finally:
         server.stop()
+
+
+@pytest.fixture()
+def version_2_store(database_url: str) -> Iterator[str]:
+    """A new database with the version-2 schema, holding rows at every limit and erased tombstones."""
+    name = f"recall_v2_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+    try:
+        run_script(url, (DATA / "schema-v2.sql").read_text())
+        run_script(url, f"""
+            INSERT INTO workers (tenant_id, id, name, summary, request_hash, app_id)
+            VALUES ('default', 'wkr_old', '{'n' * 80}', '{'s' * 200}', '\\x', '{'a' * 64}');
+            INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
+            SELECT 'default', 'thr_old' || g, '{'t' * 120}', 's', '{'s' * 32}', '\\x' FROM generate_series(1, 3) g;
+            INSERT INTO thread_owners (tenant_id, thread_id, worker_id) VALUES ('default', 'thr_old1', 'wkr_old');
+            INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,
+                                  request_hash, occurred_at)
+            SELECT 'default', 'trg_old' || g, 'github.check_run', 'thr_old2', 'x', 'text/plain', '\\x', '\\x', '\\x', now()
+            FROM generate_series(1, 17) g;
+            INSERT INTO trigger_neighbours (tenant_id, trigger_id, position, neighbour_id)
+            SELECT 'default', 'trg_old1', g, 'trg_old' || (g + 1) FROM generate_series(1, 16) g;
+            SELECT recall_erase('default', 'thr_old2');  -- tombstones: title, summaries '' (deleted)
+        """)
+        yield url
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
+    assert cli(version_2_store, "migrate").strip() == "schema version 3"
+    assert cli(version_2_store, "migrate").strip() == "schema version 3"
+    rows = run_sql(version_2_store, "SELECT conname, convalidated FROM pg_constraint "
+                                    "WHERE contype = 'c' AND conname LIKE '%\\_limit'")
+    assert len(rows) == 22 and all(r["convalidated"] for r in rows)
+    assert not run_sql(version_2_store, "SELECT 1 FROM pg_proc WHERE proname = 'recall_gone'")
+    server = ServerProcess(version_2_store, tmp_path / "server.log").start()
+    try:
+        key = create_key(version_2_store, "default", "write")
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as c:
+            assert c.get("/threads/thr_old1").json()["title"] == "t" * 120
+            assert c.get("/threads/thr_old2").status_code == 410
+            assert c.patch("/threads/thr_old3", json={"summary": "still writable"}).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_store_with_a_row_over_a_limit_fails_to_migrate_naming_the_limit(version_2_store: str) -> None:
+    """Validation really scans the old rows: a title written past the limit stops the upgrade, loudly."""
+    run_script(version_2_store, f"UPDATE threads SET title = '{'t' * 121}' WHERE id = 'thr_old3'")
+    run = subprocess.run([sys.executable, "-m", "recall_server", "migrate"],
+                         env={**os.environ, "DATABASE_URL": version_2_store}, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "threads_title_limit" in run.stderr
+    assert run_sql(version_2_store, "SELECT max(version) FROM schema_migrations")[0][0] == 2  # nothing applied

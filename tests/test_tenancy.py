@@ -328,7 +328,7 @@ def test_labels_narrow_lists_and_star_means_any(as_key) -> None:
     assert_problem(a.get("/threads", params={"app_id": "bad label!"}), 400)
 
 
-def test_benchmark_routes_do_not_exist_unless_enabled(base_url: str) -> None:
-    """/bench/pk reads tenant `bench` without a key: only `bench/run.py` turns it on (RECALL_BENCH_ROUTES)."""
+def test_the_benchmark_ceiling_routes_are_not_part_of_the_server(base_url: str) -> None:
+    """The ceilings read tenant `bench` without a key: they live in bench/ceiling_app.py, never in the server."""
     for path in ("/bench/constant", "/bench/pk/thr_b1"):
         assert_problem(httpx.get(base_url + path), 404)

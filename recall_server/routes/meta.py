@@ -37,19 +37,5 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(body, media_type=METRICS_CONTENT_TYPE)
 
 
-@get("/bench/constant", include_in_schema=False, sync_to_thread=False)
-def bench_constant() -> Health:
-    """The HTTP ceiling: same app and server, no database (only with RECALL_BENCH_ROUTES)."""
-    return Health(status="ok")
-
-
-@get("/bench/pk/{thread_id:str}", include_in_schema=False)
-async def bench_pk(thread_id: FromPath[str], request: Caller) -> dict[str, Any]:
-    """The stack's fetch ceiling: one primary-key SELECT of a thread row through the same pool, returned
-    as JSON (only with RECALL_BENCH_ROUTES)."""
-    return await request.recall.bench_pk(thread_id)
-
-
-BENCH: list[Any] = [bench_constant, bench_pk]
 ROUTES: list[Any] = [resolve_id]
 PUBLIC: list[Any] = [healthz, readyz, metrics]

@@ -1,0 +1,116 @@
+"""The benchmark's ceilings as their own tiny app, run next to the real server and never part of it.
+
+    python bench/ceiling_app.py serve --port PORT [--workers N]      (DATABASE_URL: the owner's DSN)
+
+GET /constant      the HTTP ceiling: the same framework, ASGI server, worker count and observability
+                   wrapper as `recall-server serve`, no database.
+GET /pk/{id}       the stack's fetch ceiling: one primary-key SELECT of a thread row of tenant `bench`
+                   through an asyncpg pool as recall_app (tenant bound in the same statement, as
+                   every read of the server is), returned as JSON.
+GET /readyz        the pool answers (so recall_server.process.ServerProcess can start it).
+
+It reads tenant `bench` without a key, which is why it lives in bench/: recall_server has no route
+that reads without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+from litestar import Litestar, Request, get
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recall_server.observability import ObservabilityMiddleware  # noqa: E402
+
+APP_ROLE = "recall_app"
+TENANT = "bench"
+
+# The tenant bound transaction-locally in the same statement as the read, as the server's GETs do;
+# without it row-level security hides the row and the ceiling would measure a cheaper miss.
+PK_SELECT = """
+    SELECT t.* FROM (SELECT set_config('app.tenant_id', $2, true)) s, LATERAL (
+      SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = $2 AND id = $1 OFFSET 0) t
+"""
+
+
+def as_app_role(dsn: str) -> str:
+    """The owner's DSN with the user swapped for recall_app (trust/peer auth, as the embedded store)."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(netloc=f"{APP_ROLE}@{parts.netloc.rpartition('@')[2]}"))
+
+
+async def _reset(conn: asyncpg.Connection) -> None:
+    # The server's pool skips asyncpg's RESET ALL round trip too (it keeps no session state).
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
+@get("/constant", sync_to_thread=False)
+def constant() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/pk/{thread_id:str}")
+async def pk(thread_id: FromPath[str], request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async with request.app.state.pool.acquire() as conn:
+        row = await conn.fetchrow(PK_SELECT, thread_id, TENANT)
+    if row is None:
+        raise NotFoundException(f"{thread_id} not found")
+    return dict(row)
+
+
+@get("/readyz")
+async def readyz(request: Request[Any, Any, Any]) -> dict[str, str]:
+    async with request.app.state.pool.acquire() as conn:
+        await conn.fetchval("SELECT 1")
+    return {"status": "ready"}
+
+
+def create_app(app_dsn: str, pool_min: int, pool_max: int) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.pool = await asyncpg.create_pool(app_dsn, min_size=pool_min, max_size=pool_max, reset=_reset)
+        try:
+            yield
+        finally:
+            await app.state.pool.close()
+
+    return Litestar([constant, pk, readyz], lifespan=[lifespan], debug=False, logging_config=None,
+                    openapi_config=None)
+
+
+def from_env() -> ObservabilityMiddleware:
+    """The ASGI factory the worker processes import (the server wraps its app the same way)."""
+    dsn = os.environ.get("RECALL_APP_DATABASE_URL") or as_app_role(os.environ["DATABASE_URL"])
+    return ObservabilityMiddleware(create_app(dsn, int(os.environ.get("RECALL_POOL_MIN", "2")),
+                                              int(os.environ.get("RECALL_POOL_MAX", "10"))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    import uvicorn
+
+    # The same server settings as `recall-server serve` (recall_server/cli.py).
+    uvicorn.run("ceiling_app:from_env", factory=True, host=args.host, port=args.port, workers=args.workers,
+                loop="uvloop", http="httptools", log_level="warning", access_log=False, proxy_headers=False,
+                server_header=False, app_dir=str(Path(__file__).resolve().parent))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The schema and the queries obey the rules a Citus deployment distributing every tenant table by tenant_id needs.
+
+Citus is not installed here: this reads the live schema from PostgreSQL's catalog after migration
+(and the SQL in recall_server/db/queries.py) and checks the rules themselves, so this test is the
+proof behind README.md's "Scaling out":
+
+- every tenant table has a text tenant_id, and all of them are co-located on it;
+- every primary key and unique constraint or index of a tenant table includes tenant_id;
+- every foreign key between tenant tables includes tenant_id, matched to tenant_id; tenant tables
+  point otherwise only at reference tables, and nothing else points at a tenant table;
+- the tables without a tenant distribution are exactly the ones named below, each with its role;
+- no statement in queries.py touches two tenants (each tenant table it reads or writes is pinned
+  to the one tenant parameter $1, or joined on tenant_id to a pinned row), except the operator
+  statements listed in ALL_TENANTS, which say why.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import run_script, run_sql, with_database
+
+from recall_server.db import queries
+from recall_server.db.migrate import migrate
+
+# Not distributed by tenant_id. Reference tables are replicated to every node; coordinator tables
+# stay local to the coordinator (only the coordinator reads them).
+REFERENCE_TABLES = {
+    "tenants": "every tenant table's tenant_id references it",
+    "api_keys": "a key is looked up by its ID before its tenant is known (recall_authenticate)",
+}
+COORDINATOR_TABLES = {
+    "schema_migrations": "the schema version; migrations run on the coordinator",
+    "server_secrets": "the cursor signing key, read once per server process",
+}
+
+# Statements that span tenants on purpose: operator work, run as the owner (never for a request).
+ALL_TENANTS = {
+    "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
+    "list_keys": "`recall-server keys list` without --tenant lists every tenant's keys (reference table)",
+    "revoke_key": "`recall-server keys revoke ID` finds the key in whichever tenant has it (reference table)",
+}
+
+
+@pytest.fixture(scope="module")
+def store(database_url: str) -> Iterator[str]:
+    name = f"recall_citus_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+    try:
+        asyncio.run(migrate(url))
+        yield url
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def tables(store: str) -> set[str]:
+    return {r[0] for r in run_sql(store, "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') "
+                                         "AND relnamespace = 'public'::regnamespace")}
+
+
+def tenant_tables(store: str) -> set[str]:
+    rows = run_sql(store, "SELECT table_name FROM information_schema.columns "
+                          "WHERE table_schema = 'public' AND column_name = 'tenant_id'")
+    return {r[0] for r in rows} - set(REFERENCE_TABLES)
+
+
+def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coordinator_ones(store: str) -> None:
+    assert tables(store) - tenant_tables(store) == set(REFERENCE_TABLES) | set(COORDINATOR_TABLES)
+    assert tenant_tables(store) == {"threads", "workers", "thread_owners", "triggers", "trigger_neighbours",
+                                    "reports", "report_refs", "thread_events", "idempotency_keys"}
+
+
+def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:
+    rows = run_sql(store, "SELECT table_name, data_type, is_nullable FROM information_schema.columns "
+                          "WHERE table_schema = 'public' AND column_name = 'tenant_id'")
+    assert {(r[0], r[1], r[2]) for r in rows if r[0] in tenant_tables(store)} == {
+        (t, "text", "NO") for t in tenant_tables(store)}
+
+
+def test_every_primary_key_and_unique_index_of_a_tenant_table_includes_tenant_id(store: str) -> None:
+    rows = run_sql(store, """
+        SELECT c.relname, i.relname AS index, EXISTS (
+                 SELECT 1 FROM unnest(x.indkey) k JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k
+                  WHERE a.attname = 'tenant_id') AS has_tenant
+          FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid
+         WHERE x.indisunique AND c.relnamespace = 'public'::regnamespace
+    """)
+    unique = [r for r in rows if r["relname"] in tenant_tables(store)]
+    assert len(unique) >= len(tenant_tables(store))  # at least every primary key was seen
+    assert [r["index"] for r in unique if not r["has_tenant"]] == []
+    # and no exclusion constraint (Citus would need tenant_id in it too)
+    assert not run_sql(store, "SELECT 1 FROM pg_constraint WHERE contype = 'x'")
+
+
+def test_every_foreign_key_between_tenant_tables_matches_tenant_id_to_tenant_id(store: str) -> None:
+    rows = run_sql(store, """
+        SELECT c.conname, src.relname AS source, dst.relname AS target,
+               array(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY k(n, i)
+                     JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i)::text[] AS cols,
+               array(SELECT a.attname FROM unnest(c.confkey) WITH ORDINALITY k(n, i)
+                     JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n ORDER BY k.i)::text[] AS refs
+          FROM pg_constraint c JOIN pg_class src ON src.oid = c.conrelid JOIN pg_class dst ON dst.oid = c.confrelid
+         WHERE c.contype = 'f' AND c.connamespace = 'public'::regnamespace
+    """)
+    distributed = tenant_tables(store)
+    broken = []
+    for r in rows:
+        if r["source"] in distributed and r["target"] in distributed:
+            if ("tenant_id", "tenant_id") not in zip(r["cols"], r["refs"]):
+                broken.append(f"{r['conname']}: {r['source']}{r['cols']} -> {r['target']}{r['refs']} skips tenant_id")
+        elif r["source"] in distributed and r["target"] not in REFERENCE_TABLES:
+            broken.append(f"{r['conname']}: {r['source']} -> {r['target']}, which is not a reference table")
+        elif r["source"] not in distributed and r["target"] in distributed:
+            broken.append(f"{r['conname']}: {r['source']} (not distributed) -> {r['target']} (distributed)")
+    assert broken == []
+    assert any(r["source"] in distributed and r["target"] in distributed for r in rows)  # the check saw some
+
+
+# ---- the statements in queries.py --------------------------------------------------------
+
+_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b")
+_KEYWORDS = ("WHERE", "ON", "JOIN", "SET", "USING", "LEFT", "ORDER", "GROUP", "LIMIT", "VALUES", "RETURNING",
+             "UNION", "OFFSET", "FOR", "CROSS", "INNER", "AS", "SELECT", "WITH", "DEFAULT")
+
+
+def statements() -> dict[str, list[str]]:
+    """Function name in queries.py -> the SQL it runs: its string literals (f-string holes kept as {}),
+    plus the module-level templates it names (by their runtime values)."""
+    tree = ast.parse(Path(queries.__file__).read_text())
+    found: dict[str, list[str]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        docstring = ast.get_docstring(node, clean=False)
+        texts = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value != docstring:
+                texts.append(sub.value)
+            elif isinstance(sub, ast.JoinedStr):
+                texts.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in sub.values))
+            elif isinstance(sub, ast.Name) and isinstance(template := getattr(queries, sub.id, None), (str, dict)):
+                texts += [template] if isinstance(template, str) else [v for v in template.values() if isinstance(v, str)]
+        sql = [t for t in texts if _SQL.search(t)]
+        if sql:
+            found[node.name] = sql
+    return found
+
+
+def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
+    """SQL functions that touch tenant tables without being pinned to a tenant argument (or NEW.tenant_id)."""
+    rows = run_sql(store, """
+        SELECT p.proname, p.prosrc, p.proargnames FROM pg_proc p
+         WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
+    """)
+    spanning = set()
+    for r in rows:
+        touches = re.search(rf"\b(FROM|JOIN|INTO|UPDATE)\s+({'|'.join(distributed)})\b", r["prosrc"], re.I)
+        pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])
+                     for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"]
+        if touches and not pinned:
+            spanning.add(r["proname"])
+    return spanning
+
+
+def spans_tenants(sql: str, distributed: set[str], spanning_functions: set[str]) -> list[str]:
+    """Why this statement may touch more than one tenant (empty: it touches one)."""
+    why = []
+    references = list(re.finditer(rf"\b(FROM|JOIN|INTO|UPDATE)\s+({'|'.join(distributed)})\b(?:\s+(\w+))?", sql, re.I))
+    for m in references:
+        verb, table, alias = m.group(1).upper(), m.group(2), m.group(3)
+        if alias and alias.upper() in _KEYWORDS:
+            alias = None
+        name = alias or table
+        # $1 (a bound session's tenant), auth.tenant (the key's tenant, db/tenancy.keyed), a literal, a join
+        pinned = r"(\$1\b|auth\.tenant\b|'[a-z0-9_-]+'|\w+\.tenant_id\b)"
+        if verb == "INTO" and re.match(r"\s*\(\s*tenant_id\b", sql[m.end():]):
+            continue  # an INSERT names tenant_id first; its value is checked with the other comparisons
+        if re.search(rf"\b{name}\.tenant_id\s*=\s*{pinned}", sql) or re.search(rf"{pinned}\s*=\s*{name}\.tenant_id\b", sql):
+            continue
+        if (alias is None or len(references) == 1) and re.search(rf"(?<![.\w])tenant_id\s*=\s*{pinned}", sql):
+            continue
+        why.append(f"{table} {alias or ''} is not pinned to one tenant")
+    if references and (others := set(re.findall(r"tenant_id\s*=\s*\$(\d+)", sql)) - {"1"}):
+        why.append(f"tenant_id compared with ${', $'.join(sorted(others))} as well as $1")
+    if re.search(r"IS NULL OR\s+(\w+\.)?tenant_id\s*=", sql):
+        why.append("an optional tenant (NULL: every tenant)")
+    why += [f"calls {f}(), which spans tenants" for f in spanning_functions if re.search(rf"\b{f}\s*\(", sql)]
+    return why
+
+
+def test_no_statement_touches_two_tenants_except_the_operator_ones(store: str) -> None:
+    distributed = tenant_tables(store)
+    spanning = cross_tenant_functions(store, distributed)
+    assert spanning == {"recall_sweep"}, "a new SQL function spans tenants: make it take the tenant, or list it"
+    found = statements()
+    assert {"fetch_thread", "append_event", "erase", "sweep"} <= set(found)  # the parser sees the SQL
+    flagged = {}
+    for function, sqls in found.items():
+        reasons = [why for sql in sqls for why in spans_tenants(sql, distributed, spanning)]
+        if reasons:
+            flagged[function] = reasons
+    assert sorted(set(flagged) - set(ALL_TENANTS)) == [], flagged
+    assert sorted(set(ALL_TENANTS) - set(flagged)) == [], "ALL_TENANTS lists a statement that no longer spans tenants"
+
+
+def test_the_static_check_catches_a_statement_without_its_tenant() -> None:
+    """The checker itself: a read that forgets tenant_id, or pins it to a second parameter, is flagged."""
+    distributed = {"threads", "thread_events"}
+    assert spans_tenants("SELECT t.id FROM threads t WHERE t.tenant_id = $1 AND t.id = $2", distributed, set()) == []
+    assert spans_tenants("SELECT id FROM threads WHERE id = $2", distributed, set())
+    assert spans_tenants("SELECT t.id FROM threads t JOIN thread_events e ON e.thread_id = t.id "
+                         "WHERE t.tenant_id = $1", distributed, set())
+    assert spans_tenants("SELECT id FROM threads WHERE tenant_id = $1 OR tenant_id = $2", distributed, set())
+    assert spans_tenants("SELECT recall_sweep($1)", distributed, {"recall_sweep"})
+    assert spans_tenants("SELECT id FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1", distributed, set())
