@@ -255,10 +255,10 @@ def test_a_write_whose_answer_is_lost_is_retried_with_the_same_key_and_lands_onc
     transport = LoseFirstAnswer(how)
     with RecallClient(base_url, api_key, transport=transport, max_retry_wait=0.05) as flaky:
         note = flaky.add_note(thread.id, "exactly once")
+    assert [e.summary for e in recall.iter_events(thread.id)] == ["exactly once"], "the retry wrote again"
+    assert note.seq == 1
     first, retry = transport.sent
     assert first.headers["idempotency-key"] == retry.headers["idempotency-key"]
-    assert [e.summary for e in recall.iter_events(thread.id)] == ["exactly once"]
-    assert note.seq == 1
 
 
 def test_each_call_has_its_own_idempotency_key(base_url: str, api_key: str) -> None:
