@@ -238,6 +238,7 @@ class HttpEndpoint:
     MCP session manager (which must run for the app's lifetime: `lifespan`)."""
 
     path = "/mcp"
+    origin = "http://recall.in-process"  # what the tools' in-process requests are addressed to
 
     def __init__(self, max_body_bytes: int) -> None:
         # DNS-rebinding protection guards unauthenticated local servers; every /mcp request carries a
@@ -255,20 +256,24 @@ class HttpEndpoint:
             yield
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.inner is None:  # the app this is mounted in, behind its request IDs and access log
-            self.inner = ObservabilityMiddleware(scope["app"])
+        app = scope["app"]  # the Litestar app this is mounted in
+        if self.inner is None:  # the tools' calls go through its request IDs, access log and metrics
+            self.inner = ObservabilityMiddleware(app)
         headers = dict(scope["headers"])
         asked = headers.get(RUN_HEADER.lower().encode(), b"").decode("latin-1")
+        run = asked if _RUN.match(asked) else new_run()
         forwarded = {"Authorization": headers[b"authorization"].decode("latin-1")} if b"authorization" in headers \
             else {}
-        client = AsyncRecallClient("http://recall.in-process", None, run=asked if _RUN.match(asked) else new_run(),
-                                   transport=httpx.ASGITransport(app=self.inner), headers=forwarded, max_retries=0)
-        async with client:
+        # The key check talks to the bare app: it is part of this /mcp request, not an API request of its own.
+        async with AsyncRecallClient(self.origin, None, transport=httpx.ASGITransport(app=app), headers=forwarded,
+                                     max_retries=0) as check:
             try:
-                writable = await client.can_write()
+                writable = await check.can_write()
             except RecallError as exc:
                 await self._problem(scope, send, exc)
                 return
+        async with AsyncRecallClient(self.origin, None, run=run, transport=httpx.ASGITransport(app=self.inner),
+                                     headers=forwarded, max_retries=0) as client:
             scope.setdefault("state", {})[_STATE] = Binding(client, writable)  # type: ignore[typeddict-item]
             await self.server.session_manager.handle_request(scope, receive, send)
 

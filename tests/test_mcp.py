@@ -30,9 +30,10 @@ async def session(transport: str, base_url: str, key: str | None, *, run: str | 
                   fresh_connections: bool = False) -> AsyncIterator[ClientSession]:
     """An initialized MCP client session with this key, over stdio (a `recall-server mcp` child) or /mcp."""
     if transport == "stdio":
-        args = ["-m", "recall_server", "mcp", "--url", base_url, *(["--key", key] if key else []),
-                *(["--run", run] if run else [])]
-        async with stdio_client(StdioServerParameters(command=sys.executable, args=args)) as (read, write), \
+        # The console script pip installs, as an MCP client's config names it.
+        command = str(Path(sys.executable).with_name("recall-server"))
+        args = ["mcp", "--url", base_url, *(["--key", key] if key else []), *(["--run", run] if run else [])]
+        async with stdio_client(StdioServerParameters(command=command, args=args)) as (read, write), \
                 ClientSession(read, write) as s:
             await s.initialize()
             yield s
@@ -114,6 +115,20 @@ def test_why_did_pr_412_fail_is_answered_from_the_thread_in_three_calls(
     line, calls = run(recall())
     assert calls <= 3
     assert "FAILED payments/test_client.py::test_retry_charge" in line and "after 30s" in line
+
+
+def test_a_tool_answers_with_the_very_view_the_api_serves_under_the_same_budget(
+    base_url: str, api_key: str, story: None
+) -> None:
+    async def views() -> list[str]:
+        async with session("http", base_url, api_key) as s:
+            return [text(await s.call_tool("recall_get", {"id": i, "budget": b}))
+                    for i, b in (("thr_pr_412", 4096), ("trg_8f21", 4096), ("wkr_77a0", 8192))]
+
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}) as http:
+        served = [http.get(f"/ids/{i}").json()["href"] + f"?budget={b}"
+                  for i, b in (("thr_pr_412", 4096), ("trg_8f21", 4096), ("wkr_77a0", 8192))]
+        assert run(views()) == [http.get(path).text for path in served]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
