@@ -31,7 +31,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
 from recall_server import errors
-from recall_server.client import RUN_HEADER, AsyncRecallClient, RecallError
+from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError
 from recall_server.models import ReportView, TriggerView
 from recall_server.observability import ObservabilityMiddleware
 
@@ -105,11 +105,18 @@ async def _answer(work: Awaitable[Any]) -> CallToolResult:
     return CallToolResult(content=content, isError=False)
 
 
-def _as_text(data: bytes) -> str:
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return "(binary content; read it as a resource for the exact bytes) " + data.decode("latin-1")
+def _textual(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip()
+    return media.startswith("text/") or media.endswith(("json", "xml"))
+
+
+def _readable(object_id: str, found: Content) -> str:
+    """Text as text (a range may cut a character: replaced); binary content is pointed at, not dumped."""
+    if _textual(found.content_type):
+        return found.data.decode(errors="replace")
+    where = f"recall://{'reports' if object_id.startswith('rpt_') else 'triggers'}/{object_id}/" + (
+        "body" if object_id.startswith("rpt_") else "payload")
+    return f"({len(found.data)} bytes of {found.content_type}: read the resource {where} for them)"
 
 
 class RecallMCP(FastMCP):
@@ -142,10 +149,8 @@ class RecallMCP(FastMCP):
             found = await self.binding().client.read(match.group(2))
         except RecallError as exc:
             raise ValueError(problem_text(exc)) from None
-        ctype = found.content_type.split(";")[0].strip()
-        textual = ctype.startswith("text/") or ctype.endswith(("json", "xml"))
-        data: str | bytes = _as_text(found.data) if textual else found.data
-        return [ReadResourceContents(content=data, mime_type=ctype)]
+        data: str | bytes = found.data.decode(errors="replace") if _textual(found.content_type) else found.data
+        return [ReadResourceContents(content=data, mime_type=found.content_type.split(";")[0].strip())]
 
 
 def _register(server: RecallMCP) -> None:
@@ -169,7 +174,7 @@ def _register(server: RecallMCP) -> None:
                           end: Annotated[int | None, Field(ge=0, description="Last byte (inclusive).")] = None,
                           ) -> CallToolResult:
         async def read() -> str:
-            return _as_text((await client().read(id, start, end)).data)
+            return _readable(id, await client().read(id, start, end))
 
         return await _answer(read())
 
@@ -248,7 +253,7 @@ class HttpEndpoint:
                                 log_level="WARNING")
         self.server.streamable_http_app()  # creates the session manager
         self.inner: Any = None
-        self.handler = asgi(self.path, is_mount=True, name="mcp")(self._handle)
+        self.handler = asgi(self.path, is_mount=True, copy_scope=True, name="mcp")(self._handle)
 
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
