@@ -25,6 +25,7 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
+from recall_server.mcp import HttpEndpoint
 from recall_server.observability import (
     ObservabilityMiddleware,
     forget_processes,
@@ -142,6 +143,7 @@ def create_app(settings: Settings) -> Litestar:
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
 
+    mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
@@ -149,11 +151,12 @@ def create_app(settings: Settings) -> Litestar:
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
+            mcp.handler,
         ],
         dependencies={
             "labels": Provide(labels, sync_to_thread=False),
         },
-        lifespan=[lifespan],
+        lifespan=[lifespan, mcp.lifespan],
         exception_handlers={Exception: _problem_response},
         request_max_body_size=settings.max_body_bytes,
         request_class=Caller,

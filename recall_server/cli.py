@@ -36,7 +36,7 @@ def _dsn(settings: Settings) -> str:
 
 
 def _key_file(settings: Settings) -> Path:
-    return settings.data_dir / "api-key"
+    return config.key_file(settings)
 
 
 def _owner(settings: Settings, operation: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
@@ -278,3 +278,13 @@ def demo(url: str, key: str | None, data_dir: Path | None) -> None:
         sys.exit(1)
 
 
+@main.command("mcp")
+@click.option("--url", default=None, help="Base URL of the server (env RECALL_URL; default: the local `serve`).")
+@click.option("--key", default=None,
+              help="API key (env RECALL_API_KEY; default: the key the local `serve` saved in its data directory).")
+@click.option("--run", "run_id", default=None, help="Run ID sent as X-Recall-Run on reads (default: a new one).")
+def mcp_command(url: str | None, key: str | None, run_id: str | None) -> None:
+    """Serve the recall tools to an MCP client on stdin/stdout, acting through the server at --url."""
+    from recall_server.mcp import serve_stdio
+
+    serve_stdio(url, key, run_id)

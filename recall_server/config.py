@@ -50,6 +50,30 @@ def load(**flags: object) -> Settings:
     return msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
 
 
+def key_file(settings: Settings) -> Path:
+    """Where `serve` keeps the write key it creates for the embedded store's `default` tenant."""
+    return settings.data_dir / "api-key"
+
+
+def client_target(url: str | None = None, key: str | None = None) -> tuple[str, str | None]:
+    """Where a client connects, and with which key: the arguments, else RECALL_URL / RECALL_API_KEY,
+    else the local server `serve` starts by default and the key it saved.
+
+    The saved key is only used when the URL is also the local default: it must never be sent to a
+    server someone else named.
+    """
+    url = url or os.environ.get("RECALL_URL") or None
+    key = key or os.environ.get("RECALL_API_KEY") or None
+    if url is None:
+        settings = load()
+        host = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
+        url = f"http://{host}:{settings.port}"
+        path = key_file(settings)
+        if key is None and path.is_file():
+            key = path.read_text().strip() or None
+    return url.rstrip("/"), key
+
+
 def to_env(settings: Settings) -> dict[str, str]:
     """The environment that makes `load()` in a child process return these settings."""
     env = {}

@@ -163,5 +163,6 @@ def log_config(level: str) -> dict[str, Any]:
             "uvicorn.error": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
             "uvicorn.access": {"handlers": [], "propagate": False},
             "asyncpg": {"level": "WARNING"},
+            "mcp": {"level": "WARNING"},  # the MCP SDK logs every /mcp message at INFO
         },
     }

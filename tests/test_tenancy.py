@@ -134,6 +134,17 @@ def test_only_admin_keys_manage_keys(as_key) -> None:
     assert_problem(as_key("a_write").post("/admin/keys", json={"scope": "admin"}), 403)
 
 
+@pytest.mark.parametrize(("name", "tenant", "scope"), [("a_read", "tenant-a", "read"), ("b_write", "tenant-b", "write"),
+                                                       ("a_admin", "tenant-a", "admin")])
+def test_any_key_reads_its_own_key_and_nothing_of_its_secret(as_key, tenant_keys, name, tenant, scope) -> None:
+    response = as_key(name).get("/key")
+    assert response.status_code == 200, response.text
+    own = response.json()
+    assert (own["tenant"], own["scope"], own["revoked_at"]) == (tenant, scope, None)
+    assert tenant_keys[name].startswith(f"rk_{own['id']}.")
+    assert tenant_keys[name].split(".")[1] not in response.text
+
+
 # ---- cross-tenant access is a miss ----------------------------------------------------------
 
 

@@ -366,6 +366,14 @@ async def list_keys(conn: Conn, tenant: str | None) -> list[KeyView]:
     return [KeyView(*r) for r in rows]
 
 
+async def key(conn: Conn, tenant: str, key_id: str) -> KeyView | None:
+    row = await conn.fetchrow(
+        "SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys WHERE tenant_id = $1 AND id = $2",
+        tenant, key_id,
+    )
+    return None if row is None else KeyView(*row)
+
+
 async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
     """Revoke (idempotently); None when no such key (in that tenant, when one is given)."""
     row = await conn.fetchrow(

@@ -1,4 +1,4 @@
-"""API key administration for the caller's own tenant (admin scope)."""
+"""API keys: the caller's own key (any scope), and administration of its tenant's keys (admin scope)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ from litestar.params import FromPath, JSONBody
 
 from recall_server.models import CreateKey, KeyList, KeyView, NewKey
 from recall_server.routes import Caller, problems
+
+
+@get("/key", responses=problems(401, 503), operation_id="GetOwnKey")
+async def own_key(request: Caller) -> KeyView:
+    """The key this request carries: its ID, tenant, scope and label (never the secret). Lets a client
+    learn what it may do before it tries (the MCP server offers a read key no write tools)."""
+    return await request.recall.own_key(request.cred)
 
 
 @post("/admin/keys", status_code=201, responses=problems(400, 401, 403, 413, 503), operation_id="CreateKey")
@@ -29,4 +36,4 @@ async def revoke_key(key_id: FromPath[str], request: Caller) -> KeyView:
     return await request.recall.revoke_key(request.cred, key_id)
 
 
-ROUTES: list[Any] = [create_key, list_keys, revoke_key]
+ROUTES: list[Any] = [own_key, create_key, list_keys, revoke_key]

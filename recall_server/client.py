@@ -1,0 +1,559 @@
+"""The Python client: one typed method per API operation, over httpx, sync and async.
+
+    RecallError (status, title, detail, type, instance, request_id, extra: the problem+json members)
+     ├── BadRequest            400
+     ├── Unauthorized          401
+     ├── Forbidden             403
+     ├── NotFound              404
+     ├── MethodNotAllowed      405
+     ├── Conflict              409
+     ├── Gone                  410
+     ├── PayloadTooLarge       413
+     ├── RangeNotSatisfiable   416
+     ├── Unprocessable         422
+     └── Unavailable           503  (after the retries ran out)
+
+The names and statuses are errors.py's: a server Problem arrives here as the client class of the
+same name. Transport failures that outlast the retries are raised as httpx's own exceptions.
+
+Every write sends an Idempotency-Key generated once per call, so the retries of a call that may
+have reached the server (a dropped connection, a 503, a 409 "in flight") are replayed, never redone.
+Reads send `X-Recall-Run: <run>` when a run is given (constructor or per call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, NamedTuple, TypeVar
+
+import httpx
+import msgspec
+
+from recall_server import config, errors, ids
+from recall_server.models import (
+    AssignOwner,
+    CreateKey,
+    CreateNote,
+    CreateReport,
+    CreateThread,
+    CreateTrigger,
+    CreateWorker,
+    Event,
+    EventPage,
+    Health,
+    KeyList,
+    KeyView,
+    NewKey,
+    ReportIndexEntry,
+    ReportPage,
+    ReportView,
+    Resolved,
+    ThreadIndexEntry,
+    ThreadPage,
+    ThreadView,
+    TriggerView,
+    UpdateThread,
+    WorkerView,
+)
+
+RUN_HEADER = "X-Recall-Run"
+T = TypeVar("T")
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+class RecallError(Exception):
+    """A problem+json answer (or another non-2xx one), with its members as attributes."""
+
+    status = 0
+
+    def __init__(self, status: int, title: str, detail: str, *, type: str = "about:blank", instance: str = "",
+                 request_id: str | None = None, extra: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"{status} {title}: {detail}")
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.type = type
+        self.instance = instance
+        self.request_id = request_id
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+
+class BadRequest(RecallError):
+    status = 400
+
+
+class Unauthorized(RecallError):
+    status = 401
+
+
+class Forbidden(RecallError):
+    status = 403
+
+
+class NotFound(RecallError):
+    status = 404
+
+
+class MethodNotAllowed(RecallError):
+    status = 405
+
+
+class Conflict(RecallError):
+    status = 409
+
+
+class Gone(RecallError):
+    status = 410
+
+
+class PayloadTooLarge(RecallError):
+    status = 413
+
+
+class RangeNotSatisfiable(RecallError):
+    status = 416
+
+
+class Unprocessable(RecallError):
+    status = 422
+
+
+class Unavailable(RecallError):
+    status = 503
+
+
+BY_STATUS: dict[int, type[RecallError]] = {
+    cls.status: cls
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
+                RangeNotSatisfiable, Unprocessable, Unavailable)
+}
+_PROBLEM_MEMBERS = ("type", "title", "status", "detail", "instance", "request_id")
+
+
+def problem_from(response: httpx.Response) -> RecallError:
+    """The exception for a non-2xx response: the problem's members, or the status and a bit of the body."""
+    cls = BY_STATUS.get(response.status_code, RecallError)
+    body: Any = None
+    if response.headers.get("content-type", "").startswith((errors.PROBLEM_JSON, "application/json")):
+        try:
+            body = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            body = None
+    if not isinstance(body, dict):
+        return cls(response.status_code, response.reason_phrase, response.text[:500], headers=dict(response.headers))
+    return cls(
+        response.status_code, str(body.get("title", response.reason_phrase)), str(body.get("detail", "")),
+        type=str(body.get("type", "about:blank")), instance=str(body.get("instance", "")),
+        request_id=body.get("request_id"), extra={k: v for k, v in body.items() if k not in _PROBLEM_MEMBERS},
+        headers=dict(response.headers),
+    )
+
+
+# ---- calls -------------------------------------------------------------------------------------
+
+
+class Content(msgspec.Struct, frozen=True):
+    """A payload or body (or the requested byte range of it) and its content type."""
+
+    data: bytes
+    content_type: str
+
+
+class _Call(NamedTuple):
+    """One API operation, built once and sent by either client (the retry loop is theirs)."""
+
+    method: str
+    path: str
+    into: Any  # a Struct type to decode, bytes, Content, or None (no body)
+    params: dict[str, Any] | None = None
+    body: bytes | None = None
+    headers: dict[str, str] | None = None
+    run: str | None = None
+    idempotency: bool = False  # sends an Idempotency-Key: the server replays a retry instead of redoing it
+    replayable: bool = True  # retrying after the request may have reached the server is harmless
+
+
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
+    t: msgspec.json.Decoder(t)
+    for t in (Event, EventPage, Health, KeyList, KeyView, NewKey, ReportPage, ReportView, Resolved, ThreadPage,
+              ThreadView, TriggerView, WorkerView)
+}
+_RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
+
+
+def _query(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _range(start: int | None, end: int | None) -> dict[str, str]:
+    """A Range header for bytes start..end, inclusive as in HTTP (start defaults to 0, end to the last byte)."""
+    if start is None and end is None:
+        return {}
+    return {"Range": f"bytes={start or 0}-{'' if end is None else end}"}
+
+
+def _body(struct: msgspec.Struct | None, kind: type[msgspec.Struct], fields: dict[str, Any]) -> bytes:
+    if struct is not None and fields:
+        raise TypeError("pass either a request Struct or its fields, not both")
+    return msgspec.json.encode(struct if struct is not None else kind(**fields))
+
+
+class _Operations:
+    """Every operation, written once: each method returns what `_run` returns (a value, or an awaitable)."""
+
+    def __init__(self, url: str | None, key: str | None, run: str | None, max_retries: int,
+                 max_retry_wait: float) -> None:
+        self.url, self.key = config.client_target(url, key)
+        self.run = run
+        self.max_retries = max_retries
+        self.max_retry_wait = max_retry_wait
+
+    def _run(self, call: _Call) -> Any:
+        raise NotImplementedError
+
+    def _default_headers(self, headers: dict[str, str] | None) -> dict[str, str]:
+        out = {"Accept": "application/json", "User-Agent": "recall-server-client"}
+        if self.key:
+            out["Authorization"] = f"Bearer {self.key}"
+        out.update(headers or {})
+        return out
+
+    def _headers(self, call: _Call) -> dict[str, str]:
+        """Per logical call: the Idempotency-Key every attempt of it shares, the run on reads."""
+        headers = dict(call.headers or {})
+        if call.body is not None:
+            headers["Content-Type"] = "application/json"
+        if call.idempotency:
+            headers.setdefault("Idempotency-Key", f"rc-{uuid.uuid4().hex}")
+        run = call.run or self.run
+        if run and call.method == "GET":
+            headers[RUN_HEADER] = run
+        return headers
+
+    def _retry_after(self, call: _Call, attempt: int, response: httpx.Response | None = None,
+                     error: Exception | None = None) -> float | None:
+        """Seconds to wait before retrying, or None: this outcome is final."""
+        if attempt >= self.max_retries:
+            return None
+        if error is not None:
+            if not isinstance(error, _NOT_SENT if not call.replayable else _RETRY_ERRORS):
+                return None
+        else:
+            assert response is not None
+            transient = response.status_code == 503 or (
+                response.status_code in (409, 429) and "retry-after" in response.headers)
+            if not transient or not call.replayable:
+                return None
+            try:
+                return min(float(response.headers.get("retry-after", "")), self.max_retry_wait)
+            except ValueError:
+                pass
+        return min(0.1 * 2 ** attempt, self.max_retry_wait)
+
+    @staticmethod
+    def _result(call: _Call, response: httpx.Response) -> Any:
+        if response.status_code >= 300:
+            raise problem_from(response)
+        if call.into is None:
+            return None
+        if call.into is bytes:
+            return response.content
+        if call.into is Content:
+            return Content(response.content, response.headers.get("content-type", "application/octet-stream"))
+        return _DECODERS[call.into].decode(response.content)
+
+    # ---- by ID -------------------------------------------------------------------------------
+
+    def get(self, object_id: str, budget: int | None = None, *, run: str | None = None) -> Any:
+        """The inline view of any ID (ThreadView, WorkerView, TriggerView or ReportView), by its prefix.
+
+        A string that is no ID at all goes to /ids/, so the server's loud miss names what is wrong."""
+        read = {"thread": self.get_thread, "worker": self.get_worker, "trigger": self.get_trigger,
+                "report": self.get_report}.get(ids.kind_of(object_id) or "")
+        if read is None:
+            return self.resolve(object_id, run=run)
+        return read(object_id, budget, run=run)
+
+    def resolve(self, object_id: str, *, run: str | None = None) -> Resolved:
+        """{id, type, href, summary} of any ID."""
+        return self._run(_Call("GET", f"/ids/{object_id}", Resolved, run=run))
+
+    def read(self, object_id: str, start: int | None = None, end: int | None = None, *,
+             run: str | None = None) -> Content:
+        """A trigger's payload or a report's body (bytes start..end, inclusive, when given), with its type."""
+        kind = ids.kind_of(object_id)
+        path = f"/reports/{object_id}/body" if kind == "report" else f"/triggers/{object_id}/payload"
+        return self._run(_Call("GET", path, Content, headers=_range(start, end), run=run))
+
+    # ---- triggers ----------------------------------------------------------------------------
+
+    def create_trigger(self, trigger: CreateTrigger | None = None, /, **fields: Any) -> TriggerView:
+        return self._run(_Call("POST", "/triggers", TriggerView, body=_body(trigger, CreateTrigger, fields),
+                               idempotency=True))
+
+    def get_trigger(self, trigger_id: str, budget: int | None = None, *, run: str | None = None) -> TriggerView:
+        return self._run(_Call("GET", f"/triggers/{trigger_id}", TriggerView, _query(budget=budget), run=run))
+
+    def read_payload(self, trigger_id: str, start: int | None = None, end: int | None = None, *,
+                     run: str | None = None) -> bytes:
+        """The trigger's payload, or bytes start..end of it (inclusive)."""
+        return self._run(_Call("GET", f"/triggers/{trigger_id}/payload", bytes, headers=_range(start, end), run=run))
+
+    def delete_trigger(self, trigger_id: str) -> None:
+        return self._run(_Call("DELETE", f"/triggers/{trigger_id}", None))
+
+    # ---- threads -----------------------------------------------------------------------------
+
+    def create_thread(self, thread: CreateThread | None = None, /, **fields: Any) -> ThreadView:
+        return self._run(_Call("POST", "/threads", ThreadView, body=_body(thread, CreateThread, fields),
+                               idempotency=True))
+
+    def get_thread(self, thread_id: str, budget: int | None = None, *, run: str | None = None) -> ThreadView:
+        return self._run(_Call("GET", f"/threads/{thread_id}", ThreadView, _query(budget=budget), run=run))
+
+    def update_thread(self, thread_id: str, update: UpdateThread | None = None, /, **fields: Any) -> ThreadView:
+        """Change title, summary or status (setting the same values again changes nothing: safe to retry)."""
+        return self._run(_Call("PATCH", f"/threads/{thread_id}", ThreadView, body=_body(update, UpdateThread, fields)))
+
+    def delete_thread(self, thread_id: str) -> None:
+        return self._run(_Call("DELETE", f"/threads/{thread_id}", None))
+
+    def list_threads(self, *, status: str | None = None, owner: str | None = None, app_id: str | None = None,
+                     agent_id: str | None = None, run_id: str | None = None, cursor: str | None = None,
+                     limit: int | None = None, run: str | None = None) -> ThreadPage:
+        params = _query(status=status, owner=owner, app_id=app_id, agent_id=agent_id, run_id=run_id, cursor=cursor,
+                        limit=limit)
+        return self._run(_Call("GET", "/threads", ThreadPage, params, run=run))
+
+    def list_events(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,
+                    run: str | None = None) -> EventPage:
+        return self._run(_Call("GET", f"/threads/{thread_id}/events", EventPage, _query(cursor=cursor, limit=limit),
+                               run=run))
+
+    def add_note(self, thread_id: str, summary: str, ref: str | None = None) -> Event:
+        return self._run(_Call("POST", f"/threads/{thread_id}/events", Event,
+                               body=msgspec.json.encode(CreateNote(summary=summary, ref=ref)), idempotency=True))
+
+    def assign_owner(self, thread_id: str, worker_id: str) -> ThreadView:
+        return self._run(_Call("POST", f"/threads/{thread_id}/owners", ThreadView,
+                               body=msgspec.json.encode(AssignOwner(worker_id=worker_id)), idempotency=True))
+
+    # ---- workers and reports -------------------------------------------------------------------
+
+    def create_worker(self, worker: CreateWorker | None = None, /, **fields: Any) -> WorkerView:
+        return self._run(_Call("POST", "/workers", WorkerView, body=_body(worker, CreateWorker, fields),
+                               idempotency=True))
+
+    def get_worker(self, worker_id: str, budget: int | None = None, *, run: str | None = None) -> WorkerView:
+        return self._run(_Call("GET", f"/workers/{worker_id}", WorkerView, _query(budget=budget), run=run))
+
+    def delete_worker(self, worker_id: str) -> None:
+        return self._run(_Call("DELETE", f"/workers/{worker_id}", None))
+
+    def list_reports(self, worker_id: str, *, app_id: str | None = None, agent_id: str | None = None,
+                     run_id: str | None = None, cursor: str | None = None, limit: int | None = None,
+                     run: str | None = None) -> ReportPage:
+        params = _query(app_id=app_id, agent_id=agent_id, run_id=run_id, cursor=cursor, limit=limit)
+        return self._run(_Call("GET", f"/workers/{worker_id}/reports", ReportPage, params, run=run))
+
+    def create_report(self, worker_id: str, report: CreateReport | None = None, /, **fields: Any) -> ReportView:
+        return self._run(_Call("POST", f"/workers/{worker_id}/reports", ReportView,
+                               body=_body(report, CreateReport, fields), idempotency=True))
+
+    def get_report(self, report_id: str, budget: int | None = None, *, run: str | None = None) -> ReportView:
+        return self._run(_Call("GET", f"/reports/{report_id}", ReportView, _query(budget=budget), run=run))
+
+    def read_body(self, report_id: str, start: int | None = None, end: int | None = None, *,
+                  run: str | None = None) -> bytes:
+        """The report's body, or bytes start..end of it (inclusive)."""
+        return self._run(_Call("GET", f"/reports/{report_id}/body", bytes, headers=_range(start, end), run=run))
+
+    def delete_report(self, report_id: str) -> None:
+        return self._run(_Call("DELETE", f"/reports/{report_id}", None))
+
+    # ---- keys and health -------------------------------------------------------------------------
+
+    def create_key(self, scope: str, label: str = "") -> NewKey:
+        """A new key in the caller's tenant (admin scope). Not retried once it may have been sent: the
+        server stores no outcome for it (the secret is never kept), so a retry would make a second key."""
+        return self._run(_Call("POST", "/admin/keys", NewKey, body=msgspec.json.encode(CreateKey(scope=scope,
+                                                                                                 label=label)),
+                               replayable=False))
+
+    def list_keys(self) -> KeyList:
+        return self._run(_Call("GET", "/admin/keys", KeyList))
+
+    def revoke_key(self, key_id: str) -> KeyView:
+        return self._run(_Call("DELETE", f"/admin/keys/{key_id}", KeyView))
+
+    def health(self) -> Health:
+        """GET /healthz: the process is up."""
+        return self._run(_Call("GET", "/healthz", Health))
+
+    def ready(self) -> Health:
+        """GET /readyz: the database answers (Unavailable if not)."""
+        return self._run(_Call("GET", "/readyz", Health))
+
+    def own_key(self) -> KeyView:
+        """GET /key: the key this client sends (ID, tenant, scope, label); Unauthorized if it is no valid key."""
+        return self._run(_Call("GET", "/key", KeyView))
+
+
+class RecallClient(_Operations):
+    """Blocking client. `RecallClient()` talks to the local `recall-server serve` with the key it saved."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, run: str | None = None,
+                 timeout: float = 30.0, max_retries: int = 3, max_retry_wait: float = 30.0,
+                 transport: httpx.BaseTransport | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(url, key, run, max_retries, max_retry_wait)
+        self.http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
+                                 headers=self._default_headers(headers))
+
+    def _run(self, call: _Call) -> Any:
+        headers = self._headers(call)
+        attempt = 0
+        while True:
+            try:
+                response = self.http.request(call.method, call.path, params=call.params, content=call.body,
+                                             headers=headers)
+            except httpx.TransportError as exc:
+                if (delay := self._retry_after(call, attempt, error=exc)) is None:
+                    raise
+            else:
+                if (delay := self._retry_after(call, attempt, response=response)) is None:
+                    return self._result(call, response)
+            time.sleep(delay)
+            attempt += 1
+
+    def can_write(self) -> bool:
+        """Whether this key may write (write or admin scope); Unauthorized if it is no valid key."""
+        return self.own_key().scope in ("write", "admin")
+
+    def iter_events(self, thread_id: str, after: str | None = None, follow: bool = False, *, limit: int = 500,
+                    poll_interval: float = 1.0, run: str | None = None) -> Iterator[Event]:
+        """Every event of the thread once, in seq order, from cursor `after` (the start by default);
+        with follow=True keep tailing the live thread, polling every poll_interval seconds."""
+        cursor = after
+        while True:
+            page = self.list_events(thread_id, cursor, limit, run=run)
+            yield from page.data
+            cursor = page.next_cursor or cursor
+            if not page.has_more:
+                if not follow:
+                    return
+                time.sleep(poll_interval)
+
+    def iter_threads(self, *, limit: int = 500, run: str | None = None, **filters: str | None) -> Iterator[ThreadIndexEntry]:
+        """Every thread of the index (filters as list_threads), newest first."""
+        cursor = None
+        while True:
+            page = self.list_threads(cursor=cursor, limit=limit, run=run, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_reports(self, worker_id: str, *, limit: int = 500, run: str | None = None,
+                     **filters: str | None) -> Iterator[ReportIndexEntry]:
+        """Every report the worker filed (filters as list_reports), newest first."""
+        cursor = None
+        while True:
+            page = self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> RecallClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncRecallClient(_Operations):
+    """The same operations, awaited: `view = await client.get_thread("thr_pr_412")`."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, run: str | None = None,
+                 timeout: float = 30.0, max_retries: int = 3, max_retry_wait: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(url, key, run, max_retries, max_retry_wait)
+        self.http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport,
+                                      headers=self._default_headers(headers))
+
+    async def _run(self, call: _Call) -> Any:
+        headers = self._headers(call)
+        attempt = 0
+        while True:
+            try:
+                response = await self.http.request(call.method, call.path, params=call.params, content=call.body,
+                                                   headers=headers)
+            except httpx.TransportError as exc:
+                if (delay := self._retry_after(call, attempt, error=exc)) is None:
+                    raise
+            else:
+                if (delay := self._retry_after(call, attempt, response=response)) is None:
+                    return self._result(call, response)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def can_write(self) -> bool:
+        """Whether this key may write (write or admin scope); Unauthorized if it is no valid key."""
+        return (await self.own_key()).scope in ("write", "admin")
+
+    async def iter_events(self, thread_id: str, after: str | None = None, follow: bool = False, *,
+                          limit: int = 500, poll_interval: float = 1.0,
+                          run: str | None = None) -> AsyncIterator[Event]:
+        """Every event of the thread once, in seq order (see RecallClient.iter_events)."""
+        cursor = after
+        while True:
+            page = await self.list_events(thread_id, cursor, limit, run=run)
+            for event in page.data:
+                yield event
+            cursor = page.next_cursor or cursor
+            if not page.has_more:
+                if not follow:
+                    return
+                await asyncio.sleep(poll_interval)
+
+    async def iter_threads(self, *, limit: int = 500, run: str | None = None,
+                           **filters: str | None) -> AsyncIterator[ThreadIndexEntry]:
+        cursor = None
+        while True:
+            page = await self.list_threads(cursor=cursor, limit=limit, run=run, **filters)
+            for entry in page.data:
+                yield entry
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_reports(self, worker_id: str, *, limit: int = 500, run: str | None = None,
+                           **filters: str | None) -> AsyncIterator[ReportIndexEntry]:
+        cursor = None
+        while True:
+            page = await self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters)
+            for entry in page.data:
+                yield entry
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncRecallClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,295 @@
+"""The MCP server: one tool set, written against AsyncRecallClient, on stdio and at /mcp.
+
+`recall-server mcp` serves it on stdio through a client of a running server (`serve_stdio`).
+`HttpEndpoint` mounts it in the server itself as streamable HTTP (stateless, JSON responses, so
+any worker process can answer any request); its tools call the very same Litestar app in-process
+through httpx.ASGITransport with the caller's own Authorization header, so authentication, scopes,
+errors and tracing are exactly the HTTP API's.
+
+Each MCP session is a run: its ID is the caller's (`--run`, or an `X-Recall-Run` header on /mcp)
+or a new one, and is sent as X-Recall-Run on reads. Stateless HTTP has no session: without the
+header each /mcp request is its own run.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import httpx
+import msgspec
+from litestar import asgi
+from litestar.types import Receive, Scope, Send
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, ResourceLink, TextContent
+from mcp.types import Tool as MCPTool
+from pydantic import AnyUrl, Field
+
+from recall_server import errors
+from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError
+from recall_server.models import ReportView, TriggerView
+from recall_server.observability import ObservabilityMiddleware
+
+INSTRUCTIONS = (
+    "Recall memory of long-running work. Start from a thread ID (thr_...) with recall_get, then follow the IDs its "
+    "view shows (owner workers wkr_, triggers trg_, reports rpt_) with recall_get. Large content is spilled behind "
+    "a pointer with a preview: read it with recall_read (or the resource link) only when the preview is not enough."
+)
+WRITE_TOOLS = frozenset({"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
+                         "recall_set_status"})
+_STATE = "recall.mcp"  # where the /mcp gate leaves the caller's binding in the ASGI scope state
+_RUN = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")  # a run ID is a label (models.Label)
+_CONTENT_URI = re.compile(r"^recall://(triggers|reports)/([^/]+)/(payload|body)$")
+_encode = msgspec.json.encode
+
+Id = Annotated[str, Field(description="A recall ID: thr_..., wkr_..., trg_... or rpt_...")]
+Budget = Annotated[int | None, Field(description="Upper bound in bytes of the view (4096-1048576; default 4096).")]
+CursorArg = Annotated[str | None, Field(description="next_cursor of the previous page; omit for the first page.")]
+LimitArg = Annotated[int | None, Field(description="Page size, 1-500 (default 50).")]
+
+
+def new_run() -> str:
+    return f"mcp-{secrets.token_hex(8)}"
+
+
+class Binding:
+    """Who is calling: a client acting with their key and run, and whether that key may write."""
+
+    def __init__(self, client: AsyncRecallClient, writable: bool | None = None) -> None:
+        self.client = client
+        self._writable = writable
+
+    async def can_write(self) -> bool:
+        if self._writable is None:
+            self._writable = await self.client.can_write()
+        return self._writable
+
+
+def problem_text(exc: RecallError) -> str:
+    """A problem as a tool error: its wording, without the request_id (so another tenant's ID reads
+    exactly like an unknown one)."""
+    return f"{exc.status} {exc.title}: {exc.detail}"
+
+
+def _text(value: Any) -> TextContent:
+    return TextContent(type="text", text=value if isinstance(value, str) else _encode(value).decode())
+
+
+def _failed(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], isError=True)
+
+
+async def _answer(work: Awaitable[Any]) -> CallToolResult:
+    """A tool's result: compact JSON of the view, a resource link per spilled content; a miss is a tool error."""
+    try:
+        value = await work
+    except RecallError as exc:
+        return _failed(problem_text(exc))
+    except httpx.HTTPError as exc:
+        return _failed(f"The recall server could not be reached: {exc!r}")
+    content: list[Any] = [_text(value)]
+    spilled = getattr(value, "spilled", msgspec.UNSET)
+    if isinstance(value, (TriggerView, ReportView)) and spilled is not msgspec.UNSET:
+        for field in ("payload", "body"):
+            spill = getattr(spilled, field)
+            if spill is not msgspec.UNSET:
+                content.append(ResourceLink(
+                    type="resource_link", uri=AnyUrl(f"recall:/{spill.href}"), name=f"{value.id} {field}",
+                    description=spill.hint, mimeType=spill.content_type, size=spill.bytes,
+                ))
+    return CallToolResult(content=content, isError=False)
+
+
+def _textual(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip()
+    return media.startswith("text/") or media.endswith(("json", "xml"))
+
+
+def _readable(object_id: str, found: Content) -> str:
+    """Text as text (a range may cut a character: replaced); binary content is pointed at, not dumped."""
+    if _textual(found.content_type):
+        return found.data.decode(errors="replace")
+    where = f"recall://{'reports' if object_id.startswith('rpt_') else 'triggers'}/{object_id}/" + (
+        "body" if object_id.startswith("rpt_") else "payload")
+    return f"({len(found.data)} bytes of {found.content_type}: read the resource {where} for them)"
+
+
+class RecallMCP(FastMCP):
+    """The tools and resources; list_tools hides the writes from a key that may only read."""
+
+    def __init__(self, local: Binding | None = None, **settings: Any) -> None:
+        super().__init__(name="recall", instructions=INSTRUCTIONS, **settings)
+        self._local = local
+        _register(self)
+
+    def binding(self) -> Binding:
+        """stdio: the one binding of this process. /mcp: the one the gate made for this request."""
+        if self._local is not None:
+            return self._local
+        request = self.get_context().request_context.request
+        return request.scope["state"][_STATE]
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        if await self.binding().can_write():
+            return tools
+        return [tool for tool in tools if tool.name not in WRITE_TOOLS]
+
+    async def read_resource(self, uri: AnyUrl | str) -> Iterable[ReadResourceContents]:
+        """recall://triggers/{id}/payload and recall://reports/{id}/body, with their own content types."""
+        match = _CONTENT_URI.match(str(uri))
+        if match is None:
+            return await super().read_resource(uri)
+        try:
+            found = await self.binding().client.read(match.group(2))
+        except RecallError as exc:
+            raise ValueError(problem_text(exc)) from None
+        data: str | bytes = found.data.decode(errors="replace") if _textual(found.content_type) else found.data
+        return [ReadResourceContents(content=data, mime_type=found.content_type.split(";")[0].strip())]
+
+
+def _register(server: RecallMCP) -> None:
+    def client() -> AsyncRecallClient:
+        return server.binding().client
+
+    @server.tool(description="Inline view of any recall ID: its fields, linked IDs with one-line summaries, recent "
+                             "events. Start from a thread ID and follow the IDs you see; spilled content comes with "
+                             "a preview and a link.")
+    async def recall_get(id: Id, budget: Budget = None) -> CallToolResult:
+        return await _answer(client().get(id, budget))
+
+    @server.tool(description="A page of a thread's event log, oldest first. Pass next_cursor back for the next page "
+                             "(it also finds events appended later).")
+    async def recall_events(thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+        return await _answer(client().list_events(thread_id, cursor, limit))
+
+    @server.tool(description="The full payload of a trigger (trg_) or body of a report (rpt_), or bytes start-end "
+                             "of it. Only when recall_get shows it spilled and the preview is not enough.")
+    async def recall_read(id: Id, start: Annotated[int | None, Field(ge=0, description="First byte.")] = None,
+                          end: Annotated[int | None, Field(ge=0, description="Last byte (inclusive).")] = None,
+                          ) -> CallToolResult:
+        async def read() -> str:
+            return _readable(id, await client().read(id, start, end))
+
+        return await _answer(read())
+
+    @server.tool(description="Index of threads, newest first, filtered by status, owner worker and labels. Use it "
+                             "only when you have no thread ID to start from.")
+    async def recall_threads(status: str | None = None, owner: Annotated[str | None, Field(
+                                 description="Only threads this worker (wkr_) owns.")] = None,
+                             app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                             cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+        return await _answer(client().list_threads(status=status, owner=owner, app_id=app_id, agent_id=agent_id,
+                                                   run_id=run_id, cursor=cursor, limit=limit))
+
+    @server.tool(description="Append a one-line note to a thread's log, optionally citing an ID (ref).")
+    async def recall_note(thread_id: Id, summary: str, ref: str | None = None) -> CallToolResult:
+        return await _answer(client().add_note(thread_id, summary, ref))
+
+    @server.tool(description="File an incoming event (a trigger): source, one-line summary, its payload, "
+                             "optionally on a thread and citing neighbour triggers.")
+    async def recall_file_trigger(source: str, summary: str, thread_id: str | None = None, payload: Any = None,
+                                  content_type: str | None = None, neighbours: list[str] | None = None,
+                                  id: str | None = None, external_id: str | None = None) -> CallToolResult:
+        return await _answer(client().create_trigger(
+            source=source, summary=summary, thread_id=thread_id, payload=payload, content_type=content_type,
+            neighbours=neighbours or [], id=id, external_id=external_id))
+
+    @server.tool(description="File a worker's report on a thread: one-line summary, the body, and the IDs it "
+                             "cites (refs).")
+    async def recall_file_report(worker_id: Id, thread_id: Id, summary: str, body: Any = None,
+                                 content_type: str | None = None, refs: list[str] | None = None,
+                                 id: str | None = None) -> CallToolResult:
+        return await _answer(client().create_report(
+            worker_id, thread_id=thread_id, summary=summary, body=body, content_type=content_type, refs=refs or [],
+            id=id))
+
+    @server.tool(description="Make a worker (wkr_) an owner of a thread.")
+    async def recall_assign(thread_id: Id, worker_id: Id) -> CallToolResult:
+        return await _answer(client().assign_owner(thread_id, worker_id))
+
+    @server.tool(description="Set a thread's status (e.g. open, merged, closed).")
+    async def recall_set_status(thread_id: Id, status: str) -> CallToolResult:
+        return await _answer(client().update_thread(thread_id, status=status))
+
+    # Listed for discovery; read_resource above serves them with the content's own type.
+    @server.resource("recall://triggers/{id}/payload", description="A trigger's full payload.")
+    async def payload(id: str) -> bytes:
+        return (await client().read(id)).data
+
+    @server.resource("recall://reports/{id}/body", description="A report's full body.")
+    async def body(id: str) -> bytes:
+        return (await client().read(id)).data
+
+
+def serve_stdio(url: str | None, key: str | None, run: str | None) -> None:
+    """`recall-server mcp`: the tools on stdin/stdout, acting through a client of the server at url."""
+    import anyio
+
+    async def main() -> None:
+        async with AsyncRecallClient(url, key, run=run or new_run()) as client:
+            await RecallMCP(Binding(client), log_level="WARNING").run_stdio_async()
+
+    anyio.run(main)
+
+
+class HttpEndpoint:
+    """/mcp on the server: a Litestar mount that checks the caller's key, then hands the request to the
+    MCP session manager (which must run for the app's lifetime: `lifespan`)."""
+
+    path = "/mcp"
+    origin = "http://recall.in-process"  # what the tools' in-process requests are addressed to
+
+    def __init__(self, max_body_bytes: int) -> None:
+        # DNS-rebinding protection guards unauthenticated local servers; every /mcp request carries a
+        # key, and the server may be bound to any name.
+        self.server = RecallMCP(stateless_http=True, json_response=True, max_request_body_size=max_body_bytes,
+                                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+                                log_level="WARNING")
+        self.server.streamable_http_app()  # creates the session manager
+        self.inner: Any = None
+        self.handler = asgi(self.path, is_mount=True, copy_scope=True, name="mcp")(self._handle)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        async with self.server.session_manager.run():
+            yield
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = scope["app"]  # the Litestar app this is mounted in
+        if self.inner is None:  # the tools' calls go through its request IDs, access log and metrics
+            self.inner = ObservabilityMiddleware(app)
+        headers = dict(scope["headers"])
+        asked = headers.get(RUN_HEADER.lower().encode(), b"").decode("latin-1")
+        run = asked if _RUN.match(asked) else new_run()
+        forwarded = {"Authorization": headers[b"authorization"].decode("latin-1")} if b"authorization" in headers \
+            else {}
+        # The key check talks to the bare app: it is part of this /mcp request, not an API request of its own.
+        async with AsyncRecallClient(self.origin, None, transport=httpx.ASGITransport(app=app), headers=forwarded,
+                                     max_retries=0) as check:
+            try:
+                writable = await check.can_write()
+            except RecallError as exc:
+                await self._problem(scope, send, exc)
+                return
+        async with AsyncRecallClient(self.origin, None, run=run, transport=httpx.ASGITransport(app=self.inner),
+                                     headers=forwarded, max_retries=0) as client:
+            scope.setdefault("state", {})[_STATE] = Binding(client, writable)  # type: ignore[typeddict-item]
+            await self.server.session_manager.handle_request(scope, receive, send)
+
+    async def _problem(self, scope: Scope, send: Send, exc: RecallError) -> None:
+        """The key check's problem, with the API's members, for this request."""
+        body = msgspec.json.encode({
+            "type": exc.type, "title": exc.title, "status": exc.status, "detail": exc.detail, "instance": self.path,
+            **exc.extra, **({"request_id": rid} if (rid := scope.get("state", {}).get("request_id")) else {}),
+        })
+        headers = [(b"content-type", errors.PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
+        headers += [(name.encode(), exc.headers[name].encode()) for name in ("www-authenticate", "retry-after")
+                    if name in exc.headers]
+        await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,337 @@
+"""The Python client against a live server: the server's own Structs, one exception class per problem,
+pages as iterators, and retried writes that land exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from faults import PostgresProxy
+from helpers import ServerProcess, create_key, uid
+
+from recall_server import demo, errors
+from recall_server import client as rc
+from recall_server.client import RecallClient
+from recall_server.models import (
+    Event,
+    EventPage,
+    ReportView,
+    Resolved,
+    ThreadPage,
+    ThreadView,
+    TriggerView,
+    WorkerView,
+)
+
+
+@pytest.fixture()
+def recall(base_url: str, api_key: str) -> Iterator[RecallClient]:
+    with RecallClient(base_url, api_key) as c:
+        yield c
+
+
+class Recording(httpx.HTTPTransport):
+    """The real transport, remembering every request it sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[httpx.Request] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        return super().handle_request(request)
+
+
+class LoseFirstAnswer(Recording):
+    """Delivers the first request to the server, then loses its answer: the connection drops, or a 503
+    arrives in its place. Every later attempt goes through untouched."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if len(self.sent) > 1:
+            return response
+        response.read()  # the server has answered: the write committed
+        response.close()
+        if self.how == "drop":
+            raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
+        return httpx.Response(503, headers={"Retry-After": "0", "Content-Type": errors.PROBLEM_JSON},
+                              json={"type": "urn:recall-server:problem:unavailable", "title": "Service Unavailable",
+                                    "status": 503, "detail": "injected", "instance": request.url.path},
+                              request=request)
+
+
+# ---- typed views -------------------------------------------------------------------------------
+
+
+def test_reads_return_the_servers_structs(recall: RecallClient, base_url: str, api_key: str) -> None:
+    demo.load(base_url, api_key)
+    thread = recall.get("thr_pr_412")
+    assert isinstance(thread, ThreadView) and thread.status == "merged"
+    worker = recall.get(thread.owner_workers[0].id)
+    assert isinstance(worker, WorkerView) and worker.id == "wkr_77a0"
+    assert worker.reports[0].refs == ["trg_8f21"]
+    trigger = recall.get("trg_8f21")
+    assert isinstance(trigger, TriggerView) and trigger.spilled.payload.href == "/triggers/trg_8f21/payload"
+    report = recall.get("rpt_412a")
+    assert isinstance(report, ReportView) and report.thread_id == "thr_pr_412"
+    assert recall.resolve("rpt_412a") == Resolved(id="rpt_412a", type="report", href="/reports/rpt_412a",
+                                                  summary=report.summary)
+    events = recall.list_events("thr_pr_412", limit=2)
+    assert isinstance(events, EventPage) and [e.seq for e in events.data] == [1, 2] and events.has_more
+    assert isinstance(recall.list_threads(limit=1), ThreadPage)
+    assert recall.list_reports("wkr_77a0").data[0].id == "rpt_412a"
+
+
+def test_payloads_and_bodies_are_bytes_with_optional_ranges(recall: RecallClient, base_url: str,
+                                                            api_key: str) -> None:
+    demo.load(base_url, api_key)
+    log = demo.ci_log().encode()
+    assert recall.read_payload("trg_8f21") == log
+    assert recall.read_payload("trg_8f21", 0, 99) == log[:100]
+    assert recall.read_payload("trg_8f21", 100) == log[100:]
+    body = recall.read_body("rpt_412a")
+    assert b"payment timeout" in body
+    assert recall.read_body("rpt_412a", 2, 5) == body[2:6]
+    content = recall.read("trg_8f21", 10, 19)
+    assert content.data == log[10:20] and content.content_type.startswith("text/plain")
+
+
+def test_writes_return_views(recall: RecallClient) -> None:
+    worker = recall.create_worker(id=uid("wkr"), name="w", summary="a worker")
+    thread = recall.create_thread(id=uid("thr"), title="t", summary="a thread")
+    assert isinstance(worker, WorkerView) and isinstance(thread, ThreadView)
+    assert recall.assign_owner(thread.id, worker.id).owner_workers[0].id == worker.id
+    trigger = recall.create_trigger(source="test", thread_id=thread.id, summary="CI red", payload={"k": 1})
+    assert isinstance(trigger, TriggerView) and trigger.payload == {"k": 1}
+    report = recall.create_report(worker.id, thread_id=thread.id, summary="fixed", body="text", refs=[trigger.id])
+    assert isinstance(report, ReportView) and report.refs[0].id == trigger.id
+    note = recall.add_note(thread.id, "retrying", ref=report.id)
+    assert isinstance(note, Event) and note.type == "note" and note.ref == report.id
+    assert recall.update_thread(thread.id, status="closed").status == "closed"
+    assert [e.type for e in recall.iter_events(thread.id)] == [
+        "owner_assigned", "trigger_filed", "report_filed", "note", "status_changed"]
+    recall.delete_trigger(trigger.id)
+    with pytest.raises(rc.Gone):
+        recall.get(trigger.id)
+
+
+def test_the_client_vocabulary_is_the_servers() -> None:
+    assert {s: c.__name__ for s, c in rc.BY_STATUS.items()} == {s: c.__name__ for s, c in errors.BY_STATUS.items()}
+    assert all(issubclass(c, rc.RecallError) for c in rc.BY_STATUS.values())
+
+
+# ---- problems as exceptions ----------------------------------------------------------------------
+
+
+def test_each_problem_is_its_own_exception_with_the_problem_members(
+    recall: RecallClient, base_url: str, database_url: str
+) -> None:
+    missing = uid("thr")
+    with pytest.raises(rc.NotFound) as miss:
+        recall.get_thread(missing)
+    e = miss.value
+    assert (e.status, e.title, e.type) == (404, "Not Found", "urn:recall-server:problem:not-found")
+    assert e.detail == f"No thread with ID {missing} exists." and e.instance == f"/threads/{missing}"
+    assert e.request_id and e.extra == {"id": missing}
+
+    with pytest.raises(rc.NotFound, match="is not a recall ID"):
+        recall.get("not-an-id")
+    with pytest.raises(rc.NotFound, match="is a trigger ID"):
+        recall.get_thread("trg_8f21")
+
+    thread = recall.create_thread(id=uid("thr"), title="t")
+    with pytest.raises(rc.Conflict):
+        recall.create_thread(id=thread.id, title="another title")
+    with pytest.raises(rc.Unprocessable) as dangling:
+        recall.add_note(thread.id, "cites nothing", ref=(ghost := uid("trg")))
+    assert dangling.value.extra["missing"] == [ghost]
+    with pytest.raises(rc.BadRequest, match="cursor"):
+        recall.list_events(thread.id, cursor="forged.cursor")
+    with pytest.raises(rc.RangeNotSatisfiable):
+        recall.read_payload(recall.create_trigger(source="t", summary="s", payload="tiny").id, 100, 200)
+    with pytest.raises(rc.Forbidden):  # a write key is not an admin key
+        recall.list_keys()
+    recall.delete_thread(thread.id)
+    with pytest.raises(rc.Gone) as gone:
+        recall.get(thread.id)
+    assert gone.value.status == 410 and thread.id in gone.value.detail
+
+    visible = recall.create_thread(title="x")
+    with RecallClient(base_url, create_key(database_url, "default", "read")) as reader:
+        assert reader.get_thread(visible.id).id == visible.id
+        with pytest.raises(rc.Forbidden, match="read scope"):
+            reader.create_thread(title="not allowed")
+        assert not reader.can_write() and recall.can_write()
+    for bad in (None, "rk_nonsense", "rk_0123456789abcdef." + "A" * 43):
+        with RecallClient(base_url, bad) as stranger, pytest.raises(rc.Unauthorized) as denied:
+            stranger.get_thread("thr_pr_412")
+        assert denied.value.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.fault
+def test_an_unavailable_database_is_unavailable_after_the_retries(database_url: str, tmp_path: Path) -> None:
+    proxy = PostgresProxy(database_url)
+    server = ServerProcess(proxy.url, tmp_path / "server.log", RECALL_DB_TIMEOUT="1",
+                           RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        key = create_key(database_url, "default", "write")
+        proxy.cut()
+        with RecallClient(server.url, key, max_retries=1, max_retry_wait=0.1) as client:
+            started = time.monotonic()
+            with pytest.raises(rc.Unavailable) as down:
+                client.get_thread("thr_pr_412")
+        assert down.value.status == 503 and "retry-after" in down.value.headers
+        assert time.monotonic() - started < 10
+    finally:
+        server.stop()
+        proxy.close()
+
+
+# ---- pages as iterators ------------------------------------------------------------------------
+
+
+def test_iter_events_follows_a_live_thread_and_yields_every_event_once(
+    recall: RecallClient, base_url: str, api_key: str
+) -> None:
+    thread = recall.create_thread(id=uid("thr"), title="hot")
+    appends = 60
+    seen: list[int] = []
+
+    def append() -> None:
+        with RecallClient(base_url, api_key) as writer:
+            for i in range(appends):
+                writer.add_note(thread.id, f"note {i}")
+
+    def follow() -> None:
+        with RecallClient(base_url, api_key) as reader:
+            for event in reader.iter_events(thread.id, follow=True, limit=7, poll_interval=0.02):
+                seen.append(event.seq)
+                if len(seen) >= appends:
+                    return
+
+    writer, tail = threading.Thread(target=append), threading.Thread(target=follow, daemon=True)
+    tail.start()
+    writer.start()
+    writer.join(60)
+    tail.join(60)
+    assert not tail.is_alive(), f"the tail stopped receiving events after {len(seen)}"
+    assert seen == list(range(1, appends + 1))
+    assert [e.seq for e in recall.iter_events(thread.id, limit=9)] == seen  # and a plain walk, all pages
+
+
+def test_iter_events_resumes_after_a_cursor(recall: RecallClient) -> None:
+    thread = recall.create_thread(id=uid("thr"), title="t")
+    for i in range(5):
+        recall.add_note(thread.id, f"n{i}")
+    first = recall.list_events(thread.id, limit=2)
+    assert [e.summary for e in recall.iter_events(thread.id, after=first.next_cursor, limit=2)] == ["n2", "n3", "n4"]
+
+
+def test_iter_threads_and_iter_reports_walk_every_page(recall: RecallClient) -> None:
+    app = f"app-{uid('thr')[4:]}"
+    worker = recall.create_worker(id=uid("wkr"), name="w", app_id=app)
+    made = [recall.create_thread(id=uid("thr"), title="t", app_id=app).id for _ in range(5)]
+    assert sorted(t.id for t in recall.iter_threads(app_id=app, limit=2)) == sorted(made)
+    reports = [recall.create_report(worker.id, thread_id=t, summary="r", app_id=app).id for t in made]
+    assert sorted(r.id for r in recall.iter_reports(worker.id, limit=2)) == sorted(reports)
+
+
+# ---- retries, idempotency, runs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["drop", "503"])
+def test_a_write_whose_answer_is_lost_is_retried_with_the_same_key_and_lands_once(
+    recall: RecallClient, base_url: str, api_key: str, how: str
+) -> None:
+    thread = recall.create_thread(id=uid("thr"), title="t")
+    transport = LoseFirstAnswer(how)
+    with RecallClient(base_url, api_key, transport=transport, max_retry_wait=0.05) as flaky:
+        note = flaky.add_note(thread.id, "exactly once")
+    assert [e.summary for e in recall.iter_events(thread.id)] == ["exactly once"], "the retry wrote again"
+    assert note.seq == 1
+    first, retry = transport.sent
+    assert first.headers["idempotency-key"] == retry.headers["idempotency-key"]
+
+
+def test_each_call_has_its_own_idempotency_key(base_url: str, api_key: str) -> None:
+    transport = Recording()
+    with RecallClient(base_url, api_key, transport=transport) as client:
+        thread = client.create_thread(title="t")
+        client.add_note(thread.id, "same words")
+        client.add_note(thread.id, "same words")
+    keys = [r.headers["idempotency-key"] for r in transport.sent]
+    assert len(set(keys)) == 3
+    assert [e.summary for e in RecallClient(base_url, api_key).iter_events(thread.id)] == ["same words"] * 2
+
+
+def test_retries_are_bounded(base_url: str, api_key: str) -> None:
+    class AlwaysDown(httpx.BaseTransport):
+        calls = 0
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            AlwaysDown.calls += 1
+            raise httpx.ConnectError("refused", request=request)
+
+    with RecallClient(base_url, api_key, transport=AlwaysDown(), max_retries=2, max_retry_wait=0.01) as client:
+        with pytest.raises(httpx.ConnectError):
+            client.get_thread("thr_pr_412")
+    assert AlwaysDown.calls == 3
+
+
+def test_the_run_is_sent_on_reads(base_url: str, api_key: str) -> None:
+    transport = Recording()
+    with RecallClient(base_url, api_key, transport=transport, run="run-a") as client:
+        thread = client.create_thread(title="t")
+        client.get_thread(thread.id)
+        client.get_thread(thread.id, run="run-b")
+    create, read, other = transport.sent
+    assert "x-recall-run" not in create.headers
+    assert (read.headers["x-recall-run"], other.headers["x-recall-run"]) == ("run-a", "run-b")
+
+
+def test_defaults_come_from_the_environment_then_the_local_server(
+    base_url: str, api_key: str, server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECALL_URL", base_url)
+    monkeypatch.setenv("RECALL_API_KEY", api_key)
+    with RecallClient() as client:
+        assert client.create_thread(title="from env").title == "from env"
+    monkeypatch.delenv("RECALL_URL")
+    monkeypatch.delenv("RECALL_API_KEY")
+    (tmp_path / "api-key").write_text(api_key + "\n")
+    monkeypatch.setenv("RECALL_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("RECALL_PORT", str(server.port))
+    with RecallClient() as client:
+        assert client.url == base_url and client.create_thread(title="local").title == "local"
+    monkeypatch.setenv("RECALL_URL", base_url)  # a named server never gets the local key file's key
+    with RecallClient() as client, pytest.raises(rc.Unauthorized):
+        client.get_thread("thr_pr_412")
+
+
+# ---- async --------------------------------------------------------------------------------------
+
+
+def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -> None:
+    import asyncio
+
+    async def go() -> None:
+        async with rc.AsyncRecallClient(base_url, api_key) as client:
+            demo.load(base_url, api_key)
+            assert isinstance(await client.get("thr_pr_412"), ThreadView)
+            assert b"payment timeout" in await client.read_payload("trg_8f21")
+            assert await client.can_write()
+            thread = await client.create_thread(title="t")
+            await client.add_note(thread.id, "a")
+            assert [e.summary async for e in client.iter_events(thread.id)] == ["a"]
+            with pytest.raises(rc.NotFound):
+                await client.get(uid("wkr"))
+
+    asyncio.run(go())
