@@ -10,11 +10,13 @@ body never exceeds the budget.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import msgspec
 
 from recall_server.models import (
     Link,
+    MemoryView,
     ReportView,
     Spill,
     Spilled,
@@ -22,7 +24,7 @@ from recall_server.models import (
     TriggerView,
     WorkerView,
 )
-from recall_server.rows import ReportRow, ThreadRow, TriggerRow, WorkerRow
+from recall_server.rows import MemoryRow, ReportRow, ThreadRow, TriggerRow, WorkerRow
 
 MIN_BUDGET = 4096
 DEFAULT_BUDGET = 4096
@@ -111,7 +113,7 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
         limit = max(0, limit - max(16, cost - room.left))
 
 
-def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow, links: list[Link],
+def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow | MemoryRow, links: list[Link],
                        room: _Room) -> tuple[list[Link], Any, Any]:
     """Linked IDs first, keeping room for at least an empty spill pointer, then the content."""
     reserved = _spill_floor(field, href, row.content_type, row.size)
@@ -121,7 +123,7 @@ def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow, links
     return (kept, *_content(field, href, row.content_type, row.size, row.head, room))
 
 
-def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, str | None]:
+def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow | MemoryRow) -> dict[str, str | None]:
     return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id, "expires_at": row.expires_at}
 
 
@@ -181,4 +183,22 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
         **_labels(row),
     )
     view.refs, view.body, view.spilled = _links_and_content("body", href, row, row.refs, _Room(budget, view))
+    return view
+
+
+def memory_view(row: MemoryRow, budget: int) -> MemoryView:
+    """A version of a memory: its fields, its sources (IDs always, summaries while they fit), then its value
+    inline or spilled to links.value with a preview."""
+    href = f"/memories/{row.id}/value"
+    links = {"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions"}
+    if not row.current:
+        links["current"] = f"/memories/current?{urlencode({'namespace': row.namespace, 'key': row.key})}"
+    view = MemoryView(
+        id=row.id, namespace=row.namespace.split("/"), key=row.key, kind=row.kind,
+        status="current" if row.current else "superseded", version=row.version, summary=row.summary,
+        content_type=row.content_type, tags=row.tags, confirmed=row.confirmed, sources=[],
+        created_at=row.created_at, links=links, supersedes=row.supersedes, superseded_by=row.superseded_by,
+        **_labels(row),
+    )
+    view.sources, view.value, view.spilled = _links_and_content("value", href, row, row.sources, _Room(budget, view))
     return view
