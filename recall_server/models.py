@@ -119,10 +119,12 @@ Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
 Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
                                           description="A path of 1-8 segments, each like an ID body.")]
 MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=OneLine, examples=["tone"])]
-TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,32}$")]
-TagValue = Annotated[str, Meta(max_length=64, pattern=r"^[A-Za-z0-9._:/@+-]*$")]
+# Tag and source limits are what keep a memory's core inside the smallest budget (tests/test_memories.py).
+TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}$")]
+TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*$")]
 Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=16, description="At most 16; filter with tag=key:value.")]
-Sources = Annotated[list[AnyId], Meta(max_length=MAX_LINKS, description="IDs it was learned from; each must be live.")]
+MAX_SOURCES = 8
+Sources = Annotated[list[AnyId], Meta(max_length=MAX_SOURCES, description="IDs it was learned from; each must be live.")]
 
 
 class CreateMemory(Request, kw_only=True):

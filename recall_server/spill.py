@@ -10,7 +10,6 @@ body never exceeds the budget.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 import msgspec
 
@@ -187,18 +186,25 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
 
 
 def memory_view(row: MemoryRow, budget: int) -> MemoryView:
-    """A version of a memory: its fields, its sources (IDs always, summaries while they fit), then its value
-    inline or spilled to links.value with a preview."""
+    """A version of a memory: its fields; its sources, then the versions before and after it, as IDs always
+    and with summaries while they fit; then its value inline or spilled to links.value with a preview."""
     href = f"/memories/{row.id}/value"
-    links = {"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions"}
-    if not row.current:
-        links["current"] = f"/memories/current?{urlencode({'namespace': row.namespace, 'key': row.key})}"
+    chain = [link for link in (row.supersedes, row.superseded_by) if link]
     view = MemoryView(
         id=row.id, namespace=row.namespace.split("/"), key=row.key, kind=row.kind,
         status="current" if row.current else "superseded", version=row.version, summary=row.summary,
         content_type=row.content_type, tags=row.tags, confirmed=row.confirmed, sources=[],
-        created_at=row.created_at, links=links, supersedes=row.supersedes, superseded_by=row.superseded_by,
+        created_at=row.created_at,
+        links={"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions"},
+        supersedes=None if row.supersedes is None else Link(id=row.supersedes.id),
+        superseded_by=None if row.superseded_by is None else Link(id=row.superseded_by.id),
         **_labels(row),
     )
-    view.sources, view.value, view.spilled = _links_and_content("value", href, row, row.sources, _Room(budget, view))
+    room = _Room(budget, view)
+    room.left += sum(len(_encode(Link(id=link.id))) for link in chain)  # counted again by _links
+    linked, view.value, view.spilled = _links_and_content("value", href, row, [*row.sources, *chain], room)
+    view.sources = linked[:len(row.sources)]
+    names = [name for name, link in (("supersedes", row.supersedes), ("superseded_by", row.superseded_by)) if link]
+    for name, link in zip(names, linked[len(row.sources):]):
+        setattr(view, name, link)
     return view

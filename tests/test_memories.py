@@ -9,8 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from helpers import Graph, assert_problem, cli, create_key, uid
+
+from recall_server import spill
+from recall_server.models import Link
+from recall_server.rows import MemoryRow
 
 
 def ns() -> list[str]:
@@ -59,7 +64,7 @@ def test_a_write_to_a_pair_supersedes_its_current_version(client: httpx.Client) 
     assert old.json()["status"] == "superseded"
     assert old.json()["superseded_by"] == {"id": second["id"], "summary": "prefers casual tone"}
     assert old.json()["value"] == {"tone": "formal"}  # a superseded version keeps its content
-    assert client.get(old.json()["links"]["current"]).json()["id"] == second["id"]
+    assert client.get(f"/memories/{old.json()['superseded_by']['id']}").json()["status"] == "current"
 
     assert current(client, space, "tone").json()["id"] == second["id"]
     assert [m["id"] for m in listed(client, namespace="/".join(space))] == [second["id"]]
@@ -365,3 +370,30 @@ def test_bad_memory_bodies_are_400_and_write_nothing(client: httpx.Client, body:
 def test_a_text_content_type_takes_a_string_value(client: httpx.Client) -> None:
     r = client.post("/memories", json={"namespace": ["a"], "key": "k", "value": {"x": 1}, "content_type": "text/plain"})
     assert_problem(r, 422)
+
+
+# ---- the inline view ----------------------------------------------------------------------------------------
+
+
+def test_the_largest_memory_fits_the_smallest_budget_with_every_linked_id() -> None:
+    """Field limits (8 segments, 256-character key, 16 tags of 24/24, 8 sources) keep the core, every source
+    and both neighbouring versions inside 4096 bytes; the value spills."""
+    from datetime import UTC, datetime
+
+    row = MemoryRow(
+        id="mem_" + "m" * 64, namespace="/".join(["n" * 64] * 8), key="k" * 256, kind="procedure",
+        summary="s" * 200, content_type="application/vnd." + "y" * 84, size=100_000, head=b"x" * 512,
+        tags={f"{i:02d}" + "t" * 22: "v" * 24 for i in range(16)}, confirmed="unconfirmed", current=False,
+        version=2**31 - 1, created_at=datetime.now(UTC),
+        sources=[Link(id=f"thr_{i:02d}" + "a" * 62, summary="s" * 200) for i in range(8)],
+        supersedes=Link(id="mem_" + "p" * 64, summary="s" * 200),
+        superseded_by=Link(id="mem_" + "q" * 64, summary="s" * 200),
+        app_id="a" * 64, agent_id="b" * 64, run_id="c" * 64, expires_at=datetime.now(UTC),
+    )
+    view = spill.memory_view(row, spill.MIN_BUDGET)
+    assert len(msgspec.json.encode(view)) <= spill.MIN_BUDGET
+    assert [s.id for s in view.sources] == [s.id for s in row.sources]
+    assert view.supersedes.id == row.supersedes.id and view.superseded_by.id == row.superseded_by.id
+    assert view.spilled.value.href == f"/memories/{row.id}/value"
+    roomy = spill.memory_view(row, 64_000)
+    assert all(s.summary == "s" * 200 for s in roomy.sources) and roomy.superseded_by.summary == "s" * 200
