@@ -282,7 +282,8 @@ GRANT SELECT ON server_secrets, schema_migrations TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON threads, workers, thread_owners, triggers, trigger_neighbours, reports,
     report_refs, thread_events TO recall_app;
 GRANT DELETE ON thread_events TO recall_app;  -- deleting a thread deletes its log
-GRANT SELECT, INSERT, UPDATE, DELETE ON memories, memory_sources TO recall_app;  -- erasing a memory drops its sources
+GRANT SELECT, INSERT, UPDATE ON memories, memory_sources TO recall_app;
+GRANT DELETE ON memory_sources TO recall_app;  -- erasing a memory drops its sources
 GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
 GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;

@@ -159,6 +159,16 @@ def test_sources_must_be_live_and_are_shown_as_links(client: httpx.Client, graph
         "id": learned["id"], "type": "memory", "href": f"/memories/{learned['id']}", "summary": "name is Sam"}
 
 
+def test_a_note_may_point_at_a_memory_and_is_marked_once_the_memory_is_deleted(client: httpx.Client,
+                                                                                graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    mem = remember(client, ns(), "k", "v", summary="learned")["id"]
+    assert client.post(f"/threads/{thread}/events", json={"summary": "see memory", "ref": mem}).status_code == 201
+    client.delete(f"/memories/{mem}")
+    event = client.get(f"/threads/{thread}/events").json()["data"][-1]
+    assert event["ref"] == mem and event["ref_deleted"] is True
+
+
 def test_a_large_value_spills_and_is_served_whole_with_etag_and_range(client: httpx.Client) -> None:
     text = "remember this line\n" * 2000
     mem = remember(client, ns(), "notes", text, content_type="text/plain")
