@@ -62,6 +62,8 @@ def tag_filter(tags: list[str] | None) -> str | None:
         name, sep, value = tag.partition(":")
         if not sep or not name:
             raise BadRequest(f"tag must be key:value, got {tag!r}.", field="tag")
+        if found.get(name, value) != value:  # no memory has two values for one tag
+            raise BadRequest(f"tag {name} is given twice with different values.", field="tag")
         found[name] = value
     return _json(found).decode()
 
