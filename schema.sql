@@ -197,6 +197,74 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at);
 
+-- ---- memories (mem_) ----------------------------------------------------------------------
+-- What an agent keeps between runs, addressed by (namespace, key) within its tenant. Each write
+-- is a new version with its own immutable ID; the previous current version of the pair is marked
+-- superseded_by it in the same statement. `chain` is the ID of a chain's first version and
+-- `version` counts from 1 in it, so a chain is gap-free by construction (writers to one pair are
+-- serialised by an advisory lock on (tenant, namespace, key)). `pair` is a SHA-256 of
+-- (namespace, key) that survives erasure, so a deleted pair answers 410, not 404.
+-- namespace is the path of segments joined by '/' (no segment holds one); COLLATE "C" makes a
+-- namespace prefix a plain index range: [p || '/', p || '0').
+CREATE TABLE IF NOT EXISTS memories (
+    tenant_id     text NOT NULL REFERENCES tenants (id),
+    id            text NOT NULL CHECK (id ~ '^mem_[A-Za-z0-9_-]{1,64}$'),
+    namespace     text COLLATE "C" NOT NULL,
+    key           text COLLATE "C" NOT NULL,
+    pair          bytea NOT NULL CHECK (octet_length(pair) = 32),
+    kind          text NOT NULL CHECK (kind IN ('profile', 'preference', 'fact', 'procedure', 'scratchpad', 'state')),
+    summary       text NOT NULL CHECK (char_length(summary) <= 200 AND summary !~ '[\x01-\x1f\x7f]'),
+    content_type  text NOT NULL CHECK (char_length(content_type) <= 100),
+    value         bytea NOT NULL,
+    value_sha256  bytea NOT NULL,
+    tags          jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(tags) = 'object'),
+    confirmed     text NOT NULL CHECK (confirmed IN ('user', 'agent', 'unconfirmed')),
+    app_id        text CHECK (char_length(app_id) <= 64),
+    agent_id      text CHECK (char_length(agent_id) <= 64),
+    run_id        text CHECK (char_length(run_id) <= 64),
+    request_hash  bytea NOT NULL,
+    chain         text NOT NULL,
+    version       integer NOT NULL CHECK (version >= 1),
+    current       boolean NOT NULL,
+    supersedes    text,
+    superseded_by text,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at    timestamptz,
+    deleted_at    timestamptz,
+    PRIMARY KEY (tenant_id, id),
+    -- an erased version keeps only its ID, pair hash, chain position and timestamps
+    CHECK (deleted_at IS NOT NULL OR (namespace ~ '^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}$'
+                                      AND char_length(key) BETWEEN 1 AND 256 AND key !~ '[\x01-\x1f\x7f]')),
+    CHECK (NOT (current AND superseded_by IS NOT NULL)),
+    FOREIGN KEY (tenant_id, supersedes) REFERENCES memories (tenant_id, id),
+    -- set on the old version in the statement that inserts the new one, before it exists
+    FOREIGN KEY (tenant_id, superseded_by) REFERENCES memories (tenant_id, id) DEFERRABLE INITIALLY DEFERRED
+);
+ALTER TABLE memories ALTER COLUMN value SET STORAGE EXTERNAL;
+-- exactly one current version per (namespace, key): the invariant concurrent writers cannot break
+CREATE UNIQUE INDEX IF NOT EXISTS memories_current ON memories (tenant_id, namespace, key) WHERE current;
+-- a version is superseded at most once, and holds one place in its chain
+CREATE UNIQUE INDEX IF NOT EXISTS memories_supersedes ON memories (tenant_id, supersedes) WHERE supersedes IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS memories_chain ON memories (tenant_id, chain, version);
+CREATE INDEX IF NOT EXISTS memories_by_pair ON memories (tenant_id, pair);
+
+-- Provenance: the IDs (of any kind) a memory was learned from. Indexed by source for backlinks.
+CREATE TABLE IF NOT EXISTS memory_sources (
+    tenant_id text NOT NULL,
+    memory_id text NOT NULL,
+    position  smallint NOT NULL,
+    source_id text NOT NULL,
+    PRIMARY KEY (tenant_id, memory_id, position),
+    FOREIGN KEY (tenant_id, memory_id) REFERENCES memories (tenant_id, id)
+);
+CREATE INDEX IF NOT EXISTS memory_sources_by_source ON memory_sources (tenant_id, source_id);
+
+-- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_scratchpad_ttl interval DEFAULT interval '7 days'
+    CHECK (memory_scratchpad_ttl > interval '0');
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_state_ttl interval CHECK (memory_state_ttl > interval '0');
+
+
 -- ---- isolation ---------------------------------------------------------------------------
 -- Requests run as recall_app: it owns nothing, is not a superuser and cannot bypass RLS. Every
 -- tenant-owned table forces row-level security keyed on app.tenant_id, which the server sets
@@ -214,6 +282,8 @@ GRANT SELECT ON server_secrets, schema_migrations TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON threads, workers, thread_owners, triggers, trigger_neighbours, reports,
     report_refs, thread_events TO recall_app;
 GRANT DELETE ON thread_events TO recall_app;  -- deleting a thread deletes its log
+GRANT SELECT, INSERT, UPDATE ON memories, memory_sources TO recall_app;
+GRANT DELETE ON memory_sources TO recall_app;  -- erasing a memory drops its sources
 GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
 GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
@@ -222,7 +292,8 @@ DO $$
 DECLARE t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours',
-                             'reports', 'report_refs', 'thread_events', 'idempotency_keys', 'api_keys'] LOOP
+                             'reports', 'report_refs', 'thread_events', 'idempotency_keys', 'api_keys',
+                             'memories', 'memory_sources'] LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
         EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
@@ -250,6 +321,7 @@ CREATE INDEX IF NOT EXISTS threads_expiring ON threads (expires_at) WHERE delete
 CREATE INDEX IF NOT EXISTS workers_expiring ON workers (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS triggers_expiring ON triggers (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS reports_expiring ON reports (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_expiring ON memories (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS thread_events_by_ref ON thread_events (tenant_id, ref) WHERE ref IS NOT NULL;
 
 -- An object is gone once deleted or past its expiry. A trigger or report filed on a thread never
@@ -270,6 +342,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
         WHEN 'wkr_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM workers x WHERE x.tenant_id = t AND x.id = obj)
         WHEN 'trg_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM triggers x WHERE x.tenant_id = t AND x.id = obj)
         WHEN 'rpt_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM reports x WHERE x.tenant_id = t AND x.id = obj)
+        WHEN 'mem_' THEN (SELECT coalesce(x.deleted_at, x.expires_at) FROM memories x WHERE x.tenant_id = t AND x.id = obj)
     END
 $$;
 
@@ -311,6 +384,34 @@ BEGIN
 END
 $$;
 
+-- How a view shows a linked object of any kind, looked up by ID (a memory's sources and versions).
+CREATE OR REPLACE FUNCTION recall_link_of(t text, obj text) RETURNS json
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce((SELECT recall_link(obj, x.summary, recall_is_gone(x.deleted_at, x.expires_at)) FROM (
+        SELECT summary, deleted_at, expires_at FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND id = obj
+        UNION ALL SELECT summary, deleted_at, expires_at FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND id = obj
+        UNION ALL SELECT summary, deleted_at, expires_at FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
+        UNION ALL SELECT summary, deleted_at, expires_at FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
+        UNION ALL SELECT summary, deleted_at, expires_at FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj
+    ) x), json_build_object('id', obj, 'deleted', true))
+$$;
+
+-- Erase one version of a memory: content, labels and sources wiped, out of its pair's current slot,
+-- events pointing at it marked, stored responses showing it dropped. The sweep erases expired
+-- versions one by one; deleting a memory erases every version of its pair (recall_erase).
+CREATE OR REPLACE FUNCTION recall_erase_memory_version(t text, mem text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE memories SET namespace = '', key = '', summary = '', value = '\x', value_sha256 = sha256('\x'),
+           tags = '{}', request_hash = '\x', app_id = NULL, agent_id = NULL, run_id = NULL, current = false,
+           deleted_at = coalesce(deleted_at, now())
+     WHERE tenant_id = t AND id = mem;
+    DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
+    UPDATE thread_events SET ref_gone_at = least(ref_gone_at, now()) WHERE tenant_id = t AND ref = mem;
+    UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
+END
+$$;
+
 -- Erase one object's content (and, for a thread, what only it owns) and every copy of it.
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -344,6 +445,13 @@ BEGIN
         UPDATE threads SET title = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
                run_id = NULL, deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
+    WHEN 'mem_' THEN
+        -- Every version of the pair, in every chain it had; deleting an already deleted version is a no-op
+        -- (its pair may have started a new chain since).
+        FOR child IN SELECT v.id FROM memories m JOIN memories v ON v.tenant_id = m.tenant_id AND v.pair = m.pair
+                      WHERE m.tenant_id = t AND m.id = obj AND m.deleted_at IS NULL LOOP
+            PERFORM recall_erase_memory_version(t, child);
+        END LOOP;
     END CASE;
     -- Events pointing at it: marked gone, and summaries copied from it dropped.
     UPDATE thread_events
@@ -371,9 +479,14 @@ BEGIN
         UNION ALL SELECT tenant_id, id FROM workers WHERE deleted_at IS NULL AND expires_at <= now()
         UNION ALL SELECT tenant_id, id FROM triggers WHERE deleted_at IS NULL AND expires_at <= now()
         UNION ALL SELECT tenant_id, id FROM reports WHERE deleted_at IS NULL AND expires_at <= now()
+        UNION ALL SELECT tenant_id, id FROM memories WHERE deleted_at IS NULL AND expires_at <= now()
         LIMIT batch
     LOOP
-        PERFORM recall_erase(r.tenant_id, r.id);
+        IF left(r.id, 4) = 'mem_' THEN  -- an expired version only: the pair's other versions have their own expiry
+            PERFORM recall_erase_memory_version(r.tenant_id, r.id);
+        ELSE
+            PERFORM recall_erase(r.tenant_id, r.id);
+        END IF;
         n := n + 1;
     END LOOP;
     DELETE FROM idempotency_keys WHERE expires_at <= now();

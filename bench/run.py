@@ -202,6 +202,24 @@ def walk_log(url: str, key: str) -> dict:
     return {"seconds": round(time.perf_counter() - started, 2), "pages": pages, "events": seen}
 
 
+MEMORY_PAIRS = 500  # (bench/u<i>, prefs) pairs, two versions each; the current one is mem_b<i>
+
+
+def seed_memories(url: str, key: str) -> None:
+    """Memories for the memory scenarios, written over HTTP like any client (once per store)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as c:
+        if c.get(f"/memories/mem_b{MEMORY_PAIRS}").status_code == 200:
+            return
+        log(f"seeding {MEMORY_PAIRS} memories, two versions each")
+        for i in range(1, MEMORY_PAIRS + 1):
+            for version, mem in ((1, f"mem_b{i}_v1"), (2, f"mem_b{i}")):
+                r = c.post("/memories", json={
+                    "id": mem, "namespace": ["bench", f"u{i}"], "key": "prefs", "kind": "preference",
+                    "summary": f"user {i} preferences, version {version}", "tags": {"src": "bench"},
+                    "value": {"tone": "casual", "lang": "en", "version": version, "notes": "n" * 300}})
+                assert r.status_code in (200, 201), r.text
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median req/s, noting every run's req/s when there were several."""
     median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -267,6 +285,12 @@ def main() -> None:
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
         "get_unknown_404": lambda: wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)]),
     }
+    # Memories, compared with get_thread in the same rounds.
+    compared["get_current_memory"] = lambda: wrk.run(
+        url, [f"/memories/current?namespace=bench/u{i}&key=prefs" for i in range(1, MEMORY_PAIRS + 1)])
+    compared["get_memory"] = lambda: wrk.run(url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)])
+    if any(want(n) for n in ("get_current_memory", "get_memory", "remember_write")):
+        seed_memories(url, key)
     runs: dict[str, list[dict]] = {name: [] for name in compared if want(name)}
     for n in range(args.rounds):
         log(f"ceilings and fetch by ID, round {n + 1} of {args.rounds}")
@@ -299,6 +323,11 @@ def main() -> None:
     if want("append_hot_thread"):
         s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                      body=json.dumps({"summary": "hot append"}))
+
+    if want("remember_write"):  # every writer on one (namespace, key): each write supersedes, under the pair lock
+        s["remember_write"] = wrk.run(url, ["/memories"], method="POST", body=json.dumps({
+            "namespace": ["bench", "hot"], "key": "state", "kind": "state", "summary": "hot pair",
+            "value": {"step": 1, "notes": "n" * 300}}))
 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
         if want("inline_size"):
@@ -333,6 +362,9 @@ def main() -> None:
     ratios["fetch_ceiling / db_ceiling"] = ratio("ceiling_fetch", "ceiling_db_pgbench")
     ratios["404 cost / hit cost (rps hit / rps 404)"] = ratio("get_thread", "get_unknown_404")
     ratios["last page cost / first page cost"] = ratio("page_first", "page_last")
+    ratios["get_current_memory / get_thread"] = ratio("get_current_memory", "get_thread")
+    ratios["get_memory / get_thread"] = ratio("get_memory", "get_thread")
+    ratios["remember_write / get_thread"] = ratio("remember_write", "get_thread")
     if "inline_size" in s:
         ratios["inline size 1M / 10 events"] = round(s["inline_size"]["events_1m"] / s["inline_size"]["events_10"], 3)
     table = render(results)

@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-KINDS = {"thr": "/threads/{}", "wkr": "/workers/{}", "trg": "/triggers/{}", "rpt": "/reports/{}"}
-ID = re.compile(r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}$")
+KINDS = {"thr": "/threads/{}", "wkr": "/workers/{}", "trg": "/triggers/{}", "rpt": "/reports/{}",
+         "mem": "/memories/{}"}
+ID = re.compile(r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}$")
 
 
 def new_id(prefix: str) -> str:
@@ -40,7 +41,8 @@ def assert_miss(response: httpx.Response, value: str) -> None:
 
 @pytest.fixture()
 def story(client: httpx.Client) -> dict[str, str]:
-    """A small graph: worker owns thread; two linked triggers on it; a report citing one."""
+    """A small graph: worker owns thread; two linked triggers on it; a report citing one; a memory learned
+    from a trigger and the report (spilled value), superseded by a second version."""
     worker = created(client.post("/workers", json={"id": new_id("wkr"), "name": "contract", "summary": "w"}))["id"]
     thread = created(client.post("/threads", json={"id": new_id("thr"), "title": "contract", "summary": "t"}))["id"]
     assert client.post(f"/threads/{thread}/owners", json={"worker_id": worker}).status_code == 201
@@ -51,7 +53,14 @@ def story(client: httpx.Client) -> dict[str, str]:
         "neighbours": [first], "content_type": "text/plain", "payload": "x" * 20_000}))["id"]
     report = created(client.post(f"/workers/{worker}/reports", json={
         "id": new_id("rpt"), "thread_id": thread, "summary": "r", "body": "done", "refs": [second]}))["id"]
-    return {"worker": worker, "thread": thread, "first": first, "second": second, "report": report}
+    space = ["contract", uuid.uuid4().hex]
+    memory = created(client.post("/memories", json={
+        "id": new_id("mem"), "namespace": space, "key": "k", "summary": "m", "content_type": "text/plain",
+        "value": "y" * 20_000, "sources": [first, report]}))["id"]
+    current = created(client.post("/memories", json={"namespace": space, "key": "k", "value": {"v": 2},
+                                                     "sources": [memory]}))["id"]
+    return {"worker": worker, "thread": thread, "first": first, "second": second, "report": report,
+            "memory": memory, "current_memory": current}
 
 
 # ---- 1. an ID resolves to the same record, and every ID it links to resolves ------------
@@ -104,6 +113,8 @@ def test_wrong_kind_ids_are_404_problems_naming_the_id(client: httpx.Client, sto
     assert_miss(client.get(f"/workers/{story['thread']}"), story["thread"])
     assert_miss(client.get(f"/triggers/{story['report']}"), story["report"])
     assert_miss(client.get(f"/reports/{story['worker']}"), story["worker"])
+    assert_miss(client.get(f"/memories/{story['report']}"), story["report"])
+    assert_miss(client.get(f"/threads/{story['memory']}"), story["memory"])
 
 
 # ---- 3. cursors are lossless under concurrent appends -----------------------------------
@@ -175,7 +186,8 @@ def hrefs(value: Any) -> set[str]:
 def test_every_href_in_every_response_resolves(client: httpx.Client, story) -> None:
     queue = [KINDS[v[:3]].format(v) for v in story.values()]
     queue += [f"/threads/{story['thread']}/events?limit=2", f"/workers/{story['worker']}/reports",
-              f"/ids/{story['report']}", "/threads?limit=3"]
+              f"/ids/{story['report']}", "/threads?limit=3", "/memories?limit=3",
+              f"/memories/{story['memory']}/versions?limit=1", "/memories/namespaces?limit=3"]
     seen: set[str] = set()
     while queue:
         path = queue.pop()
@@ -187,6 +199,7 @@ def test_every_href_in_every_response_resolves(client: httpx.Client, story) -> N
         if response.headers["content-type"].startswith("application/json"):
             queue += sorted(hrefs(response.json()) - seen)
     assert f"/triggers/{story['second']}/payload" in seen, "the spilled payload's href was followed"
+    assert f"/memories/{story['memory']}/value" in seen, "the spilled value's href was followed"
 
 
 # ---- 5. forged cursors are 400 ----------------------------------------------------------
@@ -199,3 +212,14 @@ def test_forged_or_truncated_cursors_are_400_problems(client: httpx.Client, stor
         response = client.get(path, params={"cursor": bad})
         assert response.status_code == 400, (bad, response.text)
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_forged_memory_version_cursors_and_cursors_of_another_list_are_400(client: httpx.Client, story) -> None:
+    path = f"/memories/{story['memory']}/versions"
+    cursor = client.get(path, params={"limit": 1}).json()["next_cursor"]
+    assert cursor, "two versions, one per page: there is a next page"
+    for bad in (cursor[:-2], "x" + cursor, "forged.cursor"):
+        assert client.get(path, params={"cursor": bad}).status_code == 400, bad
+    # the same position signed for another memory's versions is not this list's cursor
+    other = f"/memories/{story['current_memory']}/versions"
+    assert client.get(other, params={"cursor": cursor}).status_code == 400

@@ -37,11 +37,13 @@ from recall_server.routes import (
     RequireKey,
     keys,
     labels,
+    memories,
     meta,
     threads,
     triggers,
     workers,
 )
+from recall_server.memories import RecallWithMemories
 from recall_server.service import Recall
 
 log = logging.getLogger("recall_server")
@@ -130,7 +132,7 @@ def create_app(settings: Settings) -> Litestar:
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
-        app.state.recall = recall = Recall(db, CursorCodec(secret), settings.idempotency_ttl,
+        app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings.idempotency_ttl,
                                            settings.content_cache_bytes)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
@@ -144,7 +146,7 @@ def create_app(settings: Settings) -> Litestar:
             forget_processes(settings.metrics_dir, including_this_one=True)
 
     mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
-    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
+    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],

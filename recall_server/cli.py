@@ -183,6 +183,25 @@ def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> N
                                                            "are kept until deleted"))
 
 
+@tenants.command("memory-ttl")
+@click.argument("name")
+@click.option("--scratchpad", type=click.FloatRange(min=0), default=None,
+              help="Seconds a scratchpad memory lives unless written with ttl/expires_at (0: until deleted).")
+@click.option("--state", type=click.FloatRange(min=0), default=None,
+              help="Seconds a state memory lives unless written with ttl/expires_at (0: until deleted).")
+@data_dir_option
+def tenants_memory_ttl(name: str, scratchpad: float | None, state: float | None, data_dir: Path | None) -> None:
+    """Set tenant NAME's default lifetimes of scratchpad and state memories (applies to new writes)."""
+    from recall_server import ops
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_memory_ttl(conn, name, scratchpad, state))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: memory ttl updated")
+
+
 @main.command()
 @click.option("--batch", type=int, default=500, show_default=True, help="Objects purged per transaction.")
 @data_dir_option

@@ -128,7 +128,7 @@ def not_found(value: str, expected_kind: str) -> NotFound:
     kind = ids.kind_of(value)
     if kind is None:
         return NotFound(
-            f"{value!r} is not a recall ID: expected <prefix>_<body> with prefix trg, thr, wkr or rpt "
+            f"{value!r} is not a recall ID: expected <prefix>_<body> with prefix trg, thr, wkr, rpt or mem "
             "and a body of 1-64 characters from [A-Za-z0-9_-].",
             id=value,
         )

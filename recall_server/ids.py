@@ -7,12 +7,12 @@ import re
 import time
 from enum import Enum
 
-KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report"}
+KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report", "mem": "memory"}
 PREFIX = {kind: prefix for prefix, kind in KINDS.items()}
-PLURAL = {"trigger": "triggers", "thread": "threads", "worker": "workers", "report": "reports"}
+PLURAL = {"trigger": "triggers", "thread": "threads", "worker": "workers", "report": "reports", "memory": "memories"}
 
-ID_RE = re.compile(r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}\Z")
-ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}$"
+ID_RE = re.compile(r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}\Z")
+ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}$"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

@@ -22,6 +22,7 @@ WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a
 TriggerId = Annotated[str, Meta(pattern=ids.pattern("trigger"), examples=["trg_8f21"])]
 ReportId = Annotated[str, Meta(pattern=ids.pattern("report"), examples=["rpt_412a"])]
 AnyId = Annotated[str, Meta(pattern=ids.ANY_ID_PATTERN, examples=["thr_pr_412"])]
+MemoryId = Annotated[str, Meta(pattern=ids.pattern("memory"), examples=["mem_u1_tone"])]
 Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine)]
 Summary = Annotated[str, Meta(max_length=200, pattern=OneLine)]
 Name = Annotated[str, Meta(min_length=1, max_length=80, pattern=OneLine)]
@@ -111,6 +112,39 @@ class CreateNote(Request, kw_only=True):
     ref: AnyId | None = None
 
 
+# ---- memories --------------------------------------------------------------------------
+MEMORY_KINDS = ("profile", "preference", "fact", "procedure", "scratchpad", "state")
+SEGMENT = r"^[A-Za-z0-9_-]{1,64}$"
+Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
+Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
+                                          description="A path of 1-8 segments, each like an ID body.")]
+MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=OneLine, examples=["tone"])]
+# Tag and source limits are what keep a memory's core inside the smallest budget (tests/test_memories.py).
+TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}$")]
+TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*$")]
+Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=16, description="At most 16; filter with tag=key:value.")]
+MAX_SOURCES = 8
+Sources = Annotated[list[AnyId], Meta(max_length=MAX_SOURCES, description="IDs it was learned from; each must be live.")]
+
+
+class CreateMemory(Request, kw_only=True):
+    id: MemoryId | None = None
+    namespace: Namespace
+    key: MemoryKey
+    kind: Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"] = "fact"
+    value: Any
+    content_type: ContentType | None = None
+    summary: Summary = ""
+    tags: Tags = {}
+    sources: Sources = []
+    confirmed: Literal["user", "agent", "unconfirmed"] = "unconfirmed"
+    app_id: Label | None = None
+    agent_id: Label | None = None
+    run_id: Label | None = None
+    ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
+    expires_at: DateTimeText | None = None
+
+
 class CreateKey(Request, kw_only=True):
     scope: Literal["read", "write", "admin"]
     label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""
@@ -150,6 +184,7 @@ class Spill(Struct):
 class Spilled(Struct, omit_defaults=True):
     payload: Spill | UnsetType = UNSET
     body: Spill | UnsetType = UNSET
+    value: Spill | UnsetType = UNSET
 
 
 class TriggerView(Struct, omit_defaults=True):
@@ -218,6 +253,78 @@ class ReportView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+
+
+class MemoryView(Struct, omit_defaults=True):
+    """One version of a memory. `status` is current or superseded (a superseded version stays readable)."""
+
+    id: MemoryId
+    namespace: list[str]
+    key: str
+    kind: str
+    status: Literal["current", "superseded"]
+    version: int
+    summary: str
+    content_type: str
+    tags: dict[str, str]
+    confirmed: str
+    sources: list[Link]
+    created_at: Timestamp
+    links: dict[str, str]
+    supersedes: Link | None = None
+    superseded_by: Link | None = None
+    value: Any | UnsetType = UNSET
+    spilled: Spilled | UnsetType = UNSET
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: Timestamp | None = None
+
+
+class MemoryIndexEntry(Struct, omit_defaults=True):
+    """A current memory in a list: its value inline when small (else GET links.value)."""
+
+    id: MemoryId
+    namespace: list[str]
+    key: str
+    kind: str
+    version: int
+    summary: str
+    content_type: str
+    tags: dict[str, str]
+    confirmed: str
+    created_at: Timestamp
+    href: str
+    value: Any | UnsetType = UNSET
+    value_href: str | UnsetType = UNSET
+    expires_at: Timestamp | None = None
+
+
+class MemoryVersion(Struct, omit_defaults=True):
+    id: MemoryId
+    version: int
+    status: Literal["current", "superseded", "deleted"]
+    summary: str
+    created_at: Timestamp
+    href: str
+
+
+class MemoryPage(Struct):
+    data: list[MemoryIndexEntry]
+    next_cursor: str | None
+    has_more: bool
+
+
+class MemoryVersionPage(Struct):
+    data: list[MemoryVersion]
+    next_cursor: str | None
+    has_more: bool
+
+
+class NamespacePage(Struct):
+    data: list[list[str]]
+    next_cursor: str | None
+    has_more: bool
 
 
 class ThreadIndexEntry(Struct):

@@ -9,7 +9,7 @@ Structs. What it cannot know, added here in one place:
     Retry-After on 503, and the content routes' 206/304 and any-media-type bodies;
   - OpenAPI links from every create to the reads and writes it enables, so a stateful
     tester (schemathesis) walks the same hop chains an agent does;
-  - IDs as named schemas (ThreadId, WorkerId, TriggerId, ReportId, AnyId), and their patterns on
+  - IDs as named schemas (ThreadId, WorkerId, TriggerId, ReportId, MemoryId, AnyId), and their patterns on
     path parameters. The server answers a malformed or wrong-kind path ID with a 404 naming it
     (contract 3), so there the pattern is published, not enforced by the framework (a 400).
 """
@@ -45,20 +45,21 @@ _CREATES = {
     "CreateWorker": ("worker_id", ["GetWorker", "ListReports", "CreateReport", "DeleteWorker"]),
     "CreateTrigger": ("trigger_id", ["GetTrigger", "GetPayload", "DeleteTrigger"]),
     "CreateReport": ("report_id", ["GetReport", "GetBody", "DeleteReport"]),
+    "CreateMemory": ("memory_id", ["GetMemory", "GetMemoryValue", "ListMemoryVersions", "DeleteMemory"]),
 }
-_PAGES = {"ListThreads", "ListEvents", "ListReports"}
+_PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces"}
 # The named ID schemas: the same patterns models.py enforces in bodies.
 _ID_SCHEMAS = {
     "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
-    "ReportId": ids.pattern("report"), "AnyId": ids.ANY_ID_PATTERN,
+    "ReportId": ids.pattern("report"), "MemoryId": ids.pattern("memory"), "AnyId": ids.ANY_ID_PATTERN,
 }
 _PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "TriggerId", "report_id": "ReportId",
-             "object_id": "AnyId"}
+             "memory_id": "MemoryId", "object_id": "AnyId"}
 # A JSON media type (application/json or any +json), case-insensitive as media types are.
 _JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
     + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
 _KEY_ID = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "An API key's ID (rk_<id>.<secret>)."}
-_CONTENT = {"GetPayload", "GetBody"}
+_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue"}
 
 
 def _header(name: str, required: bool) -> dict[str, Any]:
@@ -95,10 +96,10 @@ def _named_ids(node: Any) -> Any:
 
 def _id_components() -> dict[str, Any]:
     examples = {"ThreadId": "thr_pr_412", "WorkerId": "wkr_77a0", "TriggerId": "trg_8f21", "ReportId": "rpt_412a",
-                "AnyId": "thr_pr_412"}
+                "MemoryId": "mem_u1_tone", "AnyId": "thr_pr_412"}
     return {
         name: {"type": "string", "pattern": pattern, "examples": [examples[name]],
-               "description": "Any recall ID: trg_, thr_, wkr_ or rpt_ and a body of 1-64 [A-Za-z0-9_-]."
+               "description": "Any recall ID: trg_, thr_, wkr_, rpt_ or mem_ and a body of 1-64 [A-Za-z0-9_-]."
                if name == "AnyId" else f"A {name[:-2].lower()} ID."}
         for name, pattern in _ID_SCHEMAS.items()
     }
@@ -169,10 +170,10 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
 
     schemas["Spilled"]["minProperties"] = 1
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
-    for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport"):
+    for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport", "CreateMemory"):
         schemas[name]["not"] = {"description": "ttl and expires_at together", "required": ["ttl", "expires_at"],
                                 "properties": {"ttl": {"type": "integer"}, "expires_at": {"type": "string"}}}
-    for name, field in (("CreateTrigger", "payload"), ("CreateReport", "body")):
+    for name, field in (("CreateTrigger", "payload"), ("CreateReport", "body"), ("CreateMemory", "value")):
         schemas[name]["if"] = {"required": ["content_type"],
                                "properties": {"content_type": {"type": "string", "not": {"pattern": _JSON_TYPE}}}}
         schemas[name]["then"] = {"description": f"a non-JSON content type takes {field} as a string",

@@ -19,6 +19,12 @@ async def set_retention(conn: q.Conn, tenant: str, days: float | None) -> None:
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
+async def set_memory_ttl(conn: q.Conn, tenant: str, scratchpad: float | None, state: float | None) -> None:
+    """Default lifetimes (seconds) of scratchpad and state memories written without ttl/expires_at (0: none)."""
+    if not await q.set_memory_ttl(conn, tenant, scratchpad, state):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
 async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
     """Create a key for a tenant (the admin route does this too, bound to its own tenant); the
     returned NewKey is the only copy of its secret."""

@@ -79,6 +79,30 @@ class ReportRow(Struct):
     gone: bool = False
 
 
+class MemoryRow(Struct):
+    id: str
+    namespace: str  # segments joined by '/'
+    key: str
+    kind: str
+    summary: str
+    content_type: str
+    size: int
+    head: bytes
+    tags: dict[str, str]
+    confirmed: str
+    current: bool
+    version: int
+    created_at: Timestamp
+    sources: list[Link]
+    supersedes: Link | None = None
+    superseded_by: Link | None = None
+    app_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    expires_at: datetime | None = None
+    gone: bool = False
+
+
 class Labels(Struct, frozen=True):
     """Scopes inside a tenant (app, agent, run): they narrow retrieval; they are not a security boundary."""
 

@@ -15,6 +15,7 @@ import msgspec
 
 from recall_server.models import (
     Link,
+    MemoryView,
     ReportView,
     Spill,
     Spilled,
@@ -22,7 +23,7 @@ from recall_server.models import (
     TriggerView,
     WorkerView,
 )
-from recall_server.rows import ReportRow, ThreadRow, TriggerRow, WorkerRow
+from recall_server.rows import MemoryRow, ReportRow, ThreadRow, TriggerRow, WorkerRow
 
 MIN_BUDGET = 4096
 DEFAULT_BUDGET = 4096
@@ -111,7 +112,7 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
         limit = max(0, limit - max(16, cost - room.left))
 
 
-def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow, links: list[Link],
+def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow | MemoryRow, links: list[Link],
                        room: _Room) -> tuple[list[Link], Any, Any]:
     """Linked IDs first, keeping room for at least an empty spill pointer, then the content."""
     reserved = _spill_floor(field, href, row.content_type, row.size)
@@ -121,7 +122,7 @@ def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow, links
     return (kept, *_content(field, href, row.content_type, row.size, row.head, room))
 
 
-def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, str | None]:
+def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow | MemoryRow) -> dict[str, str | None]:
     return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id, "expires_at": row.expires_at}
 
 
@@ -181,4 +182,29 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
         **_labels(row),
     )
     view.refs, view.body, view.spilled = _links_and_content("body", href, row, row.refs, _Room(budget, view))
+    return view
+
+
+def memory_view(row: MemoryRow, budget: int) -> MemoryView:
+    """A version of a memory: its fields; its sources, then the versions before and after it, as IDs always
+    and with summaries while they fit; then its value inline or spilled to links.value with a preview."""
+    href = f"/memories/{row.id}/value"
+    chain = [link for link in (row.supersedes, row.superseded_by) if link]
+    view = MemoryView(
+        id=row.id, namespace=row.namespace.split("/"), key=row.key, kind=row.kind,
+        status="current" if row.current else "superseded", version=row.version, summary=row.summary,
+        content_type=row.content_type, tags=row.tags, confirmed=row.confirmed, sources=[],
+        created_at=row.created_at,
+        links={"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions"},
+        supersedes=None if row.supersedes is None else Link(id=row.supersedes.id),
+        superseded_by=None if row.superseded_by is None else Link(id=row.superseded_by.id),
+        **_labels(row),
+    )
+    room = _Room(budget, view)
+    room.left += sum(len(_encode(Link(id=link.id))) for link in chain)  # counted again by _links
+    linked, view.value, view.spilled = _links_and_content("value", href, row, [*row.sources, *chain], room)
+    view.sources = linked[:len(row.sources)]
+    names = [name for name, link in (("supersedes", row.supersedes), ("superseded_by", row.superseded_by)) if link]
+    for name, link in zip(names, linked[len(row.sources):]):
+        setattr(view, name, link)
     return view

@@ -74,7 +74,8 @@ def tenant_tables(store: str) -> set[str]:
 def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coordinator_ones(store: str) -> None:
     assert tables(store) - tenant_tables(store) == set(REFERENCE_TABLES) | set(COORDINATOR_TABLES)
     assert tenant_tables(store) == {"threads", "workers", "thread_owners", "triggers", "trigger_neighbours",
-                                    "reports", "report_refs", "thread_events", "idempotency_keys"}
+                                    "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
+                                    "memory_sources"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:
@@ -220,3 +221,14 @@ def test_the_static_check_catches_a_statement_without_its_tenant() -> None:
     assert spans_tenants("SELECT id FROM threads WHERE tenant_id = $1 OR tenant_id = $2", distributed, set())
     assert spans_tenants("SELECT recall_sweep($1)", distributed, {"recall_sweep"})
     assert spans_tenants("SELECT id FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1", distributed, set())
+
+
+def test_the_readme_distributes_exactly_the_tenant_tables_and_every_tenant_function(store: str) -> None:
+    """The "Scaling out" statements are the ones to run: no tenant table or tenant-first function left out."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    distributed = set(re.findall(r"create_distributed_table\('(\w+)', 'tenant_id'", readme))
+    assert distributed == tenant_tables(store)
+    functions = {r[0] for r in run_sql(store, """
+        SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
+           AND (p.proargnames)[1] = 't'""")}
+    assert functions == set(re.findall(r"create_distributed_function\('(\w+)\([^)]*\)', 't'", readme))

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from recall_server import ids
 
 # The grammar, written independently of the module: fullmatch has no "$ before a final newline" trap.
-ID_GRAMMAR = r"(trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64}"
-KIND_BY_PREFIX = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report"}
-PATH_BY_KIND = {"trigger": "/triggers", "thread": "/threads", "worker": "/workers", "report": "/reports"}
+ID_GRAMMAR = r"(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}"
+KIND_BY_PREFIX = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report", "mem": "memory"}
+PATH_BY_KIND = {"trigger": "/triggers", "thread": "/threads", "worker": "/workers", "report": "/reports",
+                "memory": "/memories"}
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 valid_ids = st.from_regex(ID_GRAMMAR, fullmatch=True)

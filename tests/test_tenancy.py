@@ -46,7 +46,9 @@ def b_graph(c: httpx.Client) -> dict[str, str]:
     assert c.post(f"/threads/{thread}/owners", json={"worker_id": worker}).status_code == 201
     trigger = g.trigger(thread_id=thread)["id"]
     report = g.report(worker, thread, refs=[trigger])["id"]
-    return {"worker": worker, "thread": thread, "trigger": trigger, "report": report}
+    r = c.post("/memories", json={"namespace": ["b"], "key": uid("k"), "value": 1, "sources": [report]})
+    assert r.status_code == 201, r.text
+    return {"worker": worker, "thread": thread, "trigger": trigger, "report": report, "memory": r.json()["id"]}
 
 
 # ---- keys and scopes --------------------------------------------------------------------
@@ -155,6 +157,8 @@ def test_every_get_of_another_tenants_id_is_a_404_like_any_miss(as_key) -> None:
              f"/workers/{theirs['worker']}", f"/workers/{theirs['worker']}/reports",
              f"/triggers/{theirs['trigger']}", f"/triggers/{theirs['trigger']}/payload",
              f"/reports/{theirs['report']}", f"/reports/{theirs['report']}/body",
+             f"/memories/{theirs['memory']}", f"/memories/{theirs['memory']}/value",
+             f"/memories/{theirs['memory']}/versions",
              *(f"/ids/{v}" for v in theirs.values())]
     for path in paths:
         assert b.get(path).status_code == 200, path
@@ -192,6 +196,8 @@ def test_linking_to_another_tenants_ids_is_a_dangling_link(as_key) -> None:
         a.post(f"/workers/{my_worker}/reports", json={"thread_id": my_thread, "summary": "s",
                                                       "refs": [theirs["trigger"]]}),
         a.post(f"/threads/{my_thread}/events", json={"summary": "s", "ref": theirs["report"]}),
+        a.post(f"/threads/{my_thread}/events", json={"summary": "s", "ref": theirs["memory"]}),
+        a.post("/memories", json={"namespace": ["a"], "key": "k", "value": 1, "sources": [theirs["memory"]]}),
     ):
         assert_problem(response, 422)
 
@@ -260,7 +266,7 @@ def test_a_query_without_its_tenant_filter_still_sees_one_tenant(database_url: s
     theirs = b_graph(as_key("b_write"))
     Graph(as_key("a_write")).thread()
     for table in ("threads", "workers", "triggers", "reports", "thread_events", "thread_owners",
-                  "report_refs", "api_keys"):
+                  "report_refs", "api_keys", "memories", "memory_sources"):
         rows = app_role_query(database_url, "tenant-a", f"SELECT tenant_id FROM {table}")
         assert {r[0] for r in rows} <= {"tenant-a"}, table
     assert app_role_query(database_url, "tenant-a", "SELECT id FROM threads WHERE id = 'x' OR true") != []
@@ -295,8 +301,8 @@ def test_the_app_role_is_no_superuser_has_no_bypassrls_and_owns_nothing(database
     assert owned == 0
     forced = sql("SELECT relname FROM pg_class WHERE relname = ANY($1) AND relrowsecurity AND relforcerowsecurity",
                  ["threads", "workers", "thread_owners", "triggers", "trigger_neighbours", "reports", "report_refs",
-                  "thread_events"])
-    assert len(forced) == 8
+                  "thread_events", "memories", "memory_sources"])
+    assert len(forced) == 10
     with pytest.raises(asyncpg.PostgresError):  # row_security=off is refused, not a bypass
         app_role_query(database_url, "tenant-a", "SET row_security = off; SELECT * FROM threads")
 

@@ -30,6 +30,7 @@ from recall_server.models import (
 from recall_server.rows import (
     Content,
     Labels,
+    MemoryRow,
     Outcome,
     ReportRow,
     Stored,
@@ -180,6 +181,11 @@ _CONTENT = {  # kind -> the read of its content: the payload of a trigger, the b
                recall_is_gone(deleted_at, expires_at) AS gone
         FROM reports WHERE tenant_id = auth.tenant AND id = $3
     """),
+    "memory": keyed("""
+        SELECT content_type, CASE WHEN value_sha256 = $4 THEN NULL ELSE value END AS data, value_sha256,
+               recall_is_gone(deleted_at, expires_at) AS gone
+        FROM memories WHERE tenant_id = auth.tenant AND id = $3
+    """),
 }
 
 
@@ -319,7 +325,8 @@ async def states(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, St
             SELECT id, deleted_at, expires_at FROM triggers WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id, deleted_at, expires_at FROM threads WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id, deleted_at, expires_at FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
-            UNION ALL SELECT id, deleted_at, expires_at FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])) x
+            UNION ALL SELECT id, deleted_at, expires_at FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id, deleted_at, expires_at FROM memories WHERE tenant_id = $1 AND id = ANY($2::text[])) x
         """,
         tenant, object_ids,
     )
@@ -674,8 +681,250 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
            WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
           UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
            WHERE tenant_id = $1 AND body IS NOT NULL AND shows @> ARRAY[$2]
+          UNION ALL SELECT 'memories: gone version ' || v.id || ' of the pair still has content' FROM memories v
+           WHERE v.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
+             AND (v.namespace <> '' OR v.key <> '' OR v.summary <> '' OR octet_length(v.value) > 0 OR v.tags <> '{}'
+                  OR v.app_id IS NOT NULL OR v.agent_id IS NOT NULL OR v.run_id IS NOT NULL)
+          UNION ALL SELECT 'memory_sources: gone version ' || s.memory_id || ' still lists its sources'
+            FROM memory_sources s JOIN memories v ON v.tenant_id = s.tenant_id AND v.id = s.memory_id
+           WHERE s.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
+          UNION ALL SELECT 'idempotency_keys: stored response of key ' || k.key || ' shows gone version ' || v.id
+            FROM memories v JOIN idempotency_keys k ON k.tenant_id = v.tenant_id AND k.body IS NOT NULL
+                                                    AND k.shows @> ARRAY[v.id]
+           WHERE v.tenant_id = $1 AND v.id <> $2
+             AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
         ) found ORDER BY place
         """,
         tenant, object_id,
     )
     return [r[0] for r in rows]
+
+
+# ---- memories ----------------------------------------------------------------------------
+# A memory's namespace is stored as its segments joined by '/' (COLLATE "C"), so a namespace
+# prefix p is the index range [p || '/', p || '0') plus p itself ('0' follows '/').
+
+_link = msgspec.json.Decoder(Link | None)
+_tags = msgspec.json.Decoder(dict[str, str])
+
+_MEMORY_COLUMNS = """
+    m.id, m.namespace, m.key, m.kind, m.summary, m.content_type, octet_length(m.value) AS size,
+    CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
+    m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
+    m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+    CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
+    CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
+    (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
+       FROM memory_sources s WHERE s.tenant_id = m.tenant_id AND s.memory_id = m.id) AS sources
+"""
+_MEMORY = keyed(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3")
+_MEMORY_CURRENT = keyed(f"""
+    SELECT {_MEMORY_COLUMNS} FROM memories m
+    WHERE m.tenant_id = auth.tenant AND m.namespace = $3 AND m.key = $6 AND m.current
+""")
+
+
+def _memory_row(row: asyncpg.Record) -> MemoryRow:
+    return MemoryRow(
+        id=row["id"], namespace=row["namespace"], key=row["key"], kind=row["kind"], summary=row["summary"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tags=_tags.decode(row["tags"]),
+        confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
+        sources=_links.decode(row["sources"]),
+        supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
+        superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
+        **_labels(row),
+    )
+
+
+async def fetch_memory(conn: Conn, cred: Credential, memory_id: str, inline_max: int,
+                       preview: int) -> tuple[str, MemoryRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _MEMORY, memory_id, inline_max, preview)
+    return tenant, None if row is None else _memory_row(row)
+
+
+async def fetch_current_memory(conn: Conn, cred: Credential, namespace: str, key: str, inline_max: int,
+                               preview: int) -> tuple[str, MemoryRow | None]:
+    """The current version of (namespace, key), gone or not; None when the pair has none."""
+    tenant, row = await tenancy.fetch(conn, cred, _MEMORY_CURRENT, namespace, inline_max, preview, key)
+    return tenant, None if row is None else _memory_row(row)
+
+
+_PAIR_EXISTED = keyed("SELECT true AS existed FROM memories WHERE tenant_id = auth.tenant AND pair = $3 LIMIT 1")
+
+
+async def memory_pair_existed(conn: Conn, cred: Credential, pair: bytes) -> bool:
+    """Whether the pair ever had a version in the key's tenant (after a miss on its current one)."""
+    _, row = await tenancy.fetch(conn, cred, _PAIR_EXISTED, pair)
+    return row is not None
+
+
+class _MemoryKey(msgspec.Struct):
+    id: str
+    namespace: str
+    key: str
+    kind: str
+    version: int
+    summary: str
+    content_type: str
+    tags: dict[str, str]
+    confirmed: str
+    created_at: datetime
+    expires_at: datetime | None
+    text: str | None  # the value, when it is small enough to show in the list
+
+
+_memory_keys = msgspec.json.Decoder(list[_MemoryKey])
+
+_MEMORIES = keyed("""
+    SELECT coalesce(json_agg(x ORDER BY x.namespace, x.key), '[]') AS memories FROM (
+      SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
+             m.created_at, m.expires_at,
+             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
+        FROM memories m
+       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
+         AND (m.expires_at IS NULL OR m.expires_at > now())
+         AND ($3::text IS NULL OR m.namespace = $3 OR (m.namespace >= $3 || '/' AND m.namespace < $3 || '0'))
+         AND ($4::text IS NULL OR m.kind = $4)
+         AND ($5::jsonb IS NULL OR m.tags @> $5)
+         AND ($6::text IS NULL OR m.app_id = $6) AND ($7::text IS NULL OR m.agent_id = $7)
+         AND ($8::text IS NULL OR m.run_id = $8)
+         AND ($9::jsonb IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
+                                        THEN convert_from(m.value, 'UTF8')::jsonb @> $9 ELSE false END)
+         AND ($10::text IS NULL OR (m.namespace, m.key) > ($10, $11))
+       ORDER BY m.namespace, m.key LIMIT $12) x
+""")
+
+
+async def list_memories(
+    conn: Conn, cred: Credential, namespace: str | None, kind: str | None, tags: str | None, labels: Labels,
+    value_contains: str | None, after: tuple[str, str] | None, limit: int, inline_max: int,
+) -> tuple[str, list[_MemoryKey]]:
+    """The key's tenant, and its current live memories in (namespace, key) order after `after`.
+    `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _MEMORIES, namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
+        value_contains, after[0] if after else None, after[1] if after else None, limit, inline_max,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _memory_keys.decode(row["memories"])
+
+
+class _VersionKey(msgspec.Struct):
+    id: str
+    version: int
+    summary: str
+    current: bool
+    gone: bool
+    created_at: datetime
+
+
+_version_keys = msgspec.json.Decoder(list[_VersionKey])
+
+_VERSIONS = keyed("""
+    SELECT recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+           (SELECT coalesce(json_agg(x ORDER BY x.version DESC), '[]') FROM (
+              SELECT v.id, v.version, v.summary, v.current, recall_is_gone(v.deleted_at, v.expires_at) AS gone,
+                     v.created_at
+                FROM memories v WHERE v.tenant_id = m.tenant_id AND v.chain = m.chain AND v.version < $4
+               ORDER BY v.version DESC LIMIT $5) x) AS versions
+    FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3
+""")
+
+
+async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int,
+                               limit: int) -> tuple[str, State, list[_VersionKey]]:
+    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first."""
+    tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _version_keys.decode(row["versions"])
+
+
+_NAMESPACES = keyed("""
+    SELECT coalesce(json_agg(p.ns ORDER BY p.ns), '[]') AS namespaces FROM (SELECT d.ns FROM (
+      SELECT DISTINCT (CASE WHEN $5::int IS NULL THEN m.namespace
+                       ELSE array_to_string((string_to_array(m.namespace, '/'))[1:$5], '/') END) COLLATE "C" AS ns
+        FROM memories m
+       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
+         AND (m.expires_at IS NULL OR m.expires_at > now())
+         AND ($3::text IS NULL OR m.namespace = $3 OR (m.namespace >= $3 || '/' AND m.namespace < $3 || '0'))
+         AND ($4::text IS NULL OR m.namespace = $4 OR right(m.namespace, length($4) + 1) = '/' || $4)
+    ) d WHERE ($6::text IS NULL OR d.ns > $6 COLLATE "C")
+    ORDER BY d.ns LIMIT $7) p
+""")
+
+
+async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | None, suffix: str | None,
+                                 max_depth: int | None, after: str | None, limit: int) -> tuple[str, list[str]]:
+    """The distinct namespaces of current live memories (cut to max_depth segments), in order after `after`."""
+    tenant, row = await tenancy.fetch(conn, cred, _NAMESPACES, prefix, suffix, max_depth, after, limit)
+    return tenant, [] if row is None else msgspec.json.decode(row["namespaces"], type=list[str])
+
+
+async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) -> None:
+    """Serialise writers of one (namespace, key) for this transaction (no space occurs in a tenant or namespace)."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1 || ' ' || $2 || ' ' || $3, 15))",
+                       tenant, namespace, key)
+
+
+async def insert_memory(
+    conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes, kind: str, summary: str,
+    content_type: str, value: bytes, sha: bytes, tags: str, confirmed: str, labels: Labels, req_hash: bytes,
+    expires_at: datetime | None,
+) -> int:
+    """Insert the pair's new current version, superseding the current one in the same statement; its version.
+
+    A current version that is gone (expired) is closed, not superseded: the new one starts a new chain.
+    Without `expires_at`, scratchpad and state memories take their tenant's default lifetime.
+    The caller holds the pair's lock, so the chain stays gap-free.
+    """
+    return await conn.fetchval(
+        """
+        WITH old AS (
+          UPDATE memories m SET current = false,
+                 superseded_by = CASE WHEN recall_is_gone(m.deleted_at, m.expires_at) THEN NULL ELSE $2 END
+           WHERE m.tenant_id = $1 AND m.namespace = $3 AND m.key = $4 AND m.current
+          RETURNING m.id, m.chain, m.version, recall_is_gone(m.deleted_at, m.expires_at) AS gone),
+        prev AS (SELECT * FROM old WHERE NOT gone)
+        INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,
+                              tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current,
+                              supersedes, expires_at)
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16,
+               coalesce(prev.chain, $2), coalesce(prev.version, 0) + 1, true, prev.id,
+               coalesce($17, clock_timestamp() + (SELECT CASE $6 WHEN 'scratchpad' THEN t.memory_scratchpad_ttl
+                                                               WHEN 'state' THEN t.memory_state_ttl END
+                                                   FROM tenants t WHERE t.id = $1))
+          FROM (SELECT 1) one LEFT JOIN prev ON true
+        RETURNING version
+        """,
+        tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
+        labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at,
+    )
+
+
+async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
+    await conn.execute(
+        """
+        INSERT INTO memory_sources (tenant_id, memory_id, position, source_id)
+        SELECT $1, $2, s.position, s.id FROM unnest($3::text[]) WITH ORDINALITY AS s(id, position)
+        """,
+        tenant, memory_id, sources,
+    )
+
+
+async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, state: float | None) -> bool:
+    """Set the default lifetimes (seconds; 0 keeps until deleted, None leaves it as it is)."""
+    return await conn.fetchval(
+        """
+        UPDATE tenants SET
+          memory_scratchpad_ttl = CASE WHEN $2::float8 IS NULL THEN memory_scratchpad_ttl
+                                       WHEN $2 = 0 THEN NULL ELSE make_interval(secs => $2) END,
+          memory_state_ttl = CASE WHEN $3::float8 IS NULL THEN memory_state_ttl
+                                  WHEN $3 = 0 THEN NULL ELSE make_interval(secs => $3) END
+        WHERE id = $1 RETURNING true
+        """,
+        tenant, scratchpad, state,
+    ) is not None

@@ -1,0 +1,218 @@
+"""The memory operations (mem_): versions by supersede per (namespace, key), lists, namespaces, values.
+
+`RecallWithMemories` is the service the app runs: `service.Recall` plus one method per memory
+operation. It uses the same mechanisms as every other kind (tenancy, Pager, idempotency,
+require_live); what is particular to memories is the pair lock that serialises writers of one
+(namespace, key) so its chain of versions stays gap-free with exactly one current version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import msgspec
+
+from recall_server import idempotency, ids, spill
+from recall_server.auth import Credential
+from recall_server.db import queries as q
+from recall_server.errors import BadRequest, Gone, NotFound, Unprocessable, require_live
+from recall_server.ids import State
+from recall_server.models import (
+    SEGMENT,
+    CreateMemory,
+    MemoryIndexEntry,
+    MemoryPage,
+    MemoryVersion,
+    MemoryVersionPage,
+    MemoryView,
+    NamespacePage,
+)
+from recall_server.rows import Content, Labels, Outcome
+from recall_server.service import Recall, _created, _encode_content, _expiry, _hash
+
+LIST_INLINE_BYTES = 2048  # a list entry carries its value when it is at most this long
+_SEGMENT = re.compile(SEGMENT.strip("^$"))
+_json = msgspec.json.encode
+
+
+def pair_hash(namespace: str, key: str) -> bytes:
+    """What identifies a (namespace, key) after its versions are erased: so a deleted pair is a 410."""
+    return hashlib.sha256(f"{namespace}\0{key}".encode()).digest()
+
+
+def namespace_param(field: str, value: str | None) -> str | None:
+    """A namespace in a URL: its segments joined by '/' (e.g. users/u1). 400 unless 1-8 valid segments."""
+    if value is None:
+        return None
+    segments = value.split("/")
+    if not 1 <= len(segments) <= 8 or not all(_SEGMENT.fullmatch(s) for s in segments):
+        raise BadRequest(f"{field} must be 1-8 segments of [A-Za-z0-9_-]{{1,64}} joined by '/', got {value!r}.",
+                         field=field)
+    return value
+
+
+def tag_filter(tags: list[str] | None) -> str | None:
+    """`tag=key:value` parameters as the JSON object a memory's tags must contain."""
+    if not tags:
+        return None
+    found: dict[str, str] = {}
+    for tag in tags:
+        name, sep, value = tag.partition(":")
+        if not sep or not name:
+            raise BadRequest(f"tag must be key:value, got {tag!r}.", field="tag")
+        if found.get(name, value) != value:  # no memory has two values for one tag
+            raise BadRequest(f"tag {name} is given twice with different values.", field="tag")
+        found[name] = value
+    return _json(found).decode()
+
+
+def value_filter(text: str | None) -> str | None:
+    """`value_contains`: a JSON object that a JSON value must contain (PostgreSQL jsonb @>)."""
+    if text is None:
+        return None
+    try:
+        parsed = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise BadRequest("value_contains must be a JSON object.", field="value_contains") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("value_contains must be a JSON object.", field="value_contains")
+    return text
+
+
+class RecallWithMemories(Recall):
+    """The service with memories: every operation of `Recall`, and the memory operations."""
+
+    async def _view(self, conn: q.Conn, cred: Credential, object_id: str, budget: int, *,
+                    created: bool = False) -> Any:
+        if ids.kind_of(object_id) != "memory":
+            return await super()._view(conn, cred, object_id, budget, created=created)
+        _, row = await q.fetch_memory(conn, cred, object_id, budget, spill.PREVIEW_BYTES)
+        state = State.MISSING if row is None else State.GONE if row.gone and not created else State.LIVE
+        require_live(state, object_id, "memory")
+        assert row is not None
+        return spill.memory_view(row, budget)
+
+    # ---- reads -----------------------------------------------------------------------
+
+    async def get_memory(self, cred: Credential, memory_id: str, budget: int) -> MemoryView:
+        return await self._read_view(cred, "memory", memory_id, budget)
+
+    async def get_memory_value(self, cred: Credential, memory_id: str) -> Content:
+        return await self._content(cred, "memory", memory_id)
+
+    async def get_current_memory(self, cred: Credential, namespace: str, key: str, budget: int) -> MemoryView:
+        """The pair's current version: 404 if the pair never had one, 410 if it was deleted or has expired."""
+        async with self.db.connection() as conn:
+            _, row = await q.fetch_current_memory(conn, cred, namespace, key, budget, spill.PREVIEW_BYTES)
+            if row is None and await q.memory_pair_existed(conn, cred, pair_hash(namespace, key)):
+                state = State.GONE
+            else:
+                state = State.MISSING if row is None else State.of(row.gone)
+        where = f"{key!r} in namespace {namespace}"
+        if state is State.MISSING:
+            raise _pair_miss(f"No memory {where} exists.", namespace, key)
+        if state is State.GONE:
+            raise _pair_gone(f"The memory {where} was deleted or has expired.", namespace, key)
+        assert row is not None
+        return spill.memory_view(row, budget)
+
+    async def list_memories(self, cred: Credential, namespace: str | None, kind: str | None, tags: list[str] | None,
+                            labels: Labels, value_contains: str | None, cursor: str | None,
+                            limit: int) -> MemoryPage:
+        tag_json, value_json = tag_filter(tags), value_filter(value_contains)
+        pager = self.cursors.pager(cursor, tuple[str, str], "memories", namespace, kind, tag_json, labels.key(),
+                                   value_json)
+        async with self.db.connection() as conn:
+            tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
+                                                 pager.after, limit + 1, LIST_INLINE_BYTES)
+        pager.verify(tenant)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        entries = []
+        for r in rows:
+            entry = MemoryIndexEntry(
+                id=r.id, namespace=r.namespace.split("/"), key=r.key, kind=r.kind, version=r.version,
+                summary=r.summary, content_type=r.content_type, tags=r.tags, confirmed=r.confirmed,
+                created_at=r.created_at, href=f"/memories/{r.id}", expires_at=r.expires_at,
+            )
+            if r.text is None:
+                entry.value_href = f"/memories/{r.id}/value"
+            else:
+                entry.value = msgspec.Raw(r.text.encode()) if spill.is_json(r.content_type) else r.text
+            entries.append(entry)
+        next_cursor = pager.next(tenant, [rows[-1].namespace, rows[-1].key]) if has_more else None
+        return MemoryPage(data=entries, next_cursor=next_cursor, has_more=has_more)
+
+    async def list_memory_versions(self, cred: Credential, memory_id: str, cursor: str | None,
+                                   limit: int) -> MemoryVersionPage:
+        """Newest first: the chain of versions the memory belongs to."""
+        await self._authenticated_miss(cred, "memory", memory_id)
+        pager = self.cursors.pager(cursor, tuple[int], "memory_versions", memory_id)
+        before = (pager.after or (2**31 - 1,))[0]
+        async with self.db.connection() as conn:
+            tenant, state, rows = await q.list_memory_versions(conn, cred, memory_id, before, limit + 1)
+        pager.verify(tenant)
+        require_live(state, memory_id, "memory")
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        data = [MemoryVersion(id=r.id, version=r.version, summary="" if r.gone else r.summary,
+                              status="deleted" if r.gone else "current" if r.current else "superseded",
+                              created_at=r.created_at, href=f"/memories/{r.id}") for r in rows]
+        return MemoryVersionPage(data=data, next_cursor=pager.next(tenant, [rows[-1].version]) if has_more else None,
+                                 has_more=has_more)
+
+    async def list_memory_namespaces(self, cred: Credential, prefix: str | None, suffix: str | None,
+                                     max_depth: int | None, cursor: str | None, limit: int) -> NamespacePage:
+        pager = self.cursors.pager(cursor, tuple[str], "memory_namespaces", prefix, suffix, max_depth)
+        async with self.db.connection() as conn:
+            tenant, found = await q.list_memory_namespaces(conn, cred, prefix, suffix, max_depth,
+                                                           pager.after[0] if pager.after else None, limit + 1)
+        pager.verify(tenant)
+        has_more = len(found) > limit
+        found = found[:limit]
+        return NamespacePage(data=[ns.split("/") for ns in found],
+                             next_cursor=pager.next(tenant, [found[-1]]) if has_more else None, has_more=has_more)
+
+    # ---- writes ----------------------------------------------------------------------
+
+    async def create_memory(self, cred: Credential, req: CreateMemory, idempotency_key: str | None) -> Outcome:
+        """A new version of (namespace, key): the pair's current version, if any, is superseded by it."""
+        memory_id = req.id or ids.new("memory")
+        namespace = "/".join(req.namespace)
+        content_type, value = _encode_content("value", req.value, req.content_type)
+        expires_at = _expiry(req)  # type: ignore[arg-type]  # the same ttl / expires_at fields
+        h = _hash(msgspec.structs.replace(req, id=memory_id))
+        sources = list(dict.fromkeys(req.sources))
+
+        async def operation(conn: q.Conn, tenant: str) -> Outcome:
+            await q.lock_memory_pair(conn, tenant, namespace, req.key)
+            if req.id is not None:  # a client-chosen ID: a retry of this very request, or a clash
+                state, found = await q.request_hash(conn, tenant, "memory", memory_id)
+                if state is not State.MISSING:
+                    await self._existing_or_conflict(conn, tenant, "memory", memory_id, h)
+                    return _created(False, await self._view(conn, cred, memory_id, spill.DEFAULT_BUDGET),
+                                    f"/memories/{memory_id}")
+            if memory_id in sources:
+                raise Unprocessable("A memory cannot be its own source.", id=memory_id)
+            await self._require(conn, tenant, sources)
+            await q.insert_memory(
+                conn, tenant, memory_id, namespace, req.key, pair_hash(namespace, req.key), req.kind, req.summary,
+                content_type, value, hashlib.sha256(value).digest(), _json(req.tags).decode(), req.confirmed,
+                Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id), h, expires_at,
+            )
+            if sources:
+                await q.insert_memory_sources(conn, tenant, memory_id, sources)
+            return _created(True, await self._view(conn, cred, memory_id, spill.DEFAULT_BUDGET, created=True),
+                            f"/memories/{memory_id}")
+
+        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/memories", req), operation)
+
+
+def _pair_miss(detail: str, namespace: str, key: str) -> NotFound:
+    return NotFound(detail, namespace=namespace.split("/"), key=key)
+
+
+def _pair_gone(detail: str, namespace: str, key: str) -> Gone:
+    return Gone(detail, namespace=namespace.split("/"), key=key)

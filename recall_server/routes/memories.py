@@ -1,0 +1,123 @@
+"""Memories: versions by supersede per (namespace, key), the current one, lists, namespaces, values."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from litestar import Response, delete, get, post
+from litestar.params import FromPath, JSONBody, Parameter
+
+from recall_server import spill
+from recall_server.memories import RecallWithMemories, namespace_param
+from recall_server.models import (
+    CreateMemory,
+    MemoryPage,
+    MemoryVersionPage,
+    MemoryView,
+    NamespacePage,
+)
+from recall_server.routes import (
+    Budget,
+    Caller,
+    Cursor,
+    IdempotencyKey,
+    LabelFilter,
+    Limit,
+    paged,
+    problems,
+    sent,
+    serve_content,
+)
+
+NAMESPACE = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}$"
+NamespaceParam = Annotated[str, Parameter(
+    pattern=NAMESPACE, max_length=520, description="A namespace as its segments joined by '/', e.g. users/u1.")]
+Prefix = Annotated[str | None, Parameter(
+    pattern=NAMESPACE, max_length=520,
+    description="Only namespaces that start with these segments (joined by '/', e.g. users or users/u1).")]
+Suffix = Annotated[str | None, Parameter(
+    pattern=NAMESPACE, max_length=520, description="Only namespaces that end with these segments (joined by '/').")]
+Kind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"]
+
+
+def _memories(request: Caller) -> RecallWithMemories:
+    return request.recall  # type: ignore[return-value]  # the app runs RecallWithMemories
+
+
+@post("/memories", status_code=201, responses=problems(400, 401, 403, 409, 410, 413, 422, 503),
+      operation_id="CreateMemory")
+async def create_memory(
+    data: JSONBody[CreateMemory], request: Caller, idempotency_key: IdempotencyKey = None
+) -> Response[MemoryView]:
+    """A new version of (namespace, key); the pair's current version, if any, is superseded by it."""
+    return sent(await _memories(request).create_memory(request.cred, data, idempotency_key))
+
+
+@get("/memories/current", responses=problems(400, 401, 404, 410, 503), operation_id="GetCurrentMemory")
+async def get_current_memory(
+    request: Caller, namespace: NamespaceParam,
+    key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")],
+    budget: Budget = spill.DEFAULT_BUDGET,
+) -> MemoryView:
+    """The current version of (namespace, key): 404 if it never had one, 410 if it was deleted or expired."""
+    return await _memories(request).get_current_memory(
+        request.cred, namespace_param("namespace", namespace) or "", key, budget)
+
+
+@get("/memories/namespaces", responses=problems(400, 401, 503), operation_id="ListMemoryNamespaces")
+async def list_memory_namespaces(
+    request: Caller, prefix: Prefix = None, suffix: Suffix = None,
+    max_depth: Annotated[int | None, Parameter(ge=1, le=8, description="Cut namespaces to this many segments.")] = None,
+    cursor: Cursor = None, limit: Limit = 50,
+) -> Response[NamespacePage]:
+    """The distinct namespaces of current memories, in order."""
+    return paged(request, await _memories(request).list_memory_namespaces(
+        request.cred, namespace_param("prefix", prefix), namespace_param("suffix", suffix), max_depth, cursor, limit))
+
+
+@get("/memories", responses=problems(400, 401, 503), operation_id="ListMemories")
+async def list_memories(
+    request: Caller,
+    labels: LabelFilter,
+    namespace: Prefix = None,
+    kind: Annotated[Kind | None, Parameter(description="Only memories of this kind.")] = None,
+    tag: Annotated[list[str] | None, Parameter(
+        description="Only memories with this tag, as key:value (repeat for several: all must match).")] = None,
+    value_contains: Annotated[str | None, Parameter(
+        max_length=4096, description="A JSON object the (JSON) value must contain, e.g. {\"lang\":\"en\"}.")] = None,
+    cursor: Cursor = None,
+    limit: Limit = 50,
+) -> Response[MemoryPage]:
+    """Current versions only (never superseded, deleted or expired ones), in (namespace, key) order."""
+    return paged(request, await _memories(request).list_memories(
+        request.cred, namespace_param("namespace", namespace), kind, tag, labels, value_contains, cursor, limit))
+
+
+@get("/memories/{memory_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetMemory")
+async def get_memory(memory_id: FromPath[str], request: Caller, budget: Budget = spill.DEFAULT_BUDGET) -> MemoryView:
+    """Any version, current or superseded (status says which)."""
+    return await _memories(request).get_memory(request.cred, memory_id, budget)
+
+
+@get("/memories/{memory_id:str}/value", responses=problems(401, 404, 410, 416, 503), operation_id="GetMemoryValue")
+async def get_memory_value(memory_id: FromPath[str], request: Caller) -> Response[bytes]:
+    return serve_content(request, await _memories(request).get_memory_value(request.cred, memory_id))
+
+
+@get("/memories/{memory_id:str}/versions", responses=problems(400, 401, 404, 410, 503),
+     operation_id="ListMemoryVersions")
+async def list_memory_versions(
+    memory_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50,
+) -> Response[MemoryVersionPage]:
+    """The chain of versions this memory belongs to, newest first."""
+    return paged(request, await _memories(request).list_memory_versions(request.cred, memory_id, cursor, limit))
+
+
+@delete("/memories/{memory_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteMemory")
+async def delete_memory(memory_id: FromPath[str], request: Caller) -> None:
+    """Erase every version of the memory's (namespace, key); the IDs are retired. A new write starts a new chain."""
+    await request.recall.delete(request.cred, "memory", memory_id)
+
+
+ROUTES: list[Any] = [create_memory, get_current_memory, list_memory_namespaces, list_memories, get_memory,
+                     get_memory_value, list_memory_versions, delete_memory]

@@ -1,0 +1,410 @@
+"""Memories (mem_): versions by supersede, exactly one current version per (namespace, key) under
+concurrent writers, retrieval of current versions only, expiry and deletion at once, tenancy."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from helpers import Graph, assert_problem, cli, create_key, uid
+
+from recall_server import spill
+from recall_server.models import Link
+from recall_server.rows import MemoryRow
+
+
+def ns() -> list[str]:
+    """A namespace no other test uses."""
+    return ["t", uuid.uuid4().hex[:12]]
+
+
+def remember(client: httpx.Client, namespace: list[str], key: str, value: Any = "v", status: int = 201,
+             **kw: Any) -> dict[str, Any]:
+    r = client.post("/memories", json={"namespace": namespace, "key": key, "value": value, **kw})
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def current(client: httpx.Client, namespace: list[str], key: str) -> httpx.Response:
+    return client.get("/memories/current", params={"namespace": "/".join(namespace), "key": key})
+
+
+def listed(client: httpx.Client, **params: Any) -> list[dict[str, Any]]:
+    """Every entry of a list, following cursors."""
+    out, cursor = [], None
+    while True:
+        r = client.get("/memories", params={**params, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        page = r.json()
+        out += page["data"]
+        if not page["has_more"]:
+            return out
+        cursor = page["next_cursor"]
+
+
+# ---- versions by supersede ------------------------------------------------------------------
+
+
+def test_a_write_to_a_pair_supersedes_its_current_version(client: httpx.Client) -> None:
+    space = ns()
+    first = remember(client, space, "tone", {"tone": "formal"}, summary="prefers formal tone", kind="preference")
+    second = remember(client, space, "tone", {"tone": "casual"}, summary="prefers casual tone", kind="preference")
+    assert first["status"] == second["status"] == "current"
+    assert (first["version"], second["version"]) == (1, 2)
+    assert second["supersedes"] == {"id": first["id"], "summary": "prefers formal tone"}
+    assert first["id"] != second["id"]
+
+    old = client.get(f"/memories/{first['id']}")
+    assert old.status_code == 200
+    assert old.json()["status"] == "superseded"
+    assert old.json()["superseded_by"] == {"id": second["id"], "summary": "prefers casual tone"}
+    assert old.json()["value"] == {"tone": "formal"}  # a superseded version keeps its content
+    assert client.get(f"/memories/{old.json()['superseded_by']['id']}").json()["status"] == "current"
+
+    assert current(client, space, "tone").json()["id"] == second["id"]
+    assert [m["id"] for m in listed(client, namespace="/".join(space))] == [second["id"]]
+
+
+def test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain(
+    base_url: str, api_key: str, client: httpx.Client, sql
+) -> None:
+    space = ns()
+
+    def write(i: int) -> httpx.Response:
+        with httpx.Client(base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as c:
+            return c.post("/memories", json={"namespace": space, "key": "k", "value": {"writer": i}})
+
+    with ThreadPoolExecutor(20) as pool:
+        responses = list(pool.map(write, range(20)))
+    assert [r.status_code for r in responses] == [201] * 20, [r.text for r in responses if r.status_code != 201]
+
+    rows = sql("SELECT id, version, current, supersedes, superseded_by FROM memories"
+               " WHERE tenant_id = 'default' AND namespace = $1 AND key = 'k' ORDER BY version", "/".join(space))
+    assert [r["version"] for r in rows] == list(range(1, 21))
+    assert [r["current"] for r in rows] == [False] * 19 + [True]
+    for before, after in zip(rows, rows[1:]):
+        assert after["supersedes"] == before["id"] and before["superseded_by"] == after["id"]
+    assert rows[0]["supersedes"] is None and rows[-1]["superseded_by"] is None
+    assert {r.json()["id"] for r in responses} == {r["id"] for r in rows}
+
+    # The versions list pages the whole chain, newest first, each version once.
+    seen, cursor = [], None
+    while True:
+        page = client.get(f"/memories/{rows[0]['id']}/versions",
+                          params={"limit": 7, **({"cursor": cursor} if cursor else {})}).json()
+        seen += page["data"]
+        if not page["has_more"]:
+            break
+        cursor = page["next_cursor"]
+    assert [v["version"] for v in seen] == list(range(20, 0, -1))
+    assert [v["status"] for v in seen] == ["current"] + ["superseded"] * 19
+    assert current(client, space, "k").json()["id"] == rows[-1]["id"]
+    assert [m["id"] for m in listed(client, namespace="/".join(space))] == [rows[-1]["id"]]
+
+
+def test_superseded_versions_never_come_back_from_lists_or_current(client: httpx.Client) -> None:
+    space = ns()
+    chain = [remember(client, space, key, f"{key}{n}")["id"] for n in range(3) for key in ("a", "b")]
+    newest = {"a": chain[-2], "b": chain[-1]}
+    entries = listed(client, namespace="/".join(space), limit=1)
+    assert [(e["key"], e["id"]) for e in entries] == sorted(newest.items())
+    assert all(e["value"] == f"{e['key']}2" for e in entries)
+    for key, mem in newest.items():
+        assert current(client, space, key).json()["id"] == mem
+    r = client.get("/memories/namespaces", params={"prefix": "/".join(space)})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"] == [space]
+
+
+# ---- client-chosen IDs, idempotency, provenance ---------------------------------------------------
+
+
+def test_a_client_chosen_id_is_an_idempotent_retry_with_the_same_body_and_409_with_another(
+    client: httpx.Client,
+) -> None:
+    space, mem = ns(), uid("mem")
+    first = remember(client, space, "k", "v1", id=mem)
+    assert remember(client, space, "k", "v1", id=mem, status=200) == first  # not a new version
+    assert_problem(client.post("/memories", json={"namespace": space, "key": "k", "value": "v2", "id": mem}), 409, mem)
+    assert current(client, space, "k").json()["version"] == 1
+
+    headers = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    body = {"namespace": space, "key": "k", "value": "v2"}
+    made = client.post("/memories", json=body, headers=headers)
+    again = client.post("/memories", json=body, headers=headers)
+    assert made.status_code == again.status_code == 201 and again.content == made.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert current(client, space, "k").json()["version"] == 2
+
+
+def test_sources_must_be_live_and_are_shown_as_links(client: httpx.Client, graph: Graph, sql) -> None:
+    space = ns()
+    trigger = graph.trigger(summary="user said: call me Sam")["id"]
+    learned = remember(client, space, "name", "Sam", sources=[trigger], summary="name is Sam", confirmed="user")
+    assert learned["sources"] == [{"id": trigger, "summary": "user said: call me Sam"}]
+    derived = remember(client, ns(), "greeting", "Hi Sam", sources=[learned["id"], trigger])
+    assert [s["id"] for s in derived["sources"]] == [learned["id"], trigger]
+    assert sql("SELECT count(*) FROM memory_sources WHERE source_id = $1", trigger)[0][0] == 2  # backlinks
+
+    dangling = uid("thr")
+    r = client.post("/memories", json={"namespace": space, "key": "x", "value": 1, "sources": [dangling]})
+    assert_problem(r, 422, dangling)
+    assert current(client, space, "x").status_code == 404  # nothing written
+    assert client.get(f"/ids/{learned['id']}").json() == {
+        "id": learned["id"], "type": "memory", "href": f"/memories/{learned['id']}", "summary": "name is Sam"}
+
+
+def test_a_note_may_point_at_a_memory_and_is_marked_once_the_memory_is_deleted(client: httpx.Client,
+                                                                                graph: Graph) -> None:
+    thread = graph.thread()["id"]
+    mem = remember(client, ns(), "k", "v", summary="learned")["id"]
+    assert client.post(f"/threads/{thread}/events", json={"summary": "see memory", "ref": mem}).status_code == 201
+    client.delete(f"/memories/{mem}")
+    event = client.get(f"/threads/{thread}/events").json()["data"][-1]
+    assert event["ref"] == mem and event["ref_deleted"] is True
+
+
+def test_a_large_value_spills_and_is_served_whole_with_etag_and_range(client: httpx.Client) -> None:
+    text = "remember this line\n" * 2000
+    mem = remember(client, ns(), "notes", text, content_type="text/plain")
+    assert "value" not in mem
+    spilled = mem["spilled"]["value"]
+    assert spilled["href"] == f"/memories/{mem['id']}/value" and spilled["bytes"] == len(text)
+    assert text.startswith(spilled["preview"]) and spilled["preview"]
+    assert len(client.get(f"/memories/{mem['id']}").content) <= 4096
+
+    full = client.get(spilled["href"])
+    assert full.status_code == 200 and full.text == text and full.headers["etag"]
+    assert client.get(spilled["href"], headers={"If-None-Match": full.headers["etag"]}).status_code == 304
+    part = client.get(spilled["href"], headers={"Range": "bytes=0-17"})
+    assert part.status_code == 206 and part.text == "remember this line"
+
+
+# ---- expiry and deletion ------------------------------------------------------------------------
+
+
+def test_an_expired_current_version_leaves_retrieval_at_once(client: httpx.Client) -> None:
+    space = ns()
+    kept = remember(client, space, "kept", "k")
+    short = remember(client, space, "short", "s", ttl=1)
+    time.sleep(1.5)
+    assert_problem(current(client, space, "short"), 410)
+    assert_problem(client.get(f"/memories/{short['id']}"), 410, short["id"])
+    assert_problem(client.get(f"/memories/{short['id']}/value"), 410)
+    assert [m["id"] for m in listed(client, namespace="/".join(space))] == [kept["id"]]
+    # A write after expiry starts a new chain; the expired version is not superseded by it.
+    again = remember(client, space, "short", "s2")
+    assert again["version"] == 1 and again.get("supersedes") is None
+
+
+def test_deleting_a_memory_erases_every_version_of_its_pair_and_a_new_write_starts_a_new_chain(
+    client: httpx.Client, database_url: str
+) -> None:
+    space = ns()
+    idem = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    v1 = client.post("/memories", json={"namespace": space, "key": "secret", "value": "first secret",
+                                        "summary": "the first", "tags": {"topic": "pii"}}, headers=idem).json()
+    v2 = remember(client, space, "secret", "second secret", sources=[v1["id"]])
+    assert client.delete(f"/memories/{v1['id']}").status_code == 204
+    for mem in (v1, v2):
+        assert_problem(client.get(f"/memories/{mem['id']}"), 410, mem["id"])
+        assert_problem(client.get(f"/memories/{mem['id']}/versions"), 410)
+        assert client.get(f"/ids/{mem['id']}").status_code == 410
+    assert_problem(current(client, space, "secret"), 410)
+    assert listed(client, namespace="/".join(space)) == []
+    assert client.get("/memories/namespaces", params={"prefix": "/".join(space)}).json()["data"] == []
+    replay = client.post("/memories", json={"namespace": space, "key": "secret", "value": "first secret",
+                                            "summary": "the first", "tags": {"topic": "pii"}}, headers=idem)
+    assert_problem(replay, 410)
+    assert client.post("/memories", json={"namespace": space, "key": "x", "value": 1, "id": v1["id"]}).status_code == 409
+
+    fresh = remember(client, space, "secret", "third")
+    assert fresh["version"] == 1 and fresh.get("supersedes") is None
+    assert current(client, space, "secret").json()["id"] == fresh["id"]
+    assert client.delete(f"/memories/{v1['id']}").status_code == 204  # already deleted: no-op
+    assert current(client, space, "secret").json()["id"] == fresh["id"]
+
+
+def test_verify_erasure_finds_nothing_after_a_delete_and_after_expiry_and_sweep(
+    client: httpx.Client, database_url: str, sql
+) -> None:
+    space = ns()
+    v1 = remember(client, space, "k", "one", summary="one")
+    v2 = remember(client, space, "k", "two", summary="two")
+    client.delete(f"/memories/{v2['id']}")
+    for mem in (v1, v2):
+        run = _verify(database_url, mem["id"])
+        assert run.returncode == 0, run.stdout + run.stderr
+    rows = sql("SELECT namespace, key, summary, octet_length(value) FROM memories WHERE id = ANY($1)",
+               [v1["id"], v2["id"]])
+    assert [tuple(r) for r in rows] == [("", "", "", 0)] * 2
+
+    short = remember(client, ns(), "k", "brief", ttl=1, summary="brief")
+    time.sleep(1.2)
+    assert _verify(database_url, short["id"]).returncode == 1  # expired but not yet swept: content remains
+    cli(database_url, "sweep")
+    assert _verify(database_url, short["id"]).returncode == 0
+
+
+def _verify(database_url: str, mem: str):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", mem],
+                          env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True, timeout=60)
+
+
+def test_scratchpad_memories_take_the_tenants_default_ttl(base_url: str, database_url: str) -> None:
+    tenant = f"mem{uuid.uuid4().hex[:8]}"
+    key = create_key(database_url, tenant, "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
+        pad = remember(c, ["s"], "pad", "x", kind="scratchpad")
+        state = remember(c, ["s"], "state", "x", kind="state")
+        fact = remember(c, ["s"], "fact", "x")
+        days = (_ts(pad["expires_at"]) - time.time()) / 86400
+        assert 6.9 < days <= 7.0
+        assert state.get("expires_at") is None and fact.get("expires_at") is None
+        cli(database_url, "tenants", "memory-ttl", tenant, "--scratchpad", "1", "--state", "3600")
+        brief = remember(c, ["s"], "pad", "y", kind="scratchpad")
+        assert remember(c, ["s"], "state", "y", kind="state")["expires_at"] is not None
+        assert remember(c, ["s"], "pad2", "z", kind="scratchpad", ttl=100)["expires_at"] != brief["expires_at"]
+        time.sleep(1.3)
+        assert_problem(current(c, ["s"], "pad"), 410)
+
+
+def _ts(value: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+# ---- tenancy --------------------------------------------------------------------------------------
+
+
+def test_tenants_have_independent_chains_and_never_see_each_others_namespaces(
+    base_url: str, database_url: str, client: httpx.Client
+) -> None:
+    space = ns()
+    ours = remember(client, space, "k", "ours")
+    other_key = create_key(database_url, f"mem{uuid.uuid4().hex[:8]}", "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as other:
+        assert current(other, space, "k").status_code == 404
+        assert other.get(f"/memories/{ours['id']}").status_code == 404
+        assert other.get("/memories/namespaces", params={"prefix": space[0]}).json()["data"] == []
+        assert other.get("/memories", params={"namespace": "/".join(space)}).json()["data"] == []
+        theirs = remember(other, space, "k", "theirs")
+        assert theirs["version"] == 1 and theirs.get("supersedes") is None
+        r = other.post("/memories", json={"namespace": space, "key": "x", "value": 1, "sources": [ours["id"]]})
+        assert_problem(r, 422, ours["id"])
+        assert other.delete(f"/memories/{ours['id']}").status_code == 404
+    assert current(client, space, "k").json()["id"] == ours["id"]
+    assert remember(client, space, "k", "ours again")["version"] == 2
+
+
+# ---- lists, filters, namespaces ------------------------------------------------------------------------
+
+
+def test_lists_filter_by_namespace_prefix_kind_tags_labels_and_value(client: httpx.Client) -> None:
+    root = uuid.uuid4().hex[:12]
+    a = remember(client, [root, "u1"], "lang", {"lang": "en", "level": 2}, kind="preference",
+                 tags={"topic": "lang", "src": "chat"}, app_id="app1")
+    b = remember(client, [root, "u1", "deep"], "tz", "UTC", kind="fact", tags={"topic": "time"})
+    c = remember(client, [root, "u2"], "lang", {"lang": "de"}, kind="preference", tags={"topic": "lang"})
+    remember(client, [f"{root}x"], "other", "not under the prefix")
+
+    def ids(**params: Any) -> list[str]:
+        return [m["id"] for m in listed(client, **params)]
+
+    assert ids(namespace=root) == [a["id"], b["id"], c["id"]]
+    assert ids(namespace=f"{root}/u1") == [a["id"], b["id"]]
+    assert ids(namespace=root, kind="preference") == [a["id"], c["id"]]
+    assert ids(namespace=root, tag="topic:lang") == [a["id"], c["id"]]
+    assert ids(namespace=root, tag=["topic:lang", "src:chat"]) == [a["id"]]
+    assert ids(namespace=root, app_id="app1") == [a["id"]]
+    assert ids(namespace=root, value_contains='{"lang": "de"}') == [c["id"]]
+    assert_problem(client.get("/memories", params={"namespace": "a//b"}), 400)
+    assert_problem(client.get("/memories", params={"tag": "nocolon"}), 400)
+    assert_problem(client.get("/memories", params={"tag": ["topic:lang", "topic:time"]}), 400)
+    assert_problem(client.get("/memories", params={"value_contains": "[1]"}), 400)
+
+
+def test_namespaces_list_with_prefix_suffix_and_max_depth(client: httpx.Client) -> None:
+    root = uuid.uuid4().hex[:12]
+    for path in ([root, "u1", "prefs"], [root, "u1", "facts"], [root, "u2", "prefs"], [root, "u2", "prefs"]):
+        remember(client, path, uuid.uuid4().hex, "v")
+
+    def names(**params: Any) -> list[list[str]]:
+        out, cursor = [], None
+        while True:
+            page = client.get("/memories/namespaces",
+                              params={**params, "limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+            out += page["data"]
+            if not page["has_more"]:
+                return out
+            cursor = page["next_cursor"]
+
+    assert names(prefix=root) == [[root, "u1", "facts"], [root, "u1", "prefs"], [root, "u2", "prefs"]]
+    assert names(prefix=root, suffix="prefs") == [[root, "u1", "prefs"], [root, "u2", "prefs"]]
+    assert names(prefix=root, max_depth=2) == [[root, "u1"], [root, "u2"]]
+    assert names(prefix=f"{root}/u2") == [[root, "u2", "prefs"]]
+
+
+# ---- bad input --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    {"namespace": [], "key": "k", "value": 1},
+    {"namespace": ["a"] * 9, "key": "k", "value": 1},
+    {"namespace": ["a/b"], "key": "k", "value": 1},
+    {"namespace": ["a"], "key": "", "value": 1},
+    {"namespace": ["a"], "key": "two\nlines", "value": 1},
+    {"namespace": ["a"], "key": "k" * 257, "value": 1},
+    {"namespace": ["a"], "key": "k", "value": 1, "kind": "diary"},
+    {"namespace": ["a"], "key": "k", "value": 1, "confirmed": "maybe"},
+    {"namespace": ["a"], "key": "k", "value": 1, "tags": {f"t{i}": "v" for i in range(17)}},
+    {"namespace": ["a"], "key": "k", "value": 1, "summary": "x" * 201},
+    {"namespace": ["a"], "key": "k"},
+    {"namespace": ["a"], "key": "k", "value": 1, "id": "thr_wrong_kind"},
+])
+def test_bad_memory_bodies_are_400_and_write_nothing(client: httpx.Client, body: dict[str, Any], sql) -> None:
+    before = sql("SELECT count(*) FROM memories")[0][0]
+    assert_problem(client.post("/memories", json=body), 400)
+    assert sql("SELECT count(*) FROM memories")[0][0] == before
+
+
+def test_a_text_content_type_takes_a_string_value(client: httpx.Client) -> None:
+    r = client.post("/memories", json={"namespace": ["a"], "key": "k", "value": {"x": 1}, "content_type": "text/plain"})
+    assert_problem(r, 422)
+
+
+# ---- the inline view ----------------------------------------------------------------------------------------
+
+
+def test_the_largest_memory_fits_the_smallest_budget_with_every_linked_id() -> None:
+    """Field limits (8 segments, 256-character key, 16 tags of 24/24, 8 sources) keep the core, every source
+    and both neighbouring versions inside 4096 bytes; the value spills."""
+    from datetime import UTC, datetime
+
+    row = MemoryRow(
+        id="mem_" + "m" * 64, namespace="/".join(["n" * 64] * 8), key="k" * 256, kind="procedure",
+        summary="s" * 200, content_type="application/vnd." + "y" * 84, size=100_000, head=b"x" * 512,
+        tags={f"{i:02d}" + "t" * 22: "v" * 24 for i in range(16)}, confirmed="unconfirmed", current=False,
+        version=2**31 - 1, created_at=datetime.now(UTC),
+        sources=[Link(id=f"thr_{i:02d}" + "a" * 62, summary="s" * 200) for i in range(8)],
+        supersedes=Link(id="mem_" + "p" * 64, summary="s" * 200),
+        superseded_by=Link(id="mem_" + "q" * 64, summary="s" * 200),
+        app_id="a" * 64, agent_id="b" * 64, run_id="c" * 64, expires_at=datetime.now(UTC),
+    )
+    view = spill.memory_view(row, spill.MIN_BUDGET)
+    assert len(msgspec.json.encode(view)) <= spill.MIN_BUDGET
+    assert [s.id for s in view.sources] == [s.id for s in row.sources]
+    assert view.supersedes.id == row.supersedes.id and view.superseded_by.id == row.superseded_by.id
+    assert view.spilled.value.href == f"/memories/{row.id}/value"
+    roomy = spill.memory_view(row, 64_000)
+    assert all(s.summary == "s" * 200 for s in roomy.sources) and roomy.superseded_by.summary == "s" * 200
