@@ -34,6 +34,7 @@ from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
     Caller,
     RequireKey,
+    hooks,
     keys,
     labels,
     meta,
@@ -142,13 +143,16 @@ def create_app(settings: Settings) -> Litestar:
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
 
-    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
+    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *hooks.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
+            # Webhook deliveries carry no API key (their signature is checked by the service), and
+            # GitHub sends up to 25 MB: their own body limit.
+            Router("/hooks", route_handlers=hooks.DELIVERIES, request_max_body_size=settings.webhook_max_body_bytes),
             *(meta.BENCH if settings.bench_routes else []),
         ],
         dependencies={
