@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from recall_server import ids
+from recall_server.webhooks import signing
 
 MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
 
@@ -304,7 +305,7 @@ class ProblemBody(Struct):
 
 # ---- webhooks ---------------------------------------------------------------------------
 
-HookId = Annotated[str, Meta(pattern=r"^hk_[A-Za-z0-9_-]{32}$", examples=["hk_3q2Zr0lYc9tWq1xVvQ8nB7mKp4sHd6eF"])]
+HookId = Annotated[str, Meta(pattern=signing.HOOK_ID_PATTERN, examples=["hk_3q2Zr0lYc9tWq1xVvQ8nB7mKp4sHd6eF"])]
 
 
 class CreateHook(Request, kw_only=True):

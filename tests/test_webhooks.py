@@ -395,7 +395,7 @@ def test_ping_is_answered_and_stores_nothing(hook: Hook, database_url: str) -> N
 
 
 def test_the_pr_412_story_from_webhooks_alone_is_recalled_in_three_hops(
-        hook: Hook, reader: httpx.Client) -> None:
+        hook: Hook, reader: httpx.Client, server: ServerProcess) -> None:
     """pull_request opened #412, a review comment, a failing check run whose output says why, the merge:
     then an agent that knows only the thread ID finds the cause in three GETs."""
     repo = f"acme/payments-{uuid.uuid4().hex[:6]}"
@@ -432,3 +432,6 @@ def test_the_pr_412_story_from_webhooks_alone_is_recalled_in_three_hops(
     payload_text = reader.get(href).text  # hop 3: the delivery as GitHub sent it
     assert "payment timeout after 30s" in payload_text
     assert len(view.content) + len(json.dumps(trigger)) < 8192
+    logged = server.log.read_text()
+    assert hook.id in logged  # the access log shows the path; never the secret, a signature or a payload
+    assert hook.secret not in logged and "payment timeout" not in logged and "sha256=" not in logged
