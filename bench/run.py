@@ -228,7 +228,8 @@ def webhook_deliveries(wrk: Wrk, url: str, owner: str) -> dict:
              "-s", str(HERE / "wrk_webhook.lua"), f"{url}{hook.url}"],
             env=env, capture_output=True, text=True, check=True,
         ).stdout
-    r = json.loads(next(line for line in out.splitlines() if line.startswith("BENCH_JSON ")).removeprefix("BENCH_JSON "))
+    line = next(line for line in out.splitlines() if line.startswith("BENCH_JSON "))
+    r = json.loads(line.removeprefix("BENCH_JSON "))
     return {"rps": round(r["requests"] / (r["duration_us"] / 1e6), 1), "p50_ms": round(r["p50_us"] / 1000, 2),
             "p99_ms": round(r["p99_us"] / 1000, 2), "requests": r["requests"], "errors": r["errors"],
             "non2xx": r["non2xx"]}

@@ -350,4 +350,5 @@ class Delivery(Struct, omit_defaults=True):
     action: str | None = None
     thread_id: ThreadId | None = None
     trigger_id: TriggerId | None = None
-    thread_state: Literal["applied", "stale"] | None = None  # a PR's or issue's state: newer, or older than the thread's
+    # a PR's or issue's state: newer than the thread's (applied), or older (stale: the trigger is still filed)
+    thread_state: Literal["applied", "stale"] | None = None

@@ -121,12 +121,14 @@ MAPPED = {
     "issues.reopened": ("filed", "thr_gh_codertocat_hello-world_issue_1",
                         "Issue #1 reopened by Codertocat: Spelling error in the README file"),
     "issue_comment.created": ("filed", "thr_gh_codertocat_hello-world_issue_1",
-                              "Comment on issue #1 by Codertocat: You are totally right! I'll get this fixed right away."),
+                              "Comment on issue #1 by Codertocat: You are totally right! "
+                              "I'll get this fixed right away."),
     "check_run.completed": ("filed", "thr_gh_codertocat_hello-world_pr_2",
                             "CI failed on PR #2: Octocoders-linter (failure)"),
     "check_suite.completed": ("filed", "thr_gh_codertocat_hello-world_pr_2",
                               "Checks passed on PR #2: octocoders-linter (success)"),
-    "workflow_run.completed": ("filed", "thr_gh_octo-org_octo-repo_pr_2", "Workflow passed on PR #2: unnamed (success)"),
+    "workflow_run.completed": ("filed", "thr_gh_octo-org_octo-repo_pr_2",
+                               "Workflow passed on PR #2: unnamed (success)"),
     "pull_request_review.submitted": ("filed", "thr_gh_codertocat_hello-world_pr_2",
                                       "Review on PR #2 by Codertocat (commented)"),
     "pull_request_review_comment.created": (
@@ -134,7 +136,8 @@ MAPPED = {
         "Review comment on PR #2 by Codertocat on README.md: Maybe you should use more emoji on this line."),
     "push.event": ("filed", "thr_gh_codertocat_hello-world",
                    "Push to master by Codertocat: 1 commit, head 6113728 Initial commit"),
-    "star.created": ("filed", "thr_gh_codertocat_hello-world", "GitHub star created in Codertocat/Hello-World by Codertocat"),
+    "star.created": ("filed", "thr_gh_codertocat_hello-world",
+                     "GitHub star created in Codertocat/Hello-World by Codertocat"),
     "organization.member_added": ("filed", "thr_gh_octocoders",
                                   "GitHub organization member added in Octocoders by Codertocat"),
     "ping.event": ("pong", None, ""),
@@ -198,8 +201,10 @@ def test_hostile_text_is_one_bounded_line() -> None:
     ("pull_request", b"[]"),
     ("pull_request", b'{"action": "opened"}'),  # no repository
     ("pull_request", b'{"action": "opened", "repository": {"full_name": "a/b"}}'),  # no pull_request
-    ("issues", b'{"repository": {"full_name": "a/b"}, "issue": {"number": "one", "updated_at": "2020-01-01T00:00:00Z"}}'),
-    ("pull_request", b'{"repository": {"full_name": "a/b"}, "pull_request": {"number": 0, "updated_at": "2020-01-01T00:00:00Z"}}'),
+    ("issues", b'{"repository": {"full_name": "a/b"}, '
+               b'"issue": {"number": "one", "updated_at": "2020-01-01T00:00:00Z"}}'),  # a number that is not one
+    ("pull_request", b'{"repository": {"full_name": "a/b"}, '
+                     b'"pull_request": {"number": 0, "updated_at": "2020-01-01T00:00:00Z"}}'),  # out of range
 ])
 def test_deliveries_without_the_fields_an_event_needs_are_400(event: str, body: bytes) -> None:
     with pytest.raises(BadRequest):

@@ -90,7 +90,8 @@ def key_of(repo: str) -> str:
 def written(database_url: str, tenant: str) -> tuple[int, ...]:
     """Everything a delivery could write in a tenant: rows of threads, triggers, events, deliveries, states."""
     rows = run_sql(database_url, """
-        SELECT (SELECT count(*) FROM threads WHERE tenant_id = $1), (SELECT count(*) FROM triggers WHERE tenant_id = $1),
+        SELECT (SELECT count(*) FROM threads WHERE tenant_id = $1),
+               (SELECT count(*) FROM triggers WHERE tenant_id = $1),
                (SELECT count(*) FROM thread_events WHERE tenant_id = $1),
                (SELECT count(*) FROM hook_deliveries WHERE tenant_id = $1),
                (SELECT count(*) FROM github_threads WHERE tenant_id = $1)""", tenant)

@@ -693,7 +693,8 @@ async def insert_hook(conn: Conn, hook_id: str, tenant: str, source: str, ipad: 
 
 async def list_hooks(conn: Conn, tenant: str | None) -> list[HookView]:
     rows = await conn.fetch(
-        f"SELECT {_HOOK_COLUMNS} FROM hooks WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY tenant_id, created_at, id",
+        f"SELECT {_HOOK_COLUMNS} FROM hooks WHERE $1::text IS NULL OR tenant_id = $1"
+        " ORDER BY tenant_id, created_at, id",
         tenant,
     )
     return [HookView(*r) for r in rows]
