@@ -212,6 +212,16 @@ def test_unknown_malformed_and_revoked_hooks_are_404_and_write_nothing(
     assert doomed.id in listed and "revoked" in listed and doomed.secret not in listed
 
 
+def test_hooks_create_refuses_an_unknown_tenant(database_url: str) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "recall_server", "hooks", "create", "--tenant", "no-such-tenant",
+                          "--source", "github"], env={**__import__("os").environ, "DATABASE_URL": database_url},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "No tenant named 'no-such-tenant'" in run.stderr
+
+
 def test_a_hook_of_another_tenant_writes_only_there(hook: Hook, database_url: str, base_url: str) -> None:
     other_key = create_key(database_url, "gh-other", "write")
     other = new_hook(database_url, "gh-other", base_url)
