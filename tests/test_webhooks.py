@@ -212,7 +212,7 @@ def test_unknown_malformed_and_revoked_hooks_are_404_and_write_nothing(
     assert doomed.id in listed and "revoked" in listed and doomed.secret not in listed
 
 
-def test_hooks_create_refuses_an_unknown_tenant(database_url: str) -> None:
+def test_hooks_create_refuses_an_unknown_tenant(database_url: str, server: ServerProcess) -> None:
     import subprocess
     import sys
 
