@@ -596,3 +596,82 @@ BEGIN
 END $$;
 
 INSERT INTO schema_migrations (version) VALUES (3) ON CONFLICT DO NOTHING;
+
+-- ---- webhooks (issue 16) -------------------------------------------------------------------
+-- A hook is a webhook endpoint of one tenant: POST /hooks/github/{id}, authenticated by an
+-- HMAC-SHA256 of the body (X-Hub-Signature-256) under the hook's secret. Like api_keys this is a
+-- global lookup (the hook ID in the URL is all a delivery carries), read by recall_app only
+-- through recall_hook_verify below. The secret is kept as its RFC 2104 inner and outer padded keys
+-- (K xor 0x36.., K xor 0x5c..; as secret as the secret itself), so PostgreSQL's built-in sha256()
+-- computes the HMAC without pgcrypto, which the embedded PostgreSQL does not ship. recall_app may
+-- insert them and read every other column, never these two.
+CREATE TABLE IF NOT EXISTS hooks (
+    id         text PRIMARY KEY CHECK (id ~ '^hk_[A-Za-z0-9_-]{32}$'),
+    tenant_id  text NOT NULL REFERENCES tenants (id),
+    source     text NOT NULL CHECK (source IN ('github')),
+    hmac_ipad  bytea NOT NULL CHECK (octet_length(hmac_ipad) = 64),
+    hmac_opad  bytea NOT NULL CHECK (octet_length(hmac_opad) = 64),
+    label      text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    revoked_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS hooks_by_tenant ON hooks (tenant_id, created_at);
+
+-- One row per accepted delivery (its GUID, X-GitHub-Delivery), written in the delivery's own
+-- transaction: a redelivery, or a concurrent duplicate (it waits on this key), answers the stored
+-- first result and writes nothing. The result holds IDs only, never delivery content.
+CREATE TABLE IF NOT EXISTS hook_deliveries (
+    tenant_id   text NOT NULL REFERENCES tenants (id),
+    hook_id     text NOT NULL,
+    delivery    text NOT NULL,
+    status      smallint,
+    body        bytea,
+    location    text,
+    received_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (tenant_id, hook_id, delivery)
+);
+
+-- The GitHub object (pull request, issue) behind a GitHub-managed thread: the payload's updated_at
+-- of the newest state applied, so a delivery that arrives late never moves the thread backwards.
+CREATE TABLE IF NOT EXISTS github_threads (
+    tenant_id  text NOT NULL,
+    thread_id  text NOT NULL,
+    updated_at timestamptz NOT NULL,
+    status     text NOT NULL,
+    PRIMARY KEY (tenant_id, thread_id),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
+);
+
+GRANT SELECT (id, tenant_id, source, label, created_at, revoked_at), INSERT, UPDATE (revoked_at)
+    ON hooks TO recall_app;
+GRANT SELECT, INSERT, UPDATE ON hook_deliveries, github_threads TO recall_app;
+
+DO $$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['hooks', 'hook_deliveries', 'github_threads'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
+        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
+        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
+                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
+                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
+        IF t <> 'hooks' THEN  -- like api_keys: the hook lookup runs as the owner, before a tenant is known
+            EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The one way recall_app learns a delivery's tenant: name a live hook and the body, get the hook's
+-- tenant and HMAC-SHA256(secret, body) (RFC 2104, from the stored padded keys). The caller compares
+-- it with X-Hub-Signature-256 in constant time. Never the secret; an unknown or revoked hook: no row.
+CREATE OR REPLACE FUNCTION recall_hook_verify(hook text, body bytea)
+RETURNS TABLE (tenant_id text, source text, mac bytea)
+LANGUAGE sql STABLE SECURITY DEFINER ROWS 1 SET search_path = public, pg_temp AS $$
+    SELECT h.tenant_id, h.source, sha256(h.hmac_opad || sha256(h.hmac_ipad || body)) FROM hooks h
+     WHERE h.id = hook AND h.revoked_at IS NULL
+$$;
+REVOKE ALL ON FUNCTION recall_hook_verify(text, bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_hook_verify(text, bytea) TO recall_app;

@@ -220,6 +220,41 @@ def seed_memories(url: str, key: str) -> None:
                 assert r.status_code in (200, 201), r.text
 
 
+def webhook_deliveries(wrk: Wrk, url: str, owner: str) -> dict:
+    """Signed GitHub check_run deliveries (the published example, ~14 KB) for 500 pull requests of one
+    repository, each with a fresh delivery GUID: a trigger filed on a PR thread per request."""
+    from recall_server import ops
+    from recall_server.webhooks import signing
+
+    async def make_hook():
+        conn = await asyncpg.connect(owner)
+        try:
+            return await ops.issue_hook(conn, "bench", "github", "bench")
+        finally:
+            await conn.close()
+
+    hook = asyncio.run(make_hook())
+    example = json.loads((ROOT / "tests" / "data" / "github" / "check_run.completed.json").read_text())
+    lines = []
+    for n in range(1, 501):
+        example["check_run"]["pull_requests"] = [{"number": n}]
+        body = json.dumps(example, separators=(",", ":"))
+        lines.append(f"{signing.sign(hook.secret, body.encode())}\t{body}")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "deliveries").write_text("\n".join(lines) + "\n")
+        env = {**os.environ, "BENCH_DELIVERIES": f"{tmp}/deliveries", "BENCH_EVENT": "check_run"}
+        out = subprocess.run(
+            [wrk.binary, f"-t{wrk.threads}", f"-c{wrk.connections}", f"-d{wrk.duration}s", "--latency",
+             "-s", str(HERE / "wrk_webhook.lua"), f"{url}{hook.url}"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("BENCH_JSON "))
+    r = json.loads(line.removeprefix("BENCH_JSON "))
+    return {"rps": round(r["requests"] / (r["duration_us"] / 1e6), 1), "p50_ms": round(r["p50_us"] / 1000, 2),
+            "p99_ms": round(r["p99_us"] / 1000, 2), "requests": r["requests"], "errors": r["errors"],
+            "non2xx": r["non2xx"]}
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median req/s, noting every run's req/s when there were several."""
     median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -328,6 +363,8 @@ def main() -> None:
         s["remember_write"] = wrk.run(url, ["/memories"], method="POST", body=json.dumps({
             "namespace": ["bench", "hot"], "key": "state", "kind": "state", "summary": "hot pair",
             "value": {"step": 1, "notes": "n" * 300}}))
+    if want("webhook_deliveries"):
+        s["webhook_deliveries"] = webhook_deliveries(wrk, url, owner)
 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
         if want("inline_size"):

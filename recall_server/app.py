@@ -35,6 +35,7 @@ from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
     Caller,
     RequireKey,
+    hooks,
     keys,
     labels,
     memories,
@@ -146,7 +147,8 @@ def create_app(settings: Settings) -> Litestar:
             forget_processes(settings.metrics_dir, including_this_one=True)
 
     mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
-    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES]
+    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
+                 *hooks.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],
@@ -154,6 +156,9 @@ def create_app(settings: Settings) -> Litestar:
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
             mcp.handler,
+            # Webhook deliveries carry no API key (their signature is checked by the service), and
+            # GitHub sends up to 25 MB: their own body limit.
+            Router("/hooks", route_handlers=hooks.DELIVERIES, request_max_body_size=settings.webhook_max_body_bytes),
         ],
         dependencies={
             "labels": Provide(labels, sync_to_thread=False),

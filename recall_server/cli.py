@@ -276,6 +276,55 @@ def keys_revoke(key_id: str, data_dir: Path | None) -> None:
     click.echo(f"key {key_id} revoked")
 
 
+@main.group()
+def hooks() -> None:
+    """Manage webhook endpoints (as the database owner)."""
+
+
+@hooks.command("create")
+@click.option("--tenant", required=True, help="Tenant whose threads and triggers the deliveries write.")
+@click.option("--source", type=click.Choice(["github"]), required=True)
+@click.option("--label", default="", help="A note to recognise the hook by in `hooks list`.")
+@data_dir_option
+def hooks_create(tenant: str, source: str, label: str, data_dir: Path | None) -> None:
+    """Create a hook; its secret is printed once, alone on the last line, and cannot be recovered."""
+    from recall_server import ops
+    from recall_server.errors import NotFound
+
+    try:
+        hook = _owner(_settings(data_dir=data_dir), lambda conn: ops.issue_hook_checked(conn, tenant, source, label))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"hook {hook.id} for tenant {hook.tenant}, source {hook.source}")
+    click.echo(f"payload URL: <this server's base URL>{hook.url} (content type application/json)")
+    click.echo("secret (shown once; paste it as the webhook's Secret):")
+    click.echo(hook.secret)
+
+
+@hooks.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's hooks.")
+@data_dir_option
+def hooks_list(tenant: str | None, data_dir: Path | None) -> None:
+    """List hooks (never their secrets)."""
+    from recall_server import ops
+
+    for h in _owner(_settings(data_dir=data_dir), lambda conn: ops.list_hooks(conn, tenant)):
+        state = f"revoked {h.revoked_at:%Y-%m-%d %H:%M:%S}" if h.revoked_at else "active"
+        click.echo(f"{h.id}  {h.tenant:<20} {h.source:<6} {state:<28} {h.url}  {h.label}")
+
+
+@hooks.command("revoke")
+@click.argument("hook_id")
+@data_dir_option
+def hooks_revoke(hook_id: str, data_dir: Path | None) -> None:
+    """Revoke HOOK_ID: its deliveries get 404 from the next one on."""
+    from recall_server import ops
+
+    if _owner(_settings(data_dir=data_dir), lambda conn: ops.revoke_hook(conn, hook_id)) is None:
+        raise click.ClickException(f"no hook {hook_id}")
+    click.echo(f"hook {hook_id} revoked")
+
+
 @main.command()
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="Base URL of a running server.")
 @click.option("--key", envvar="RECALL_API_KEY", default=None,

@@ -19,6 +19,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     port: int = 8000
     workers: int = 1
     max_body_bytes: int = 8 * 1024 * 1024
+    webhook_max_body_bytes: int = 8 * 1024 * 1024  # webhook deliveries (GitHub sends at most 25 MB)
     pool_min: int = 2
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503

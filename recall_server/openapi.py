@@ -26,6 +26,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 
 from recall_server import ids, models
 from recall_server.errors import PROBLEM_JSON
+from recall_server.webhooks import github, signing
 
 _PROBLEM = {"$ref": "#/components/schemas/ProblemBody"}
 _HEADER_DOCS = {
@@ -168,6 +169,8 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                ("If-Range", "Serve the range only if the ETag still matches."))
         ]
 
+    _github_delivery(ops)
+
     schemas["Spilled"]["minProperties"] = 1
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
     for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport", "CreateMemory"):
@@ -181,6 +184,43 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
     return doc
+
+
+_HOOK_ID = {"type": "string", "pattern": signing.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
+
+
+def _github_delivery(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
+    """GitHub deliveries: a raw JSON body and GitHub's headers, signed instead of keyed (the handler reads
+    them itself, so that a missing signature is a 401 before a missing event name is a 400)."""
+    for op_id in ("RevokeHook", "DeliverGitHub"):
+        for param in ops[op_id][2].get("parameters", []):
+            if param["name"] == "hook_id":
+                param["schema"] = dict(_HOOK_ID)
+    op = ops["DeliverGitHub"][2]
+    op["security"] = []
+    op["parameters"] += [
+        {"name": "X-GitHub-Event", "in": "header", "required": True,
+         "schema": {"type": "string", "pattern": github.EVENT_PATTERN}, "description": "The event, e.g. pull_request."},
+        {"name": "X-GitHub-Delivery", "in": "header", "required": True,
+         "schema": {"type": "string", "pattern": github.DELIVERY_PATTERN},
+         "description": "The delivery's GUID: a redelivery with the same one answers the first result."},
+        {"name": "X-Hub-Signature-256", "in": "header", "required": True,
+         "schema": {"type": "string", "pattern": "^sha256=[0-9a-fA-F]{64}$"},
+         "description": "sha256=<hex HMAC-SHA256 of the raw body under the hook's secret>."},
+    ]
+    op["requestBody"] = {"required": True, "description": "The delivery exactly as GitHub sends it.",
+                         "content": {"application/json": {"schema": {"type": "object"}}}}
+    responses = op["responses"]
+    responses["200"]["description"] = "ping, or an event that is acknowledged and not stored."
+    responses["201"] = copy.deepcopy(responses["200"])
+    responses["201"]["description"] = "Filed as a trigger (or a redelivery of one: the first answer again)."
+    responses["201"]["headers"] = {"Location": _header("Location", True),
+                                   "Idempotent-Replayed": _header("Idempotent-Replayed", False)}
+    responses["400"]["description"] = "X-GitHub-Event or X-GitHub-Delivery missing or malformed, or the body " \
+        "is not the JSON of that event."
+    responses["401"]["description"] = "X-Hub-Signature-256 missing, malformed, or not the body's HMAC."
+    responses["404"]["description"] = "No such webhook (unknown or revoked)."
+    responses["410"]["description"] = "The thread the delivery belongs to was deleted or has expired."
 
 
 def document(app: Litestar) -> dict[str, Any]:

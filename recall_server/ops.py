@@ -6,7 +6,8 @@ from recall_server import auth
 from recall_server.db import queries as q
 from recall_server.errors import NotFound
 from recall_server.ids import State
-from recall_server.models import KeyView, NewKey
+from recall_server.models import HookView, KeyView, NewHook, NewKey
+from recall_server.webhooks import signing
 
 
 async def create_tenant(conn: q.Conn, tenant: str) -> bool:
@@ -64,3 +65,27 @@ async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]
         return [f"{object_id} never existed in tenant {tenant}"]
     findings = await q.erasure_findings(conn, tenant, object_id)
     return findings if state is State.GONE else [f"{object_id} is live (not deleted, not expired)", *findings]
+
+
+async def issue_hook(conn: q.Conn, tenant: str, source: str, label: str) -> NewHook:
+    """Create a webhook endpoint for a tenant (the admin route does this too, bound to its own tenant);
+    the returned NewHook is the only copy of its secret."""
+    hook_id, secret = signing.new_hook()
+    ipad, opad = signing.padded_keys(secret)
+    info = await q.insert_hook(conn, hook_id, tenant, source, ipad, opad, label)
+    return NewHook(id=info.id, tenant=info.tenant, source=info.source, label=info.label, url=info.url,
+                   created_at=info.created_at, secret=secret)
+
+
+async def issue_hook_checked(conn: q.Conn, tenant: str, source: str, label: str) -> NewHook:
+    if not await q.tenant_exists(conn, tenant):
+        raise NotFound(f"No tenant named {tenant!r}; create it with `recall-server tenants create {tenant}`.")
+    return await issue_hook(conn, tenant, source, label)
+
+
+async def list_hooks(conn: q.Conn, tenant: str | None) -> list[HookView]:
+    return await q.list_hooks(conn, tenant)
+
+
+async def revoke_hook(conn: q.Conn, hook_id: str) -> HookView | None:
+    return await q.revoke_hook(conn, hook_id, None)

@@ -32,15 +32,20 @@ from recall_server.ids import State
 from recall_server.models import (
     MAX_LINKS,
     AssignOwner,
+    CreateHook,
     CreateKey,
     CreateNote,
     CreateReport,
     CreateThread,
     CreateTrigger,
     CreateWorker,
+    Delivery,
     EventPage,
+    HookList,
+    HookView,
     KeyList,
     KeyView,
+    NewHook,
     NewKey,
     ReportPage,
     ReportView,
@@ -53,6 +58,7 @@ from recall_server.models import (
     WorkerView,
 )
 from recall_server.rows import Content, Labels, Outcome
+from recall_server.webhooks import github, signing
 
 Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport
 _json = msgspec.json.encode
@@ -300,32 +306,39 @@ class Recall:
         occurred_at = _timestamp("occurred_at", req.occurred_at)
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
-        linked = [*([req.thread_id] if req.thread_id else []), *req.neighbours]
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
-            if req.thread_id:  # its row lock orders this filing against a concurrent delete or close
-                await q.lock_thread(conn, tenant, req.thread_id)
-            await self._require(conn, tenant, linked)
-            created = await q.insert_trigger(
-                conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
-                hashlib.sha256(payload).digest(), _labels(req), h, occurred_at, req.external_id, expires_at,
-            )
-            existing_id = trigger_id
-            if created:
-                if req.neighbours:  # most triggers have none: no round trip for an empty insert
-                    await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
-                if req.thread_id:
-                    await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
-            elif req.external_id is not None and (
-                first := await q.trigger_by_external_id(conn, tenant, req.source, req.external_id)
-            ):
-                existing_id = first  # a redelivery: the trigger made by the first delivery
-            else:
-                await self._existing_or_conflict(conn, tenant, "trigger", trigger_id, h)
+            created, existing_id = await self._file_trigger(conn, tenant, trigger_id, req, content_type, payload,
+                                                            occurred_at, expires_at, h)
             return _created(created, await self._view(conn, cred, existing_id, spill.DEFAULT_BUDGET, created=created),
                             f"/triggers/{existing_id}")
 
         return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/triggers", req), operation)
+
+    async def _file_trigger(self, conn: q.Conn, tenant: str, trigger_id: str, req: CreateTrigger, content_type: str,
+                            payload: bytes, occurred_at: datetime | None, expires_at: datetime | None,
+                            h: bytes) -> tuple[bool, str]:
+        """A trigger's write steps (POST /triggers and webhook deliveries): (created, its ID, which on a
+        redelivery of the same (source, external_id) is the first delivery's trigger)."""
+        if req.thread_id:  # its row lock orders this filing against a concurrent delete or close
+            await q.lock_thread(conn, tenant, req.thread_id)
+        await self._require(conn, tenant, [*([req.thread_id] if req.thread_id else []), *req.neighbours])
+        created = await q.insert_trigger(
+            conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
+            hashlib.sha256(payload).digest(), _labels(req), h, occurred_at, req.external_id, expires_at,
+        )
+        if created:
+            if req.neighbours:  # most triggers have none: no round trip for an empty insert
+                await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
+            if req.thread_id:
+                await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
+            return True, trigger_id
+        if req.external_id is not None and (
+            first := await q.trigger_by_external_id(conn, tenant, req.source, req.external_id)
+        ):
+            return False, first  # a redelivery: the trigger made by the first delivery
+        await self._existing_or_conflict(conn, tenant, "trigger", trigger_id, h)
+        return False, trigger_id
 
     async def create_report(self, cred: Credential, worker_id: str, req: CreateReport,
                             idempotency_key: str | None) -> Outcome:
@@ -368,16 +381,21 @@ class Recall:
         unset = msgspec.UNSET
         async with tenancy.session(self.db, cred, "write") as (conn, tenant):
             await self._locked_thread(conn, tenant, thread_id)
-            old, new = await q.update_thread(
+            await self._change_thread(
                 conn, tenant, thread_id,
                 None if req.title is unset else req.title,
                 None if req.summary is unset else req.summary,
                 None if req.status is unset else req.status,
             )
-            if old != new:
-                await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
-                await q.cap_expiry(conn, tenant, thread_id)  # closing may have started the retention clock
             return await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET)
+
+    async def _change_thread(self, conn: q.Conn, tenant: str, thread_id: str, title: str | None,
+                             summary: str | None, status: str | None) -> None:
+        """A thread update's write steps, under the thread's row lock (PATCH /threads and webhook deliveries)."""
+        old, new = await q.update_thread(conn, tenant, thread_id, title, summary, status)
+        if old != new:
+            await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
+            await q.cap_expiry(conn, tenant, thread_id)  # closing may have started the retention clock
 
     async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,
                        idempotency_key: str | None) -> Outcome:
@@ -444,6 +462,77 @@ class Recall:
         if revoked is None:
             raise NotFound(f"No API key with ID {key_id} exists.", id=key_id)
         return revoked
+
+    # ---- webhooks: endpoints (admin scope, within the caller's tenant) and deliveries ----
+
+    async def create_hook(self, cred: Credential, req: CreateHook) -> NewHook:
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
+            return await ops.issue_hook(conn, tenant, req.source, req.label)
+
+    async def list_hooks(self, cred: Credential) -> HookList:
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
+            return HookList(data=await q.list_hooks(conn, tenant))
+
+    async def revoke_hook(self, cred: Credential, hook_id: str) -> HookView:
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
+            revoked = await q.revoke_hook(conn, hook_id, tenant)
+        if revoked is None:
+            raise NotFound(f"No webhook with ID {hook_id} exists.", id=hook_id)
+        return revoked
+
+    async def deliver_github(self, hook_id: str, signature: str | None, event: str | None, delivery: str | None,
+                             body: bytes) -> Outcome:
+        """A GitHub delivery, in one transaction bound to the hook's tenant once its signature checks out.
+
+        Headers are checked before anything is read (404 malformed hook ID, 401 no signature, 400 no
+        event or delivery ID); then the hook (404) and the HMAC (401); then the body is mapped
+        (webhooks/github.py). A GUID seen before answers its first result and writes nothing.
+        """
+        if not signing.is_hook_id(hook_id):
+            raise tenancy.unknown_hook(hook_id)
+        mac = signing.parse(signature)
+        if mac is None:
+            raise tenancy.bad_signature()
+        if event is None or not github.is_event(event):
+            raise BadRequest("X-GitHub-Event must name the GitHub event (e.g. pull_request).")
+        if delivery is None or not github.is_delivery(delivery):
+            raise BadRequest("X-GitHub-Delivery must be the delivery's GUID (1-64 of [A-Za-z0-9-]).")
+        async with tenancy.hook_session(self.db, hook_id, "github", body, mac) as (conn, tenant):
+            plan = github.plan(event, body)
+            result = Delivery(delivery=delivery, event=event, outcome=plan.outcome, action=plan.action)
+            if plan.outcome != "filed":
+                return Outcome(status=200, body=_json(result), object_id="")
+            if not await q.claim_delivery(conn, tenant, hook_id, delivery):
+                first = await q.delivery_outcome(conn, tenant, hook_id, delivery)
+                assert first is not None
+                return msgspec.structs.replace(first, replayed=True)
+            outcome = await self._file_github(conn, tenant, delivery, plan, body, result)
+            await q.finish_delivery(conn, tenant, hook_id, delivery, outcome)
+            return outcome
+
+    async def _file_github(self, conn: q.Conn, tenant: str, delivery: str, plan: github.Plan, body: bytes,
+                           result: Delivery) -> Outcome:
+        """The delivery as a trigger on its thread (made if missing; 410 if gone), and the thread moved
+        to the PR's or issue's state when that state is newer than the last one applied."""
+        thread_id, state = plan.thread_id, plan.state
+        assert thread_id is not None
+        made = await q.insert_thread(conn, tenant, thread_id, plan.thread_title, plan.thread_summary,
+                                     state.status if state else "open", Labels(),
+                                     hashlib.sha256(b"github thread\0" + thread_id.encode()).digest(), None)
+        require_live(await q.lock_thread(conn, tenant, thread_id), thread_id, "thread")
+        req = CreateTrigger(source=plan.source, thread_id=thread_id, summary=plan.summary,
+                            content_type="application/json", external_id=delivery)
+        _, trigger_id = await self._file_trigger(conn, tenant, ids.new("trigger"), req, "application/json", body,
+                                                 None, None, _hash(req))
+        result.thread_id, result.trigger_id = thread_id, trigger_id
+        if state is not None:
+            if await q.advance_github_thread(conn, tenant, thread_id, state.updated_at, state.status):
+                if not made:
+                    await self._change_thread(conn, tenant, thread_id, state.title, state.summary, state.status)
+                result.thread_state = "applied"
+            else:
+                result.thread_state = "stale"
+        return Outcome(status=201, body=_json(result), object_id=trigger_id, location=f"/triggers/{trigger_id}")
 
     # ---- the server's own upkeep -----------------------------------------------------------
 

@@ -34,6 +34,7 @@ from recall_server.db.migrate import migrate
 REFERENCE_TABLES = {
     "tenants": "every tenant table's tenant_id references it",
     "api_keys": "a key is looked up by its ID before its tenant is known (recall_authenticate)",
+    "hooks": "a webhook is looked up by its ID before its tenant is known (recall_hook_verify)",
 }
 COORDINATOR_TABLES = {
     "schema_migrations": "the schema version; migrations run on the coordinator",
@@ -45,6 +46,8 @@ ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
     "list_keys": "`recall-server keys list` without --tenant lists every tenant's keys (reference table)",
     "revoke_key": "`recall-server keys revoke ID` finds the key in whichever tenant has it (reference table)",
+    "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",
+    "revoke_hook": "`recall-server hooks revoke ID` finds the hook in whichever tenant has it (reference table)",
 }
 
 
@@ -75,7 +78,7 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
     assert tables(store) - tenant_tables(store) == set(REFERENCE_TABLES) | set(COORDINATOR_TABLES)
     assert tenant_tables(store) == {"threads", "workers", "thread_owners", "triggers", "trigger_neighbours",
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
-                                    "memory_sources"}
+                                    "memory_sources", "hook_deliveries", "github_threads"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:
@@ -181,7 +184,7 @@ def spans_tenants(sql: str, distributed: set[str], spanning_functions: set[str])
         name = alias or table
         # $1 (a bound session's tenant), auth.tenant (the key's tenant, db/tenancy.keyed), a literal, a join
         pinned = r"(\$1\b|auth\.tenant\b|'[a-z0-9_-]+'|\w+\.tenant_id\b)"
-        if verb == "INTO" and re.match(r"\s*\(\s*tenant_id\b", sql[m.end():]):
+        if verb == "INTO" and re.match(r"\s*(AS\s+\w+\s*)?\(\s*tenant_id\b", sql[m.end(2):], re.I):
             continue  # an INSERT names tenant_id first; its value is checked with the other comparisons
         if re.search(rf"\b{name}\.tenant_id\s*=\s*{pinned}", sql) or re.search(rf"{pinned}\s*=\s*{name}\.tenant_id\b", sql):
             continue

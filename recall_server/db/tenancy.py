@@ -11,6 +11,10 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   it nothing (no tenant is set outside a transaction): a false miss, never another tenant's row, and
   every read also filters on `auth.tenant` explicitly.
 - A write is a transaction opened by `session()`: the same check and binding first, then the scope.
+- A webhook delivery carries no key: `hook_session()` binds the tenant of the hook its URL names,
+  from `recall_hook_verify` (SECURITY DEFINER, like `recall_authenticate`), once the HMAC of the
+  body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an
+  unknown or revoked hook, 401 for a wrong signature; either way the transaction writes nothing.
 
 The binding is transaction-local (`is_local`), so a pooled connection never carries one
 request's tenant into the next.
@@ -25,7 +29,8 @@ import asyncpg
 
 from recall_server.auth import SCOPES, Credential
 from recall_server.db.pool import Database
-from recall_server.errors import Forbidden, unknown_key
+from recall_server.errors import Forbidden, NotFound, Unauthorized, unknown_key
+from recall_server.webhooks import signing
 
 KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
                FROM recall_authenticate($1, $2) a"""
@@ -63,3 +68,33 @@ async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[t
         if SCOPES[granted] < SCOPES[scope]:
             raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")
         yield conn, tenant
+
+
+HOOK_CHECK = """SELECT set_config('app.tenant_id', h.tenant_id, true) AS tenant, h.source, h.mac
+                FROM recall_hook_verify($1, $2) h"""
+
+
+def bad_signature() -> Unauthorized:
+    problem = Unauthorized("X-Hub-Signature-256 is missing, malformed, or not the HMAC-SHA256 of this body "
+                           "under the hook's secret.")
+    problem.headers = {"WWW-Authenticate": 'HMAC-SHA256 realm="recall-hooks", header="X-Hub-Signature-256"'}
+    return problem
+
+
+def unknown_hook(hook_id: str) -> NotFound:
+    """Unknown and revoked hooks are not told apart."""
+    return NotFound(f"No webhook {hook_id} exists (unknown or revoked).", id=hook_id)
+
+
+@asynccontextmanager
+async def hook_session(db: Database, hook_id: str, source: str, body: bytes, signature: bytes
+                       ) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+    """A transaction bound to the tenant of a live hook of `source` whose secret signed `body`: (connection,
+    tenant). 404 unknown/revoked hook, 401 wrong signature."""
+    async with db.connection() as conn, conn.transaction():
+        found = await conn.fetchrow(HOOK_CHECK, hook_id, body)
+        if found is None or found[1] != source:
+            raise unknown_hook(hook_id)
+        if not signing.matches(found[2], signature):
+            raise bad_signature()
+        yield conn, found[0]

@@ -1,0 +1,1 @@
+"""Webhook adapters: deliveries from other systems become triggers, threads and events."""

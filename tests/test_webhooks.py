@@ -1,0 +1,448 @@
+"""GitHub webhooks against a real server process: signed deliveries become triggers, threads and events;
+everything else is refused loudly and leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from helpers import ServerProcess, assert_problem, cli, create_key, run_sql
+
+from recall_server.db.pool import as_app_role
+from recall_server.webhooks import signing
+from test_github_mapping import VECTOR_BODY, VECTOR_SECRET, VECTOR_SIGNATURE, example
+
+TENANT = "gh-hooks"
+
+
+class Hook:
+    """A hook of a tenant, and a way to send it signed deliveries."""
+
+    def __init__(self, base_url: str, hook_id: str, secret: str) -> None:
+        self.base_url, self.id, self.secret = base_url, hook_id, secret
+
+    def send(self, event: str | None, body: bytes | dict[str, Any], delivery: str | None = None, *,
+             secret: str | None = None, signature: str | None = None, hook_id: str | None = None,
+             headers: dict[str, str] | None = None) -> httpx.Response:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sent = {"content-type": "application/json",
+                "x-hub-signature-256": signature or signing.sign(secret or self.secret, raw),
+                **({"x-github-event": event} if event else {}),
+                "x-github-delivery": delivery or str(uuid.uuid4()), **(headers or {})}
+        return httpx.post(f"{self.base_url}/hooks/github/{hook_id or self.id}", content=raw,
+                          headers={k: v for k, v in sent.items() if v != ""}, timeout=60)
+
+
+def new_hook(database_url: str, tenant: str, base_url: str) -> Hook:
+    out = cli(database_url, "hooks", "create", "--tenant", tenant, "--source", "github", "--label", "test")
+    lines = out.strip().splitlines()
+    hook_id = lines[0].split()[1]
+    assert lines[1].endswith(f"/hooks/github/{hook_id} (content type application/json)")
+    return Hook(base_url, hook_id, lines[-1])
+
+
+@pytest.fixture(scope="module")
+def reader_key(database_url: str, server: ServerProcess) -> str:
+    return create_key(database_url, TENANT, "write")
+
+
+@pytest.fixture(scope="module")
+def hook(database_url: str, base_url: str, reader_key: str) -> Hook:
+    return new_hook(database_url, TENANT, base_url)
+
+
+@pytest.fixture()
+def reader(base_url: str, reader_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {reader_key}"}) as c:
+        yield c
+
+
+def payload(name: str, repo: str | None = None, **edits: Any) -> dict[str, Any]:
+    """A GitHub example payload, moved to its own repository (so tests never share threads), edited."""
+    body = json.loads(example(name))
+    if repo is not None:
+        body["repository"]["full_name"] = repo
+    for path, value in edits.items():
+        node = body
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return body
+
+
+def fresh_repo() -> str:
+    return f"acme/repo-{uuid.uuid4().hex[:10]}"
+
+
+def key_of(repo: str) -> str:
+    return repo.lower().replace("/", "_")
+
+
+def written(database_url: str, tenant: str) -> tuple[int, ...]:
+    """Everything a delivery could write in a tenant: rows of threads, triggers, events, deliveries, states."""
+    rows = run_sql(database_url, """
+        SELECT (SELECT count(*) FROM threads WHERE tenant_id = $1),
+               (SELECT count(*) FROM triggers WHERE tenant_id = $1),
+               (SELECT count(*) FROM thread_events WHERE tenant_id = $1),
+               (SELECT count(*) FROM hook_deliveries WHERE tenant_id = $1),
+               (SELECT count(*) FROM github_threads WHERE tenant_id = $1)""", tenant)
+    return tuple(rows[0])
+
+
+# ---- the mapping, end to end ---------------------------------------------------------------------
+
+
+def test_githubs_examples_land_where_the_table_says(database_url: str, base_url: str, server: ServerProcess) -> None:
+    """Every example fixture, unmodified, to a fresh tenant's hook: a trigger on the thread the table names,
+    with the delivery's exact bytes as its payload; ping and progress events store nothing."""
+    from test_github_mapping import MAPPED
+
+    tenant = f"gh-{uuid.uuid4().hex[:8]}"
+    key = create_key(database_url, tenant, "read")
+    hook = new_hook(database_url, tenant, base_url)
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
+        for name in sorted(MAPPED):
+            outcome, thread, summary = MAPPED[name]
+            event, raw = name.split(".")[0], example(name)
+            before = written(database_url, tenant)
+            r = hook.send(event, raw)
+            assert r.json()["outcome"] == outcome, (name, r.text)
+            if outcome != "filed":
+                assert r.status_code == 200 and written(database_url, tenant) == before, name
+                continue
+            assert r.status_code == 201, r.text
+            trigger = c.get(r.headers["location"]).json()
+            assert (trigger["source"], trigger["thread_id"], trigger["summary"]) == (f"github.{event}", thread, summary)
+            body = c.get(f"{r.headers['location']}/payload")
+            assert body.content == raw and body.headers["content-type"].startswith("application/json")
+            events = c.get(f"/threads/{thread}/events", params={"limit": 500}).json()["data"]
+            assert any(e["type"] == "trigger_filed" and e["ref"] == trigger["id"] for e in events), name
+        pr = c.get("/threads/thr_gh_codertocat_hello-world_pr_2").json()
+        assert pr["title"] == "Update the README with new information."
+        # The examples' `closed` has the newest updated_at (15:21:18; reopened says 15:20:33): it stays.
+        assert pr["status"] == "closed"
+
+
+def test_pull_request_events_move_the_threads_status_with_an_event_for_each_change(
+        hook: Hook, reader: httpx.Client) -> None:
+    repo = fresh_repo()
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+    opened = hook.send("pull_request", payload("pull_request.opened", repo))
+    assert opened.status_code == 201 and opened.json()["thread_state"] == "applied"
+    view = reader.get(f"/threads/{thread}").json()
+    assert (view["status"], view["title"]) == ("open", "Update the README with new information.")
+    assert view["summary"] == f"PR #2 in {repo} by Codertocat, open"
+    hook.send("pull_request", payload("pull_request.closed", repo, pull_request__merged=True,
+                                      pull_request__merged_at="2019-05-15T15:21:18Z"))
+    events = reader.get(f"/threads/{thread}/events").json()["data"]
+    assert [(e["type"], e["summary"]) for e in events] == [
+        ("trigger_filed", "PR #2 opened by Codertocat: Update the README with new information."),
+        ("trigger_filed", "PR #2 merged by Codertocat: Update the README with new information."),
+        ("status_changed", "status: open -> merged"),
+    ]
+    assert reader.get(f"/threads/{thread}").json()["status"] == "merged"
+
+
+def test_an_issue_comment_on_a_pull_request_lands_on_the_pull_requests_thread(
+        hook: Hook, reader: httpx.Client) -> None:
+    repo = fresh_repo()
+    body = payload("issue_comment.created", repo)
+    body["issue"]["pull_request"] = {"url": "https://api.github.com/repos/x/y/pulls/1", "merged_at": None}
+    r = hook.send("issue_comment", body)
+    assert r.status_code == 201, r.text
+    assert r.json()["thread_id"] == f"thr_gh_{key_of(repo)}_pr_1"
+    assert reader.get(f"/threads/thr_gh_{key_of(repo)}_pr_1").json()["title"] == "Spelling error in the README file"
+
+
+# ---- credentials: the signature is the key ----------------------------------------------------------
+
+
+def test_githubs_signature_test_vector_verifies_in_the_database(database_url: str) -> None:
+    """recall_hook_verify's SQL HMAC (built-in sha256 over the stored padded keys) gives GitHub's documented value."""
+    hook_id, _ = signing.new_hook()
+    ipad, opad = signing.padded_keys(VECTOR_SECRET)
+    run_sql(database_url, "INSERT INTO tenants (id) VALUES ('gh-vector') ON CONFLICT DO NOTHING")
+    run_sql(database_url, "INSERT INTO hooks (id, tenant_id, source, hmac_ipad, hmac_opad) VALUES ($1, 'gh-vector', "
+                          "'github', $2, $3)", hook_id, ipad, opad)
+    mac = run_sql(database_url, "SELECT mac FROM recall_hook_verify($1, $2)", hook_id, VECTOR_BODY)[0][0]
+    assert "sha256=" + mac.hex() == VECTOR_SIGNATURE
+
+
+@pytest.mark.parametrize("signature", ["", "sha256=" + "0" * 64, "sha1=0123", "wrong-secret"])
+def test_a_bad_or_missing_signature_is_401_and_writes_nothing(
+        hook: Hook, database_url: str, signature: str) -> None:
+    before = written(database_url, TENANT)
+    kw: dict[str, Any] = {"secret": "not the secret"} if signature == "wrong-secret" else {"signature": signature}
+    if signature == "":
+        kw = {"headers": {"x-hub-signature-256": ""}}
+    r = hook.send("pull_request", payload("pull_request.opened", fresh_repo()), **kw)
+    assert_problem(r, 401, "X-Hub-Signature-256")
+    assert "x-hub-signature-256" in r.headers["www-authenticate"].lower()
+    assert written(database_url, TENANT) == before
+
+
+def test_a_signature_over_other_bytes_is_401(hook: Hook, database_url: str) -> None:
+    body = json.dumps(payload("pull_request.opened", fresh_repo())).encode()
+    before = written(database_url, TENANT)
+    assert_problem(hook.send("pull_request", body + b" ", signature=signing.sign(hook.secret, body)), 401)
+    assert written(database_url, TENANT) == before
+
+
+def test_unknown_malformed_and_revoked_hooks_are_404_and_write_nothing(
+        hook: Hook, database_url: str, base_url: str) -> None:
+    body = payload("pull_request.opened", fresh_repo())
+    before = written(database_url, TENANT)
+    assert_problem(hook.send("pull_request", body, hook_id=signing.new_hook()[0]), 404, "No webhook")
+    assert_problem(hook.send("pull_request", body, hook_id="thr_pr_412"), 404)
+    doomed = new_hook(database_url, TENANT, base_url)
+    assert doomed.send("ping", payload("ping.event")).status_code == 200
+    assert f"hook {doomed.id} revoked" in cli(database_url, "hooks", "revoke", doomed.id)
+    assert_problem(doomed.send("pull_request", body), 404, doomed.id)
+    assert written(database_url, TENANT) == before
+    listed = cli(database_url, "hooks", "list", "--tenant", TENANT)
+    assert doomed.id in listed and "revoked" in listed and doomed.secret not in listed
+
+
+def test_hooks_create_refuses_an_unknown_tenant(database_url: str, server: ServerProcess) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "recall_server", "hooks", "create", "--tenant", "no-such-tenant",
+                          "--source", "github"], env={**__import__("os").environ, "DATABASE_URL": database_url},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "No tenant named 'no-such-tenant'" in run.stderr
+
+
+def test_a_hook_of_another_tenant_writes_only_there(hook: Hook, database_url: str, base_url: str) -> None:
+    other_key = create_key(database_url, "gh-other", "write")
+    other = new_hook(database_url, "gh-other", base_url)
+    repo = fresh_repo()
+    assert other.send("pull_request", payload("pull_request.opened", repo)).status_code == 201
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as c:
+        assert c.get(f"/threads/{thread}").status_code == 200
+    assert not run_sql(database_url, "SELECT 1 FROM threads WHERE tenant_id = $1 AND id = $2", TENANT, thread)
+
+
+def test_the_app_role_cannot_read_hook_secrets(database_url: str, hook: Hook) -> None:
+    async def go() -> None:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.fetch("SELECT hmac_ipad FROM hooks")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.fetch("SELECT * FROM hooks")
+            # the one narrow path: the MAC of a given body, for one hook, and its tenant
+            row = await conn.fetchrow("SELECT * FROM recall_hook_verify($1, $2)", hook.id, b"x")
+            assert row["tenant_id"] == TENANT and row["mac"] == signing.mac(*signing.padded_keys(hook.secret), b"x")
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+# ---- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event, delivery, body", [
+    (None, None, None),  # no X-GitHub-Event
+    ("Pull Request", None, None),
+    ("pull_request", "not a guid!", None),
+    ("pull_request", None, b"payload=%7B%7D"),  # a hook configured for form encoding
+    ("pull_request", None, b'{"action": "opened", "repository": {"full_name": "a/b"}}'),
+    ("issues", None, b"[1, 2]"),
+])
+def test_missing_headers_and_bodies_that_are_not_the_event_are_400_and_write_nothing(
+        hook: Hook, database_url: str, event: str | None, delivery: str | None, body: bytes | None) -> None:
+    before = written(database_url, TENANT)
+    r = hook.send(event, body if body is not None else payload("pull_request.opened", fresh_repo()), delivery)
+    assert_problem(r, 400)
+    assert written(database_url, TENANT) == before
+
+
+def test_a_delivery_over_the_limit_is_413_and_writes_nothing(hook: Hook, database_url: str) -> None:
+    body = payload("pull_request.opened", fresh_repo())
+    body["pull_request"]["body"] = "x" * (10 * 1024 * 1024)  # 10 MB; the default limit is 8 MiB
+    before = written(database_url, TENANT)
+    assert_problem(hook.send("pull_request", body), 413)
+    assert written(database_url, TENANT) == before
+
+
+def test_a_10mb_delivery_within_a_raised_limit_is_filed_in_one_piece(
+        database_url: str, tmp_path: Path, reader_key: str, hook: Hook) -> None:
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_SWEEP_INTERVAL="0",
+                           RECALL_WEBHOOK_MAX_BODY_BYTES=str(16 * 1024 * 1024)).start()
+    try:
+        body = payload("pull_request.opened", fresh_repo())
+        body["pull_request"]["body"] = "x" * (10 * 1024 * 1024)
+        raw = json.dumps(body).encode()
+        r = Hook(server.url, hook.id, hook.secret).send("pull_request", raw)
+        assert r.status_code == 201, r.text
+        assert r.elapsed.total_seconds() < 10  # GitHub gives up after 10 s
+        got = httpx.get(f"{server.url}{r.headers['location']}/payload",
+                        headers={"Authorization": f"Bearer {reader_key}"}, timeout=60)
+        assert got.content == raw
+    finally:
+        server.stop()
+
+
+def test_a_delivery_for_a_deleted_thread_is_410_and_writes_nothing(
+        hook: Hook, reader: httpx.Client, database_url: str) -> None:
+    repo = fresh_repo()
+    assert hook.send("pull_request", payload("pull_request.opened", repo)).status_code == 201
+    assert reader.delete(f"/threads/thr_gh_{key_of(repo)}_pr_2").status_code == 204
+    before = written(database_url, TENANT)
+    assert_problem(hook.send("check_run", payload("check_run.completed", repo)), 410)
+    assert written(database_url, TENANT) == before
+
+
+# ---- delivery semantics ------------------------------------------------------------------------------
+
+
+def test_a_redelivery_answers_the_first_result_and_creates_nothing(hook: Hook, database_url: str) -> None:
+    delivery = str(uuid.uuid4())
+    body = payload("pull_request.opened", fresh_repo())
+    first = hook.send("pull_request", body, delivery)
+    assert first.status_code == 201
+    after_first = written(database_url, TENANT)
+    again = hook.send("pull_request", body, delivery)
+    assert (again.status_code, again.json(), again.headers["location"]) == (201, first.json(),
+                                                                            first.headers["location"])
+    assert again.headers["idempotent-replayed"] == "true"
+    assert written(database_url, TENANT) == after_first
+
+
+def test_concurrent_redeliveries_file_one_trigger(hook: Hook, database_url: str, reader: httpx.Client) -> None:
+    delivery, repo = str(uuid.uuid4()), fresh_repo()
+    body = json.dumps(payload("pull_request.opened", repo)).encode()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: hook.send("pull_request", body, delivery), range(8)))
+    assert {r.status_code for r in answers} == {201}
+    assert len({r.json()["trigger_id"] for r in answers}) == 1
+    assert sum(r.headers.get("idempotent-replayed") == "true" for r in answers) == 7
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+    assert [e["type"] for e in reader.get(f"/threads/{thread}/events").json()["data"]] == ["trigger_filed"]
+    assert run_sql(database_url, "SELECT count(*) FROM triggers WHERE tenant_id = $1 AND external_id = $2",
+                   TENANT, delivery)[0][0] == 1
+
+
+def test_concurrent_deliveries_for_one_new_thread_make_it_once(hook: Hook, reader: httpx.Client) -> None:
+    repo = fresh_repo()
+    bodies = [json.dumps(payload("pull_request_review_comment.created", repo)).encode() for _ in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda b: hook.send("pull_request_review_comment", b), bodies))
+    assert [r.status_code for r in answers] == [201] * 6, [r.text for r in answers]
+    events = reader.get(f"/threads/thr_gh_{key_of(repo)}_pr_2/events").json()["data"]
+    assert [e["seq"] for e in events] == list(range(1, 7))
+
+
+def test_an_older_delivery_never_moves_a_thread_backwards(hook: Hook, reader: httpx.Client) -> None:
+    repo = fresh_repo()
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+    closed = payload("pull_request.closed", repo, pull_request__title="Final title",
+                     pull_request__updated_at="2026-01-01T10:00:02Z")
+    edited = payload("pull_request.opened", repo, action="edited", pull_request__title="Older title",
+                     pull_request__updated_at="2026-01-01T10:00:01Z")
+    assert hook.send("pull_request", closed).json()["thread_state"] == "applied"
+    late = hook.send("pull_request", edited)  # sent later, happened earlier
+    assert late.status_code == 201 and late.json()["thread_state"] == "stale"
+    view = reader.get(f"/threads/{thread}").json()
+    assert (view["status"], view["title"]) == ("closed", "Final title")
+    assert [e["summary"] for e in view["events"]] == [  # oldest first
+        "PR #2 closed without merging by Codertocat: Final title",
+        "PR #2 edited by Codertocat: Older title",  # filed: it happened; it just is not the newest state
+    ]
+    reopened = payload("pull_request.reopened", repo, pull_request__updated_at="2026-01-01T10:00:03Z")
+    assert hook.send("pull_request", reopened).json()["thread_state"] == "applied"
+    view = reader.get(f"/threads/{thread}").json()
+    assert view["status"] == "open" and view["events"][-1]["summary"] == "status: closed -> open"
+
+
+# ---- administration over HTTP -----------------------------------------------------------------------
+
+
+def test_admin_routes_create_list_and_revoke_hooks_in_the_callers_tenant(
+        database_url: str, base_url: str) -> None:
+    admin = create_key(database_url, "gh-admin", "admin")
+    writer = create_key(database_url, "gh-admin", "write")
+    stranger = create_key(database_url, "gh-stranger", "admin")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {admin}"}) as c:
+        made = c.post("/admin/hooks", json={"source": "github", "label": "ci"})
+        assert made.status_code == 201, made.text
+        new = made.json()
+        assert made.headers["location"] == f"/admin/hooks/{new['id']}"
+        assert new["url"] == f"/hooks/github/{new['id']}" and new["tenant"] == "gh-admin"
+        hook = Hook(base_url, new["id"], new["secret"])
+        assert hook.send("ping", payload("ping.event")).json()["outcome"] == "pong"  # its secret signs
+        listed = c.get("/admin/hooks").json()["data"]
+        assert [h["id"] for h in listed] == [new["id"]] and "secret" not in listed[0]
+        assert_problem(c.post("/admin/hooks", json={"source": "gitlab"}), 400)
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {stranger}"}) as s:
+            assert_problem(s.delete(f"/admin/hooks/{new['id']}"), 404)
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {writer}"}) as w:
+            assert_problem(w.post("/admin/hooks", json={"source": "github"}), 403)
+        revoked = c.delete(f"/admin/hooks/{new['id']}")
+        assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+        assert_problem(hook.send("ping", payload("ping.event")), 404)
+
+
+def test_ping_is_answered_and_stores_nothing(hook: Hook, database_url: str) -> None:
+    before = written(database_url, TENANT)
+    r = hook.send("ping", payload("ping.event"), "ping-1")
+    assert (r.status_code, r.json()) == (200, {"delivery": "ping-1", "event": "ping", "outcome": "pong"})
+    assert written(database_url, TENANT) == before
+
+
+# ---- the story ----------------------------------------------------------------------------------------
+
+
+def test_the_pr_412_story_from_webhooks_alone_is_recalled_in_three_hops(
+        hook: Hook, reader: httpx.Client, server: ServerProcess) -> None:
+    """pull_request opened #412, a review comment, a failing check run whose output says why, the merge:
+    then an agent that knows only the thread ID finds the cause in three GETs."""
+    repo = f"acme/payments-{uuid.uuid4().hex[:6]}"
+    thread = f"thr_gh_{key_of(repo)}_pr_412"
+    log = "\n".join(f"test_checkout_{i} PASSED" for i in range(2000)) + \
+        "\nFAILED tests/test_charge.py::test_capture - payment timeout after 30s (gateway did not answer)\n"
+    steps = [
+        ("pull_request", payload("pull_request.opened", repo, number=412, pull_request__number=412,
+                                 pull_request__title="Retry card captures on gateway errors",
+                                 pull_request__updated_at="2026-11-30T09:00:00Z")),
+        ("pull_request_review_comment", payload("pull_request_review_comment.created", repo,
+                                                pull_request__number=412,
+                                                pull_request__updated_at="2026-11-30T09:10:00Z",
+                                                comment__body="Should the retry have a timeout?")),
+        ("check_run", payload("check_run.completed", repo, check_run__name="payments-tests",
+                              check_run__pull_requests=[{"number": 412}],
+                              check_run__output={"title": "1 failed", "summary": "payments-tests failed",
+                                                 "text": log})),
+        ("pull_request", payload("pull_request.closed", repo, number=412, pull_request__number=412,
+                                 pull_request__merged=True, pull_request__merged_at="2026-11-30T10:00:00Z",
+                                 pull_request__title="Retry card captures on gateway errors",
+                                 pull_request__updated_at="2026-11-30T10:00:00Z")),
+    ]
+    for event, body in steps:
+        assert hook.send(event, body).status_code == 201
+
+    view = reader.get(f"/threads/{thread}")  # hop 1: the thread the agent can name itself
+    assert view.json()["status"] == "merged"
+    ci = next(e for e in view.json()["events"] if e["summary"].startswith("CI failed"))
+    assert ci["summary"] == "CI failed on PR #412: payments-tests (failure)"
+    trigger = reader.get(f"/triggers/{ci['ref']}").json()  # hop 2: the check run, its log spilled
+    assert trigger["source"] == "github.check_run" and "payload" not in trigger
+    href = trigger["spilled"]["payload"]["href"]
+    payload_text = reader.get(href).text  # hop 3: the delivery as GitHub sent it
+    assert "payment timeout after 30s" in payload_text
+    assert len(view.content) + len(json.dumps(trigger)) < 8192
+    logged = server.log.read_text()
+    assert hook.id in logged  # the access log shows the path; never the secret, a signature or a payload
+    assert hook.secret not in logged and "payment timeout" not in logged and "sha256=" not in logged
