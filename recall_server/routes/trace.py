@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Response, get
-from litestar.params import Parameter
+from litestar.params import FromPath, Parameter
 
 from recall_server.models import RUN_PATTERN, ReadPage
 from recall_server.routes import Caller, Cursor, Limit, paged, problems
@@ -26,7 +26,7 @@ async def list_run_reads(run_id: RunPath, request: Caller, cursor: Cursor = None
 
 @get("/ids/{object_id:str}/reads", responses=problems(400, 401, 404, 503), operation_id="ListObjectReads",
      opt=UNTRACED)
-async def list_object_reads(object_id: str, request: Caller, cursor: Cursor = None, limit: Limit = 50
+async def list_object_reads(object_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50
                             ) -> Response[ReadPage]:
     """Every traced read of this ID, in order, each naming its run. 404 if the ID never existed here; a
     deleted or expired object's reads are still listed (the audit of who read it before it went)."""
