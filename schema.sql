@@ -428,8 +428,9 @@ END $$;
 -- horizon (longer than the window), so a row never lands behind a cursor: every read is paged
 -- exactly once, in `at` order except for rows whose write was delayed.
 CREATE TABLE IF NOT EXISTS trace_reads (
-    tenant_id  text NOT NULL REFERENCES tenants (id),
-    tick       text NOT NULL,  -- unique per read: the writing process's random prefix and a counter
+    -- no REFERENCES tenants: rows come only through recall_record_reads, from a key of an existing tenant
+    tenant_id  text NOT NULL,
+    tick       bigint NOT NULL,  -- unique per read: a counter from a random 62-bit start per server process
     run_id     text NOT NULL CHECK (run_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
     at         timestamptz NOT NULL,
     pos        timestamptz NOT NULL,
@@ -466,7 +467,7 @@ $$;
 -- dropped. So a row can never land in another tenant, and the read path carries no tenant.
 -- Returns how many rows verified.
 CREATE OR REPLACE FUNCTION recall_record_reads(
-    key_ids text[], key_sha256s bytea[], ticks text[], runs text[], at_us bigint[], objects text[],
+    key_ids text[], key_sha256s bytea[], ticks bigint[], runs text[], at_us bigint[], objects text[],
     routes text[], statuses integer[], sizes bigint[], request_ids text[], accept interval)
 RETURNS integer
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -486,9 +487,9 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     )
     SELECT count(*)::integer FROM verified
 $$;
-REVOKE ALL ON FUNCTION recall_record_reads(text[], bytea[], text[], text[], bigint[], text[], text[], integer[],
+REVOKE ALL ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
                                            bigint[], text[], interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_record_reads(text[], bytea[], text[], text[], bigint[], text[], text[], integer[],
+GRANT EXECUTE ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
                                               bigint[], text[], interval) TO recall_app;
 
 -- Retention: delete up to `batch` trace rows older than `keep` (all tenants); the sweep calls it.

@@ -152,7 +152,8 @@ def create_app(settings: Settings) -> Litestar:
     protected += trace_routes.ROUTES
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
-            Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey, TraceReads],
+            Router("/", route_handlers=[*_options_handlers(protected), *protected],
+                   middleware=[RequireKey, TraceReads],  # TraceReads: the recall trace (trace.py)
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,

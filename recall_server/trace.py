@@ -52,7 +52,7 @@ RUN_HEADER = "X-Recall-Run"
 _RUN_HEADER = RUN_HEADER.lower().encode()
 _RUN = re.compile(RUN_PATTERN.replace("$", r"\Z"))
 _OBJECT_CHARS = 200  # a path's ID is stored up to this long (a malformed one can be a whole URL)
-_START = (datetime(1970, 1, 1, tzinfo=UTC), "")  # before every read
+_START = (datetime(1970, 1, 1, tzinfo=UTC), -1)  # before every read
 
 # Route handlers with opt={"trace": False} are never traced: reading the trace, managing keys.
 UNTRACED = {"trace": False}
@@ -76,9 +76,9 @@ class Trace:
         self.accept = 1.5 * flush_interval  # a row written later than this after its read is re-placed
         self.settle = 2 * flush_interval  # pages show reads older than this
         self.pending: list[tuple[Any, ...]] = []
-        # A tick names one read uniquely across processes and restarts (like request IDs).
-        prefix = os.urandom(8).hex()
-        self._ticks = (f"{prefix}{n:012x}" for n in itertools.count())
+        # A tick names one read uniquely across processes and restarts: a counter from a random start in
+        # 2^62 (two processes' ranges of a billion reads each overlap with odds of about 2^-32).
+        self._ticks = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2)
 
     def record(self, cred: Credential, run: str, at_us: int, object_id: str | None, route: str, status: int,
                size: int, request: str | None) -> None:

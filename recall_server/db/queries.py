@@ -715,11 +715,11 @@ _OBJECT_READS = {  # kind -> the object's state and its reads (of any run), from
 
 class _ReadKey(Read):
     pos: datetime | None = None
-    tick: str = ""
+    tick: int = 0
 
 
 _read_keys = msgspec.json.Decoder(list[_ReadKey])
-ReadPosition = tuple[datetime, str]
+ReadPosition = tuple[datetime, int]
 
 
 def _reads(text: str) -> list[tuple[Read, ReadPosition]]:
