@@ -19,7 +19,8 @@ Paging in order, exactly once, while rows arrive up to a flush interval late fro
 processes: rows are ordered by `pos`, which is the read's time `at`, or, for a row written more than
 the acceptance window (1.5 flush intervals) after it, its arrival minus that window; a page shows
 only rows older than the settle horizon (2 flush intervals). Every row that is not yet written when
-a page is read therefore has a `pos` newer than the horizon, so it can never land behind a cursor.
+a page is read therefore has a `pos` newer than the horizon (the write, one INSERT, commits within the
+half interval between the two), so it can never land behind a cursor.
 """
 
 from __future__ import annotations
