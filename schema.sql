@@ -675,3 +675,88 @@ LANGUAGE sql STABLE SECURITY DEFINER ROWS 1 SET search_path = public, pg_temp AS
 $$;
 REVOKE ALL ON FUNCTION recall_hook_verify(text, bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_hook_verify(text, bytea) TO recall_app;
+
+-- ---- the recall trace --------------------------------------------------------------------
+-- Which IDs a run read (recall_server/trace.py): one row per read that carried X-Recall-Run,
+-- append-only for recall_app (it can only SELECT; rows arrive through recall_record_reads).
+-- `at` is when the server received the read (the server process's clock); `pos` is the paging
+-- order: `at`, unless the row was written more than the acceptance window after it (a delayed
+-- flush), then its arrival minus that window. Pages show only rows with pos older than the settle
+-- horizon (longer than the window), so a row never lands behind a cursor: every read is paged
+-- exactly once, in `at` order except for rows whose write was delayed.
+CREATE TABLE IF NOT EXISTS trace_reads (
+    -- no REFERENCES tenants: rows come only through recall_record_reads, from a key of an existing tenant
+    tenant_id  text NOT NULL,
+    tick       bigint NOT NULL,  -- unique per read: a counter from a random 62-bit start per server process
+    run_id     text NOT NULL CHECK (run_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
+    at         timestamptz NOT NULL,
+    pos        timestamptz NOT NULL,
+    object_id  text CHECK (length(object_id) <= 200),  -- the path's ID as requested (NULL: an index read)
+    route      text NOT NULL,
+    status     smallint NOT NULL,
+    bytes      bigint NOT NULL,
+    key_id     text NOT NULL,
+    request_id text,
+    PRIMARY KEY (tenant_id, tick)  -- a flush retried after an ambiguous failure inserts nothing twice
+);
+CREATE INDEX IF NOT EXISTS trace_reads_by_run ON trace_reads (tenant_id, run_id, pos, tick);
+CREATE INDEX IF NOT EXISTS trace_reads_by_object ON trace_reads (tenant_id, object_id, pos, tick)
+    WHERE object_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS trace_reads_by_time ON trace_reads USING brin (at);  -- retention purges
+GRANT SELECT ON trace_reads TO recall_app;
+
+DO $$
+BEGIN
+    ALTER TABLE trace_reads ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE trace_reads FORCE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS tenant_isolation ON trace_reads;
+    DROP POLICY IF EXISTS owner_maintenance ON trace_reads;
+    EXECUTE format('CREATE POLICY owner_maintenance ON trace_reads TO %I USING (true) WITH CHECK (true)', current_user);
+    CREATE POLICY tenant_isolation ON trace_reads TO recall_app
+        USING (tenant_id = current_setting('app.tenant_id', true))
+        WITH CHECK (tenant_id = current_setting('app.tenant_id', true));
+END
+$$;
+
+-- One flush of a server process's trace buffer, one statement. Each row lands in the tenant of the
+-- key that made the read, found here from the key's ID and secret hash, exactly as
+-- recall_authenticate does; a row whose key does not verify (or was revoked before the read) is
+-- dropped. So a row can never land in another tenant, and the read path carries no tenant.
+-- Returns how many rows verified.
+CREATE OR REPLACE FUNCTION recall_record_reads(
+    key_ids text[], key_sha256s bytea[], ticks bigint[], runs text[], at_us bigint[], objects text[],
+    routes text[], statuses integer[], sizes bigint[], request_ids text[], accept interval)
+RETURNS integer
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH verified AS (
+        SELECT k.tenant_id, x.tick, x.run, t.at, x.obj, x.route, x.status, x.size, x.key_id, x.rid
+          FROM unnest(key_ids, key_sha256s, ticks, runs, at_us, objects, routes, statuses, sizes, request_ids)
+               AS x(key_id, sha, tick, run, at_us, obj, route, status, size, rid)
+          CROSS JOIN LATERAL (SELECT timestamptz 'epoch' + x.at_us * interval '1 microsecond' AS at) t
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
+                         AND (k.revoked_at IS NULL OR k.revoked_at > t.at)
+    ), written AS (
+        INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
+        SELECT tenant_id, tick, run, at, greatest(at, clock_timestamp() - accept), obj, route, status, size, key_id, rid
+          FROM verified
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM verified
+$$;
+REVOKE ALL ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
+                                           bigint[], text[], interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
+                                              bigint[], text[], interval) TO recall_app;
+
+-- Retention: delete up to `batch` trace rows older than `keep` (all tenants); the sweep calls it.
+CREATE OR REPLACE FUNCTION recall_purge_reads(keep interval, batch integer) RETURNS integer
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH purged AS (
+        DELETE FROM trace_reads WHERE ctid = ANY (ARRAY(
+            SELECT ctid FROM trace_reads WHERE at < now() - keep LIMIT batch))
+        RETURNING 1)
+    SELECT count(*)::integer FROM purged
+$$;
+REVOKE ALL ON FUNCTION recall_purge_reads(interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_purge_reads(interval, integer) TO recall_app;

@@ -101,7 +101,7 @@ class Wrk:
         self.binary, self.threads, self.connections, self.duration, self.key = binary, threads, connections, duration, key
 
     def run(self, url: str, paths: list[str], method: str = "GET", body: str | None = None,
-            connections: int | None = None) -> dict:
+            connections: int | None = None, headers: dict[str, str] | None = None) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "paths").write_text("\n".join(paths) + "\n")
             if body is not None:
@@ -111,6 +111,7 @@ class Wrk:
             def wrk(seconds: int) -> str:
                 return subprocess.run(
                     [self.binary, f"-t{self.threads}", f"-c{connections or self.connections}", f"-d{seconds}s",
+                     *(f"-H{name}: {value}" for name, value in (headers or {}).items()),
                      "--latency", "-s", str(HERE / "wrk.lua"), url],
                     env=env, capture_output=True, text=True, check=True,
                 ).stdout
@@ -315,6 +316,8 @@ def main() -> None:
         "ceiling_fetch": lambda: wrk.run(ceilings.url, [f"/pk/thr_b{i}" for i in range(1, 10001, 7)]),
         "ceiling_db_pgbench": lambda: pgbench(owner, args.connections, args.duration),
         "get_thread": lambda: wrk.run(url, threads),
+        # the same reads, each recorded in the recall trace (X-Recall-Run): what tracing costs
+        "get_thread_traced": lambda: wrk.run(url, threads, headers={"X-Recall-Run": "bench-run"}),
         "get_worker": lambda: wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)]),
         "get_trigger": lambda: wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)]),
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
@@ -393,6 +396,12 @@ def main() -> None:
         return None
 
     ratios["get_thread / fetch_ceiling"] = ratio("get_thread", "ceiling_fetch")
+    ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
+    if "rps_runs" in s.get("get_thread", {}) and "rps_runs" in s.get("get_thread_traced", {}):
+        # Each round runs the two back to back, so a busy minute on a shared machine hits both: the median of
+        # the per-round ratios is steadier than the ratio of the medians.
+        paired = sorted(t / u for t, u in zip(s["get_thread_traced"]["rps_runs"], s["get_thread"]["rps_runs"]))
+        ratios["get_thread_traced / get_thread, median of rounds"] = round(paired[len(paired) // 2], 3)
     ratios["get_thread / langgraph_peer"] = ratio("get_thread", "peer_langgraph_get_thread")
     ratios["get_trigger / http_ceiling"] = ratio("get_trigger", "ceiling_http")
     ratios["get_payload_41k / http_ceiling"] = ratio("get_payload_41k", "ceiling_http")

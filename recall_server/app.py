@@ -45,7 +45,9 @@ from recall_server.routes import (
     workers,
 )
 from recall_server.memories import RecallWithMemories
+from recall_server.routes import trace as trace_routes
 from recall_server.service import Recall
+from recall_server.trace import Trace, TraceReads
 
 log = logging.getLogger("recall_server")
 
@@ -134,24 +136,30 @@ def create_app(settings: Settings) -> Litestar:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
         app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings.idempotency_ttl,
-                                           settings.content_cache_bytes)
+                                                       settings.content_cache_bytes, trace_ttl=settings.trace_ttl)
+        app.state.trace = trace = Trace(db, CursorCodec(secret), settings.trace_flush_interval, settings.trace_buffer)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever())]
+        background.append(asyncio.create_task(trace.flush_forever()))
         try:
             yield
         finally:
             for task in background:
                 task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await trace.flush()  # what the last interval buffered (a crash loses at most that)
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
 
     mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
                  *hooks.ROUTES]
+    protected += trace_routes.ROUTES
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
-            Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],
+            Router("/", route_handlers=[*_options_handlers(protected), *protected],
+                   middleware=[RequireKey, TraceReads],  # TraceReads: the recall trace (trace.py)
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,

@@ -30,6 +30,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     content_cache_bytes: int = 64 * 1024 * 1024  # per process: payloads/bodies served without reading them again
     sweep_interval: float = 60.0  # seconds between purges of expired objects inside serve (0: never)
     log_level: str = "info"
+    trace_flush_interval: float = 1.0  # seconds between trace writes per process; pages show reads 2x this old
+    trace_buffer: int = 10_000  # traced reads per process awaiting a write; beyond it they are dropped (counted)
+    trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
 
 
 # Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.

@@ -459,3 +459,27 @@ class Delivery(Struct, omit_defaults=True):
     trigger_id: TriggerId | None = None
     # a PR's or issue's state: newer than the thread's (applied), or older (stale: the trigger is still filed)
     thread_state: Literal["applied", "stale"] | None = None
+
+
+# ---- the recall trace (recall_server/trace.py) ----
+RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"  # X-Recall-Run, and the run in GET /runs/{run_id}/reads
+RunId = Annotated[str, Meta(pattern=RUN_PATTERN, examples=["run-2026-11-30.a"])]
+
+
+class Read(Struct):
+    """One traced read: which run read which ID, through which route, with what outcome."""
+
+    run: RunId
+    at: Timestamp  # when the server received it
+    object_id: str | None  # the ID in the path, as requested (a miss may name a malformed one); None: an index
+    route: str  # the route template, e.g. /threads/{thread_id}
+    status: int
+    bytes: int  # response body bytes sent
+    key_id: str  # the API key that made the read
+    request_id: str | None = None  # as in the access log and X-Request-ID
+
+
+class ReadPage(Struct):
+    data: list[Read]
+    next_cursor: str | None
+    has_more: bool

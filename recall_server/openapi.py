@@ -49,6 +49,7 @@ _CREATES = {
     "CreateMemory": ("memory_id", ["GetMemory", "GetMemoryValue", "ListMemoryVersions", "DeleteMemory"]),
 }
 _PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces"}
+_PAGES |= {"ListRunReads", "ListObjectReads"}  # the recall trace
 # The named ID schemas: the same patterns models.py enforces in bodies.
 _ID_SCHEMAS = {
     "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
@@ -170,6 +171,16 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         ]
 
     _github_delivery(ops)
+    # The recall trace: every GET that needs a key takes X-Recall-Run, except the trace's own pages and
+    # the key list (trace.UNTRACED); a malformed one is a 400.
+    for op_id, (_, method, op) in ops.items():
+        if method == "get" and op.get("security") and op_id not in {"ListRunReads", "ListObjectReads", "ListKeys"}:
+            op.setdefault("parameters", []).append(
+                {"name": "X-Recall-Run", "in": "header", "required": False,
+                 "schema": {"type": "string", "pattern": models.RUN_PATTERN},
+                 "description": "Record this read in the trace of this run (GET /runs/{run_id}/reads)."})
+            op["responses"].setdefault("400", {"description": "A malformed X-Recall-Run header (or parameter).",
+                                               "content": {PROBLEM_JSON: {"schema": _PROBLEM}}})
 
     schemas["Spilled"]["minProperties"] = 1
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.

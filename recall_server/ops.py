@@ -49,12 +49,14 @@ async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return await q.revoke_key(conn, key_id, None)
 
 
-async def sweep(conn: q.Conn, batch: int = 500) -> int:
+async def sweep(conn: q.Conn, batch: int = 500, trace_ttl: float = 30 * 86_400) -> int:
     """Purge expired objects in every tenant until a batch comes back short; each batch is its own
-    transaction (recall_sweep runs as the owner)."""
+    transaction (recall_sweep runs as the owner). Trace reads older than `trace_ttl` seconds go too."""
     purged = 0
     while (done := await q.sweep(conn, batch)) == batch:
         purged += done
+    while await q.purge_reads(conn, trace_ttl, batch * 10) == batch * 10:
+        pass
     return purged + done
 
 

@@ -9,6 +9,7 @@ from litestar.params import FromPath, JSONBody
 
 from recall_server.models import CreateKey, KeyList, KeyView, NewKey
 from recall_server.routes import Caller, problems
+from recall_server.trace import UNTRACED
 
 
 @get("/key", responses=problems(401, 503), operation_id="GetOwnKey")
@@ -25,7 +26,7 @@ async def create_key(data: JSONBody[CreateKey], request: Caller) -> Response[New
     return Response(key, status_code=201, headers={"Location": f"/admin/keys/{key.id}"})
 
 
-@get("/admin/keys", responses=problems(401, 403, 503), operation_id="ListKeys")
+@get("/admin/keys", responses=problems(401, 403, 503), operation_id="ListKeys", opt=UNTRACED)
 async def list_keys(request: Caller) -> KeyList:
     return await request.recall.list_keys(request.cred)
 
