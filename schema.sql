@@ -41,6 +41,13 @@ CREATE TABLE IF NOT EXISTS threads (
     deleted_at   timestamptz,
     PRIMARY KEY (tenant_id, id)
 );
+-- The thread's head (version 4): its newest recall_head_size() events and its owners, as the raw data
+-- a view needs (the owner's summary and deletion, expires_at; each event's ref_gone_at), so the view is
+-- a read of this one row. Kept by the statements that change them, under the thread's row lock:
+-- append_event prepends, everything else (owners, erasure, expiry caps) calls recall_rebuild_head.
+-- Gone-ness that depends on the clock is not stored: the reader compares the times with its now().
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS head_events jsonb NOT NULL DEFAULT '[]';
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS head_owners jsonb NOT NULL DEFAULT '[]';
 CREATE INDEX IF NOT EXISTS threads_by_created ON threads (tenant_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS threads_by_status ON threads (tenant_id, status, created_at DESC, id DESC);
 
@@ -364,10 +371,68 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
         ELSE json_build_object('seq', e.seq, 'type', e.type, 'at', e.at, 'summary', e.summary, 'ref', e.ref) END
 $$;
 
+-- How many newest events a thread's head holds: spill.RECENT, the default view's (tests/test_thread_head.py).
+CREATE OR REPLACE FUNCTION recall_head_size() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10 $$;
+
+-- An event as the head keeps it: what recall_event renders from, the target's gone-ness left to the reader.
+CREATE OR REPLACE FUNCTION recall_head_event(seq bigint, type text, at timestamptz, summary text, ref text,
+                                             ref_gone_at timestamptz) RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT jsonb_build_object('seq', seq, 'type', type, 'at', at, 'summary', summary, 'ref', ref,
+                              'gone_at', ref_gone_at)
+$$;
+
+-- A thread's head rendered from the log and the owners table (see threads.head_events).
+CREATE OR REPLACE FUNCTION recall_head_events(t text, thr text) RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_agg(recall_head_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)
+                              ORDER BY e.seq DESC), '[]')
+      FROM threads x JOIN thread_events e ON e.tenant_id = x.tenant_id AND e.thread_id = x.id
+     WHERE x.tenant_id = t AND x.id = thr AND e.seq > x.last_seq - recall_head_size()
+$$;
+
+CREATE OR REPLACE FUNCTION recall_head_owners(t text, thr text) RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', w.id, 'summary', w.summary,
+                                                 'deleted', w.deleted_at IS NOT NULL, 'expires_at', w.expires_at)
+                              ORDER BY o.assigned_at, w.id), '[]')
+      FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
+     WHERE o.tenant_id = t AND o.thread_id = thr
+$$;
+
+-- Render a thread's head again from the log, under the thread's row lock. Each statement of a
+-- plpgsql function takes a fresh snapshot (READ COMMITTED), so the rebuild sees every append that
+-- committed before the lock was granted, and appends after it prepend to the rebuilt head.
+CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
+    UPDATE threads SET head_events = recall_head_events(t, thr), head_owners = recall_head_owners(t, thr)
+     WHERE tenant_id = t AND id = thr AND deleted_at IS NULL;
+END
+$$;
+
+-- After `obj` was erased or its expiry capped: the heads of the threads whose newest events point at
+-- it, or that it owns, rendered again (in ID order, so two erasures lock threads in the same order).
+CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE thr text;
+BEGIN
+    FOR thr IN
+        SELECT thread_id FROM thread_events WHERE tenant_id = t AND ref = obj
+        UNION SELECT thread_id FROM thread_owners WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND worker_id = obj
+        ORDER BY 1
+    LOOP
+        PERFORM recall_rebuild_head(t, thr);
+    END LOOP;
+END
+$$;
+
 -- A thread's expiry changed (retention): what was filed on it, and events pointing there, follow.
 CREATE OR REPLACE FUNCTION recall_cap_expiry(t text, thr text) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE until timestamptz;
+DECLARE until timestamptz; obj text;
 BEGIN
     SELECT expires_at INTO until FROM threads WHERE tenant_id = t AND id = thr;
     IF until IS NULL THEN
@@ -381,6 +446,10 @@ BEGIN
      WHERE e.tenant_id = t AND (e.ref_gone_at IS NULL OR e.ref_gone_at > until)
        AND (e.ref = thr OR e.ref IN (SELECT id FROM triggers WHERE tenant_id = t AND thread_id = thr
                                      UNION ALL SELECT id FROM reports WHERE tenant_id = t AND thread_id = thr));
+    FOR obj IN SELECT thr UNION SELECT id FROM triggers WHERE tenant_id = t AND thread_id = thr
+               UNION SELECT id FROM reports WHERE tenant_id = t AND thread_id = thr LOOP
+        PERFORM recall_rebuild_heads_showing(t, obj);
+    END LOOP;
 END
 $$;
 
@@ -408,6 +477,7 @@ BEGIN
      WHERE tenant_id = t AND id = mem;
     DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
     UPDATE thread_events SET ref_gone_at = least(ref_gone_at, now()) WHERE tenant_id = t AND ref = mem;
+    PERFORM recall_rebuild_heads_showing(t, mem);
     UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
 END
 $$;
@@ -443,7 +513,7 @@ BEGIN
         END LOOP;
         DELETE FROM thread_events WHERE tenant_id = t AND thread_id = obj;
         UPDATE threads SET title = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_events = '[]', head_owners = '[]', deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     WHEN 'mem_' THEN
         -- Every version of the pair, in every chain it had; deleting an already deleted version is a no-op
@@ -458,6 +528,8 @@ BEGIN
        SET ref_gone_at = least(ref_gone_at, now()),
            summary = CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END
      WHERE tenant_id = t AND ref = obj;
+    -- Thread heads that show it (its events, or it as an owner) follow.
+    PERFORM recall_rebuild_heads_showing(t, obj);
     -- Stored idempotent responses that show it are dropped; replays render what still exists.
     UPDATE idempotency_keys SET body = NULL
      WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[obj];
@@ -760,3 +832,14 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION recall_purge_reads(interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_purge_reads(interval, integer) TO recall_app;
+
+-- Version 4: the thread head (threads.head_events, head_owners), filled once for threads written
+-- before it. Stop version-3 servers before migrating: they append without keeping the head.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 4) THEN
+        UPDATE threads SET head_events = recall_head_events(tenant_id, id), head_owners = recall_head_owners(tenant_id, id)
+         WHERE deleted_at IS NULL;
+        INSERT INTO schema_migrations (version) VALUES (4);
+    END IF;
+END $$;

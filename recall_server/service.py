@@ -423,6 +423,7 @@ class Recall:
                     raise Unprocessable(f"A thread has at most {MAX_LINKS} owner workers.", id=thread_id)
                 await q.append_event(conn, tenant, thread_id, "owner_assigned",
                                      f"owner assigned: {req.worker_id}", req.worker_id)
+                await q.rebuild_head(conn, tenant, thread_id)  # the new owner, in the view's order
             return _created(created, await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET, created=created),
                             f"/threads/{thread_id}")
 

@@ -33,7 +33,8 @@ def hrefs(value: Any) -> list[str]:
 
 
 def add_events(sql, thread_id: str, n: int) -> None:
-    """Bulk-append n notes the way append_event does (seq from last_seq), in one statement each."""
+    """Bulk-append n notes the way append_event does (seq from last_seq), in one statement, then render
+    the thread's head from the log as the server's other writers do (recall_rebuild_head)."""
     sql(
         """
         WITH s AS (UPDATE threads SET last_seq = last_seq + $3 WHERE tenant_id = 'default' AND id = $1
@@ -43,6 +44,7 @@ def add_events(sql, thread_id: str, n: int) -> None:
         """,
         thread_id, "bulk note number ", n,
     )
+    sql("SELECT recall_rebuild_head('default', $1)", thread_id)
 
 
 @pytest.mark.slow

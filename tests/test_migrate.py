@@ -46,8 +46,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
-    assert cli(version_1_store, "migrate").strip() == "schema version 3"
-    assert cli(version_1_store, "migrate").strip() == "schema version 3"  # and again: nothing changes
+    assert cli(version_1_store, "migrate").strip() == "schema version 4"
+    assert cli(version_1_store, "migrate").strip() == "schema version 4"  # and again: nothing changes
     rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
@@ -90,8 +90,8 @@ def version_2_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
-    assert cli(version_2_store, "migrate").strip() == "schema version 3"
-    assert cli(version_2_store, "migrate").strip() == "schema version 3"
+    assert cli(version_2_store, "migrate").strip() == "schema version 4"
+    assert cli(version_2_store, "migrate").strip() == "schema version 4"
     rows = run_sql(version_2_store, "SELECT conname, convalidated FROM pg_constraint "
                                     "WHERE contype = 'c' AND conname LIKE '%\\_limit'")
     assert len(rows) == 22 and all(r["convalidated"] for r in rows)
@@ -100,7 +100,9 @@ def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: st
     try:
         key = create_key(version_2_store, "default", "write")
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as c:
-            assert c.get("/threads/thr_old1").json()["title"] == "t" * 120
+            old1 = c.get("/threads/thr_old1").json()
+            assert old1["title"] == "t" * 120
+            assert [o["id"] for o in old1["owner_workers"]] == ["wkr_old"], "version 4 filled the thread's head"
             assert c.get("/threads/thr_old2").status_code == 410
             assert c.patch("/threads/thr_old3", json={"summary": "still writable"}).status_code == 200
     finally:

@@ -58,9 +58,21 @@ def _labels(row: asyncpg.Record) -> dict[str, object]:
 # back flagged, never filtered silently: the service answers 410 for them. Links and events to gone
 # objects render through recall_link/recall_event.
 
-# The newest events by seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the
-# LIMIT, PostgreSQL re-planned this statement on every execution (tests/test_plans.py).
-_THREAD = keyed("""
+# The default view reads the thread's head (threads.head_events, head_owners: the newest events and the
+# owners, kept on the row by the writes that change them), so it is a primary-key fetch of one row.
+# Whether an event's target or an owner is gone depends on the clock, so the head keeps the times and
+# the reader compares them with the statement's now(), as recall_event and recall_is_gone would.
+_THREAD_HEAD = keyed("""
+    SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
+      t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+      t.head_owners::text AS owners, t.head_events::text AS events, now() AS now
+    FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
+""")
+
+# Bigger budgets show more events than the head holds: rendered from the log. The newest events by
+# seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the LIMIT, PostgreSQL re-planned
+# this statement on every execution (tests/test_plans.py).
+_THREAD_LOG = keyed("""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
@@ -72,15 +84,64 @@ _THREAD = keyed("""
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
+HEAD_SIZE = 10  # recall_head_size() in schema.sql; spill.RECENT (tests/test_thread_head.py)
+_FILED = ("trigger_filed", "report_filed")
 
-async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int) -> tuple[str, ThreadRow | None]:
-    tenant, row = await tenancy.fetch(conn, cred, _THREAD, thread_id, events)
+
+class _HeadEvent(msgspec.Struct):
+    seq: int
+    type: str
+    at: datetime
+    summary: str
+    ref: str | None
+    gone_at: datetime | None
+
+
+class _HeadOwner(msgspec.Struct):
+    id: str
+    summary: str
+    deleted: bool
+    expires_at: datetime | None
+
+
+_head_events = msgspec.json.Decoder(list[_HeadEvent])
+_head_owners = msgspec.json.Decoder(list[_HeadOwner])
+
+
+def _head_event(e: _HeadEvent, now: datetime) -> Event:
+    """recall_event, from the head: an event whose target is gone by `now` is marked, its copied summary hidden."""
+    if e.gone_at is not None and e.gone_at <= now:
+        return Event(seq=e.seq, type=e.type, at=e.at, summary="" if e.type in _FILED else e.summary, ref=e.ref,
+                     ref_deleted=True)
+    return Event(seq=e.seq, type=e.type, at=e.at, summary=e.summary, ref=e.ref)
+
+
+def _head_owner(o: _HeadOwner, now: datetime) -> Link:
+    """recall_link of an owner, from the head."""
+    if o.deleted or (o.expires_at is not None and o.expires_at <= now):
+        return Link(id=o.id, deleted=True)
+    return Link(id=o.id, summary=o.summary)
+
+
+async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int,
+                       from_log: bool = False) -> tuple[str, ThreadRow | None]:
+    """The thread with its owners and newest `events` events: from its head when that holds them
+    (unless `from_log`, which renders both from the tables, as the head-versus-log test compares)."""
+    use_head = events <= HEAD_SIZE and not from_log
+    tenant, row = await tenancy.fetch(conn, cred, *((_THREAD_HEAD, thread_id) if use_head
+                                                    else (_THREAD_LOG, thread_id, events)))
     if row is None:
         return tenant, None
+    if use_head:
+        now = row["now"]
+        owners = [_head_owner(o, now) for o in _head_owners.decode(row["owners"])]
+        newest = [_head_event(e, now) for e in _head_events.decode(row["events"])[:events]]
+    else:
+        owners, newest = _links.decode(row["owners"]), _events.decode(row["events"])
     return tenant, ThreadRow(
         id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
         last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
-        owners=_links.decode(row["owners"]), events=_events.decode(row["events"]), **_labels(row),
+        owners=owners, events=newest, **_labels(row),
     )
 
 
@@ -481,7 +542,8 @@ async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summ
 
 
 async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) -> bool:
-    """Make the worker an owner (counted on the worker row); False when it already is one."""
+    """Make the worker an owner (counted on the worker row); False when it already is one. The caller
+    holds the thread's row lock and calls rebuild_head after."""
     return await conn.fetchval(
         """
         WITH new AS (INSERT INTO thread_owners (tenant_id, thread_id, worker_id) VALUES ($1, $2, $3)
@@ -570,15 +632,20 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
                        ref: str | None) -> Event | None:
     """Take the thread's next seq under its row lock and append; None if the thread is missing.
 
-    The UPDATE holds the row lock until commit, so appends to one thread commit in seq order.
+    The UPDATE holds the row lock until commit, so appends to one thread commit in seq order; it
+    prepends the event to the thread's head (dropping the oldest beyond recall_head_size()).
     """
     row = await conn.fetchrow(
         """
-        WITH s AS (
-          UPDATE threads SET last_seq = last_seq + 1, updated_at = clock_timestamp()
-           WHERE tenant_id = $1 AND id = $2 RETURNING last_seq)
-        INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref, ref_gone_at)
-        SELECT $1, $2, s.last_seq, $3, $4, $5, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END FROM s
+        WITH v AS (SELECT clock_timestamp() AS at, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END AS gone_at),
+        s AS (
+          UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+                 head_events = jsonb_build_array(recall_head_event(t.last_seq + 1, $3, v.at, $4, $5, v.gone_at))
+                               || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
+                                       THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END
+            FROM v WHERE t.tenant_id = $1 AND t.id = $2 RETURNING t.last_seq)
+        INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+        SELECT $1, $2, s.last_seq, $3, v.at, $4, $5, v.gone_at FROM s, v
         RETURNING seq, type, at, summary, ref
         """,
         tenant, thread_id, type_, summary, ref,
@@ -587,6 +654,11 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
 
 
 # ---- lifecycle -------------------------------------------------------------------------
+
+
+async def rebuild_head(conn: Conn, tenant: str, thread_id: str) -> None:
+    """Render the thread's head (newest events, owners) again from the tables (see recall_rebuild_head)."""
+    await conn.execute("SELECT recall_rebuild_head($1, $2)", tenant, thread_id)
 
 
 async def cap_expiry(conn: Conn, tenant: str, thread_id: str) -> None:
