@@ -1,0 +1,153 @@
+"""The thread head (threads.head_events, head_owners) shows what the log shows, whatever happened.
+
+The default thread view is read from the head kept on the thread row; bigger budgets, and this
+test, render it from the log and the owners table. Random sequences of the writes that change a
+view (notes pointing anywhere, filings, owners, deletions, short expiries, closes under a
+retention) run over HTTP against the real server; after each, every thread's head-rendered row
+must equal its log-rendered row, before and after the short expiries have run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import msgspec
+import pytest
+from helpers import cli, create_key, uid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recall_server import auth, spill
+from recall_server.db import queries
+from recall_server.db.pool import as_app_role
+
+TENANT = "head-property"
+SHORT = 0.6  # seconds: the short expiries and the closed-thread retention run out within one example
+
+pick = st.integers(min_value=0, max_value=7)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("note"), pick, st.sampled_from(["none", "thread", "worker", "trigger", "report"]), pick),
+        st.tuples(st.just("trigger"), pick, st.booleans()),
+        st.tuples(st.just("report"), pick, pick, st.booleans()),
+        st.tuples(st.just("owner"), pick, pick),
+        st.tuples(st.just("delete"), st.sampled_from(["trigger", "report", "worker", "thread"]), pick),
+        st.tuples(st.just("close"), pick),
+    ),
+    min_size=1, max_size=24,
+)
+
+
+@pytest.fixture(scope="module")
+def head_key(database_url: str) -> str:
+    key = create_key(database_url, TENANT, "write")
+    cli(database_url, "tenants", "retention", TENANT, "--closed-threads", str(SHORT / 86400))
+    return key
+
+
+def soon() -> str:
+    return (datetime.now(UTC) + timedelta(seconds=SHORT)).isoformat()
+
+
+class World:
+    """The objects one example made, and the writes it applies to them (refusals are part of the game)."""
+
+    def __init__(self, c: httpx.Client) -> None:
+        self.c = c
+        self.made: dict[str, list[str]] = {"thread": [], "worker": [], "trigger": [], "report": []}
+
+    def _of(self, kind: str, i: int) -> str | None:
+        found = self.made[kind]
+        return found[i % len(found)] if found else None
+
+    def create(self, kind: str, path: str, body: dict[str, Any]) -> None:
+        r = self.c.post(path, json=body)
+        if r.status_code == 201:
+            self.made[kind].append(r.json()["id"])
+
+    def apply(self, op: tuple[Any, ...]) -> None:
+        name, *args = op
+        if name == "note":
+            thread, ref_kind, j = self._of("thread", args[0]), args[1], args[2]
+            ref = None if ref_kind == "none" else self._of(ref_kind, j)
+            if thread:
+                self.c.post(f"/threads/{thread}/events", json={"summary": f"note {len(self.made['thread'])}",
+                                                               **({"ref": ref} if ref else {})})
+        elif name == "trigger":
+            thread = self._of("thread", args[0])
+            self.create("trigger", "/triggers", {"id": uid("trg"), "source": "test", "summary": "filed trigger",
+                                                 "payload": "p", **({"thread_id": thread} if thread else {}),
+                                                 **({"expires_at": soon()} if args[1] else {})})
+        elif name == "report":
+            worker, thread = self._of("worker", args[0]), self._of("thread", args[1])
+            if worker and thread:
+                self.create("report", f"/workers/{worker}/reports",
+                            {"id": uid("rpt"), "thread_id": thread, "summary": "filed report", "body": "b",
+                             **({"expires_at": soon()} if args[2] else {})})
+        elif name == "owner":
+            thread, worker = self._of("thread", args[0]), self._of("worker", args[1])
+            if thread and worker:
+                self.c.post(f"/threads/{thread}/owners", json={"worker_id": worker})
+        elif name == "delete":
+            target = self._of(args[0], args[1])
+            if target:
+                self.c.delete(f"/{args[0]}s/{target}")
+        elif name == "close":
+            thread = self._of("thread", args[0])
+            if thread:
+                self.c.patch(f"/threads/{thread}", json={"status": "closed"})
+
+
+async def rendered(dsn: str, key: str, thread_ids: list[str]) -> list[tuple[bytes, bytes, bytes, bytes]]:
+    """Each thread's row and default view, from its head and from the log, in one transaction (one now())."""
+    cred = auth.parse(f"Bearer {key}")
+    conn = await asyncpg.connect(dsn)
+    try:
+        out = []
+        async with conn.transaction(isolation="repeatable_read"):
+            for thread_id in thread_ids:
+                _, head = await queries.fetch_thread(conn, cred, thread_id, spill.RECENT)
+                _, log = await queries.fetch_thread(conn, cred, thread_id, spill.RECENT, from_log=True)
+                assert head is not None and log is not None
+                out.append((msgspec.json.encode(head), msgspec.json.encode(log),
+                            msgspec.json.encode(spill.thread_view(head, spill.DEFAULT_BUDGET)),
+                            msgspec.json.encode(spill.thread_view(log, spill.DEFAULT_BUDGET))))
+        return out
+    finally:
+        await conn.close()
+
+
+def assert_head_matches_log(dsn: str, key: str, world: World, when: str) -> None:
+    for head_row, log_row, head_view, log_view in asyncio.run(rendered(dsn, key, world.made["thread"])):
+        assert head_row == log_row, f"{when}: the head shows\n{head_row!r}\nthe log shows\n{log_row!r}"
+        assert head_view == log_view
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(ops=operations, short_worker=st.booleans())
+def test_the_head_renders_what_the_log_renders(database_url: str, base_url: str, head_key: str,
+                                               ops: list[tuple[Any, ...]], short_worker: bool) -> None:
+    dsn = as_app_role(database_url)
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {head_key}"}) as c:
+        world = World(c)
+        for _ in range(2):
+            world.create("thread", "/threads", {"id": uid("thr"), "title": "t", "summary": "a thread"})
+        world.create("worker", "/workers", {"id": uid("wkr"), "name": "w", "summary": "a worker"})
+        world.create("worker", "/workers", {"id": uid("wkr"), "name": "w", "summary": "short-lived",
+                                            **({"expires_at": soon()} if short_worker else {})})
+        started = time.monotonic()
+        for op in ops:
+            world.apply(op)
+        assert_head_matches_log(dsn, head_key, world, "right after the writes")
+        time.sleep(max(0.0, SHORT + 0.1 - (time.monotonic() - started)))
+        assert_head_matches_log(dsn, head_key, world, "once the short expiries ran out")
+
+
+def test_the_head_holds_as_many_events_as_the_default_view_shows(sql) -> None:
+    assert sql("SELECT recall_head_size()")[0][0] == spill.RECENT == queries.HEAD_SIZE
