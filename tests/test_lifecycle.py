@@ -138,6 +138,7 @@ def test_a_deleted_trigger_is_gone_everywhere_and_its_bytes_are_erased(
     rows = sql("SELECT summary, payload FROM triggers WHERE id = $1", doomed)
     assert rows[0]["summary"] == "" and rows[0]["payload"] == b""
     assert sql("SELECT count(*) FROM thread_events WHERE position($1 in summary) > 0", secret)[0][0] == 0
+    assert sql("SELECT count(*) FROM threads WHERE position($1 in head_events::text) > 0", secret)[0][0] == 0
     assert sql("SELECT count(*) FROM idempotency_keys WHERE position(convert_to($1, 'UTF8') in body) > 0",
                secret)[0][0] == 0
     assert "erased" in cli(database_url, "verify-erasure", doomed)
@@ -317,3 +318,17 @@ def test_serve_sweeps_expired_content_by_itself(database_url: str, api_key: str,
             time.sleep(0.2)
     finally:
         server.stop()
+
+
+def test_verify_erasure_finds_a_summary_left_in_a_threads_head(database_url: str, graph: Graph, client: httpx.Client,
+                                                                sql) -> None:
+    """The check reads the head as well as the log: a head not rebuilt on erasure would be reported."""
+    thread = graph.thread()["id"]
+    doomed = graph.trigger(thread_id=thread, summary="private summary")["id"]
+    stale = sql("SELECT head_events FROM threads WHERE id = $1", thread)[0][0]
+    assert client.delete(f"/triggers/{doomed}").status_code == 204
+    assert "erased" in cli(database_url, "verify-erasure", doomed)
+    sql("UPDATE threads SET head_events = $2::jsonb WHERE id = $1", thread, stale)  # as if never rebuilt
+    run = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", doomed],
+                         env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
+    assert run.returncode == 1 and f"the head of {thread} still copies a summary" in run.stdout

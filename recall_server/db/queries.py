@@ -749,6 +749,14 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
            WHERE tenant_id = $1 AND ref = $2 AND type IN ('trigger_filed', 'report_filed') AND summary <> ''
           UNION ALL SELECT 'thread_events: the thread''s own event seq ' || seq FROM thread_events
            WHERE tenant_id = $1 AND thread_id = $2
+          UNION ALL SELECT 'threads: the head of ' || id || ' still copies a summary of it' FROM threads
+           WHERE tenant_id = $1 AND (
+             jsonb_path_exists(head_events, '$[*] ? (@.ref == $id && @.summary != "" &&
+                                                     (@.type == "trigger_filed" || @.type == "report_filed"))',
+                               jsonb_build_object('id', $2))
+             OR jsonb_path_exists(head_owners, '$[*] ? (@.id == $id && @.summary != "")', jsonb_build_object('id', $2)))
+          UNION ALL SELECT 'threads: the erased thread''s head still shows its log' FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NOT NULL AND (head_events <> '[]' OR head_owners <> '[]')
           UNION ALL SELECT 'triggers: ' || id || ' filed on the thread still has content' FROM triggers
            WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(payload) > 0)
           UNION ALL SELECT 'reports: ' || id || ' about the thread still has content' FROM reports
