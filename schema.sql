@@ -70,6 +70,14 @@ CREATE TABLE IF NOT EXISTS workers (
     PRIMARY KEY (tenant_id, id)
 );
 
+-- The worker's head (version 4): its newest recall_head_size() owned threads and reports, as the raw
+-- data its view needs (summaries, deletion, expires_at, a report's cited trigger IDs), so the view is a
+-- read of this one row. Rendered again (recall_rebuild_worker_head) under the worker's row lock by
+-- every write that changes what it shows: an owner assigned, a report filed, a thread's summary or
+-- expiry changed, an erasure.
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS head_threads jsonb NOT NULL DEFAULT '[]';
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS head_reports jsonb NOT NULL DEFAULT '[]';
+
 CREATE TABLE IF NOT EXISTS thread_owners (
     tenant_id   text NOT NULL,
     thread_id   text NOT NULL,
@@ -413,8 +421,53 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION recall_worker_head_threads(t text, wkr text) RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', x.id, 'summary', x.summary, 'deleted', x.deleted_at IS NOT NULL,
+                                                 'expires_at', x.expires_at) ORDER BY x.assigned_at DESC, x.id DESC), '[]')
+      FROM (SELECT t2.id, t2.summary, t2.deleted_at, t2.expires_at, o.assigned_at FROM thread_owners o
+              JOIN threads t2 ON t2.tenant_id = o.tenant_id AND t2.id = o.thread_id
+             WHERE o.tenant_id = t AND o.worker_id = wkr
+             ORDER BY o.assigned_at DESC, t2.id DESC LIMIT recall_head_size()) x
+$$;
+
+CREATE OR REPLACE FUNCTION recall_worker_head_reports(t text, wkr text) RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', x.id, 'summary', x.summary, 'refs', x.refs,
+                                                 'deleted', x.deleted_at IS NOT NULL, 'expires_at', x.expires_at)
+                              ORDER BY x.created_at DESC, x.id DESC), '[]')
+      FROM (SELECT r.id, r.summary, r.deleted_at, r.expires_at, r.created_at,
+                   ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
+                          AND rr.report_id = r.id ORDER BY rr.position) AS refs
+              FROM reports r WHERE r.tenant_id = t AND r.worker_id = wkr
+             ORDER BY r.created_at DESC, r.id DESC LIMIT recall_head_size()) x
+$$;
+
+-- Render a worker's head again, under the worker's row lock (a fresh snapshot after it, as above).
+CREATE OR REPLACE FUNCTION recall_rebuild_worker_head(t text, wkr text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
+    UPDATE workers SET head_threads = recall_worker_head_threads(t, wkr),
+                       head_reports = recall_worker_head_reports(t, wkr)
+     WHERE tenant_id = t AND id = wkr AND deleted_at IS NULL;
+END
+$$;
+
+-- The heads of the workers owning a thread (its summary or expiry changed, or it was erased).
+CREATE OR REPLACE FUNCTION recall_rebuild_owner_heads(t text, thr text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE wkr text;
+BEGIN
+    FOR wkr IN SELECT worker_id FROM thread_owners WHERE tenant_id = t AND thread_id = thr ORDER BY 1 LOOP
+        PERFORM recall_rebuild_worker_head(t, wkr);
+    END LOOP;
+END
+$$;
+
 -- After `obj` was erased or its expiry capped: the heads of the threads whose newest events point at
--- it, or that it owns, rendered again (in ID order, so two erasures lock threads in the same order).
+-- it, or that it owns, rendered again (in ID order, so two erasures lock threads in the same order),
+-- then the heads of the workers that show it.
 CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE thr text;
@@ -426,6 +479,13 @@ BEGIN
     LOOP
         PERFORM recall_rebuild_head(t, thr);
     END LOOP;
+    -- Worker heads show threads (to their owners) and reports (to their worker); threads first, then
+    -- workers, the order every writer locks them in.
+    IF left(obj, 4) = 'thr_' THEN
+        PERFORM recall_rebuild_owner_heads(t, obj);
+    ELSIF left(obj, 4) = 'rpt_' THEN
+        PERFORM recall_rebuild_worker_head(t, (SELECT worker_id FROM reports WHERE tenant_id = t AND id = obj));
+    END IF;
 END
 $$;
 
@@ -498,8 +558,11 @@ BEGIN
                app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     WHEN 'wkr_' THEN
+        -- The threads it owns first (their heads show it): threads before workers, as every writer locks.
+        PERFORM 1 FROM threads x WHERE x.tenant_id = t AND x.id IN (
+            SELECT thread_id FROM thread_owners WHERE tenant_id = t AND worker_id = obj) ORDER BY x.id FOR NO KEY UPDATE;
         UPDATE workers SET name = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     WHEN 'thr_' THEN
         -- The thread's row lock first: a trigger or report being filed on it concurrently is either
@@ -833,12 +896,15 @@ $$;
 REVOKE ALL ON FUNCTION recall_purge_reads(interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_purge_reads(interval, integer) TO recall_app;
 
--- Version 4: the thread head (threads.head_events, head_owners), filled once for threads written
--- before it. Stop version-3 servers before migrating: they append without keeping the head.
+-- Version 4: the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
+-- head_reports), filled once for rows written before them. Stop version-3 servers before migrating: they append without keeping the head.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 4) THEN
         UPDATE threads SET head_events = recall_head_events(tenant_id, id), head_owners = recall_head_owners(tenant_id, id)
+         WHERE deleted_at IS NULL;
+        UPDATE workers SET head_threads = recall_worker_head_threads(tenant_id, id),
+                           head_reports = recall_worker_head_reports(tenant_id, id)
          WHERE deleted_at IS NULL;
         INSERT INTO schema_migrations (version) VALUES (4);
     END IF;

@@ -362,6 +362,7 @@ class Recall:
                 if req.refs:
                     await q.insert_refs(conn, tenant, report_id, req.refs)
                 await q.append_event(conn, tenant, req.thread_id, "report_filed", req.summary, report_id)
+                await q.rebuild_worker_head(conn, tenant, worker_id)
             else:
                 await self._existing_or_conflict(conn, tenant, "report", report_id, h)
             return _created(created, await self._view(conn, cred, report_id, spill.DEFAULT_BUDGET, created=created),
@@ -394,6 +395,8 @@ class Recall:
                              summary: str | None, status: str | None) -> None:
         """A thread update's write steps, under the thread's row lock (PATCH /threads and webhook deliveries)."""
         old, new = await q.update_thread(conn, tenant, thread_id, title, summary, status)
+        if summary is not None:  # the owners' views show it
+            await q.rebuild_owner_heads(conn, tenant, thread_id)
         if old != new:
             await q.append_event(conn, tenant, thread_id, "status_changed", f"status: {old} -> {new}", None)
             await q.cap_expiry(conn, tenant, thread_id)  # closing may have started the retention clock
@@ -424,6 +427,7 @@ class Recall:
                 await q.append_event(conn, tenant, thread_id, "owner_assigned",
                                      f"owner assigned: {req.worker_id}", req.worker_id)
                 await q.rebuild_head(conn, tenant, thread_id)  # the new owner, in the view's order
+                await q.rebuild_worker_head(conn, tenant, req.worker_id)
             return _created(created, await self._view(conn, cred, thread_id, spill.DEFAULT_BUDGET, created=created),
                             f"/threads/{thread_id}")
 

@@ -117,7 +117,7 @@ def _head_event(e: _HeadEvent, now: datetime) -> Event:
 
 
 def _head_owner(o: _HeadOwner, now: datetime) -> Link:
-    """recall_link of an owner, from the head."""
+    """recall_link of an owner (or a worker's thread), from a head."""
     if o.deleted or (o.expires_at is not None and o.expires_at <= now):
         return Link(id=o.id, deleted=True)
     return Link(id=o.id, summary=o.summary)
@@ -145,7 +145,15 @@ async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int
     )
 
 
-_WORKER = keyed("""
+# The default view reads the worker's head (workers.head_threads, head_reports), like a thread's.
+_WORKER_HEAD = keyed("""
+    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
+      recall_is_gone(w.deleted_at, w.expires_at) AS gone, w.threads_total, w.head_threads::text AS threads,
+      w.reports_total, w.head_reports::text AS reports, now() AS now
+    FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
+""")
+
+_WORKER_LOG = keyed("""
     SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
       recall_is_gone(w.deleted_at, w.expires_at) AS gone,
       w.threads_total,
@@ -170,14 +178,44 @@ _WORKER = keyed("""
 """)
 
 
-async def fetch_worker(conn: Conn, cred: Credential, worker_id: str, recent: int) -> tuple[str, WorkerRow | None]:
-    tenant, row = await tenancy.fetch(conn, cred, _WORKER, worker_id, recent)
+
+
+class _HeadReport(msgspec.Struct):
+    id: str
+    summary: str
+    refs: list[str]
+    deleted: bool
+    expires_at: datetime | None
+
+
+_head_reports = msgspec.json.Decoder(list[_HeadReport])
+
+
+def _head_report(r: _HeadReport, now: datetime) -> Link:
+    if r.deleted or (r.expires_at is not None and r.expires_at <= now):
+        return Link(id=r.id, deleted=True)
+    return Link(id=r.id, summary=r.summary, refs=r.refs)
+
+
+async def fetch_worker(conn: Conn, cred: Credential, worker_id: str, recent: int,
+                       from_log: bool = False) -> tuple[str, WorkerRow | None]:
+    """The worker with its newest `recent` threads and reports: from its head when that holds them
+    (unless `from_log`)."""
+    use_head = recent <= HEAD_SIZE and not from_log
+    tenant, row = await tenancy.fetch(conn, cred, *((_WORKER_HEAD, worker_id) if use_head
+                                                    else (_WORKER_LOG, worker_id, recent)))
     if row is None:
         return tenant, None
+    if use_head:
+        now = row["now"]
+        threads = [_head_owner(t, now) for t in _head_owners.decode(row["threads"])[:recent]]
+        reports = [_head_report(r, now) for r in _head_reports.decode(row["reports"])[:recent]]
+    else:
+        threads, reports = _links.decode(row["threads"]), _links.decode(row["reports"])
     return tenant, WorkerRow(
         id=row["id"], name=row["name"], summary=row["summary"], created_at=row["created_at"],
-        threads_total=row["threads_total"], threads=_links.decode(row["threads"]),
-        reports_total=row["reports_total"], reports=_links.decode(row["reports"]), **_labels(row),
+        threads_total=row["threads_total"], threads=threads,
+        reports_total=row["reports_total"], reports=reports, **_labels(row),
     )
 
 
@@ -659,6 +697,16 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
 async def rebuild_head(conn: Conn, tenant: str, thread_id: str) -> None:
     """Render the thread's head (newest events, owners) again from the tables (see recall_rebuild_head)."""
     await conn.execute("SELECT recall_rebuild_head($1, $2)", tenant, thread_id)
+
+
+async def rebuild_worker_head(conn: Conn, tenant: str, worker_id: str) -> None:
+    """Render the worker's head (newest threads, reports) again (see recall_rebuild_worker_head)."""
+    await conn.execute("SELECT recall_rebuild_worker_head($1, $2)", tenant, worker_id)
+
+
+async def rebuild_owner_heads(conn: Conn, tenant: str, thread_id: str) -> None:
+    """The heads of the workers that own the thread (its summary shows there)."""
+    await conn.execute("SELECT recall_rebuild_owner_heads($1, $2)", tenant, thread_id)
 
 
 async def cap_expiry(conn: Conn, tenant: str, thread_id: str) -> None:
