@@ -69,5 +69,11 @@ FROM generate_series(1, 1000000) s;
 INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
 SELECT 'bench', 'thr_ten', s, 'note', 'event ' || s || ': something happened', NULL
 FROM generate_series(1, 10) s;
+-- the heads the server keeps on thread and worker rows (schema version 4) as it appends and assigns
+UPDATE threads SET head_events = recall_head_events(tenant_id, id), head_owners = recall_head_owners(tenant_id, id)
+WHERE tenant_id = 'bench';
+UPDATE workers SET head_threads = recall_worker_head_threads(tenant_id, id),
+                   head_reports = recall_worker_head_reports(tenant_id, id)
+WHERE tenant_id = 'bench';
 COMMIT;
 ANALYZE;
