@@ -57,7 +57,7 @@ from recall_server.models import (
     UpdateThread,
     WorkerView,
 )
-from recall_server.rows import Content, Labels, Outcome
+from recall_server.rows import Content, Labels, Outcome, TriggerRow
 from recall_server.webhooks import github, signing
 
 Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport
@@ -307,6 +307,15 @@ class Recall:
         occurred_at = _timestamp("occurred_at", req.occurred_at)
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
+        if idempotency_key is None and not req.neighbours:  # the plain case: one statement
+            sha = hashlib.sha256(payload).digest()
+            async with self.db.connection() as conn:
+                written = await q.ingest_at_once(conn, cred, trigger_id, req.source, req.thread_id, req.summary,
+                                                 content_type, payload, sha, _labels(req), h, occurred_at,
+                                                 req.external_id, expires_at)
+            if written is not None:
+                return _created(True, self._new_trigger_view(trigger_id, req, content_type, payload, *written),
+                                f"/triggers/{trigger_id}")
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             created, existing_id = await self._file_trigger(conn, tenant, trigger_id, req, content_type, payload,
@@ -315,6 +324,18 @@ class Recall:
                             f"/triggers/{existing_id}")
 
         return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/triggers", req), operation)
+
+    @staticmethod
+    def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,
+                          occurred_at: datetime, created_at: datetime, expires_at: datetime | None) -> TriggerView:
+        """The view of a trigger just filed without neighbours, from the request and what the insert returned:
+        what fetch_trigger would read back (the payload, or its preview, as the head)."""
+        head = payload if len(payload) <= spill.DEFAULT_BUDGET else payload[:spill.PREVIEW_BYTES]
+        row = TriggerRow(id=trigger_id, source=req.source, thread_id=req.thread_id, summary=req.summary,
+                         content_type=content_type, size=len(payload), head=head, occurred_at=occurred_at,
+                         created_at=created_at, neighbours=[], app_id=req.app_id, agent_id=req.agent_id,
+                         run_id=req.run_id, expires_at=expires_at)
+        return spill.trigger_view(row, spill.DEFAULT_BUDGET)
 
     async def _file_trigger(self, conn: q.Conn, tenant: str, trigger_id: str, req: CreateTrigger, content_type: str,
                             payload: bytes, occurred_at: datetime | None, expires_at: datetime | None,
@@ -403,6 +424,12 @@ class Recall:
 
     async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,
                        idempotency_key: str | None) -> Outcome:
+        if idempotency_key is None:  # the plain case: one statement
+            async with self.db.connection() as conn:
+                written = await q.note_at_once(conn, cred, thread_id, req.summary, req.ref)
+            if written is not None:
+                return Outcome(status=201, body=_json(written), object_id=thread_id, event_seq=written.seq)
+
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             await self._locked_thread(conn, tenant, thread_id)
             if req.ref is not None:

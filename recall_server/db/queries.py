@@ -17,7 +17,7 @@ import msgspec
 from recall_server import ids
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.tenancy import keyed
+from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.ids import State
 from recall_server.models import (
     Event,
@@ -689,6 +689,98 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
         tenant, thread_id, type_, summary, ref,
     )
     return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])
+
+
+# ---- writes in one statement (tenancy.keyed_write) --------------------------------------
+# The hot writes, each one round trip: key check, scope gate, the write and what the response needs.
+# They write nothing (and return None) when the request is not the plain case (a missing or gone
+# thread, a dead ref) or raise a unique violation, which undoes the whole statement, when an ID is
+# taken; the service then runs the same request through its transaction, which answers it exactly.
+
+_HEAD_PREPEND = """jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref}, {gone_at}))
+                   || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
+                           THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END"""
+
+_TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256, request_hash,
+                      occurred_at, app_id, agent_id, run_id, external_id, expires_at"""
+
+_INGEST = keyed_write(f"""
+    done AS (
+      INSERT INTO triggers ({_TRIGGER_COLUMNS})
+      SELECT gate.tenant, $3, $6, NULL, $5, $7, $8, $9, $10, coalesce($11, clock_timestamp()), $12, $13, $14, $15, $16
+        FROM gate WHERE $4::text IS NULL
+      RETURNING occurred_at, created_at, expires_at)
+""", "write")
+
+_INGEST_ON_THREAD = keyed_write(f"""
+    v AS (SELECT clock_timestamp() AS at),
+    th AS (
+      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+             head_events = {_HEAD_PREPEND.format(type="'trigger_filed'", summary="$5::text", ref="$3::text",
+                                                 gone_at="least($16::timestamptz, t.expires_at)")}
+        FROM gate, v
+       WHERE t.tenant_id = gate.tenant AND t.id = $4 AND NOT recall_is_gone(t.deleted_at, t.expires_at)
+      RETURNING t.last_seq, t.expires_at),
+    ev AS (
+      INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+      SELECT gate.tenant, $4, th.last_seq, 'trigger_filed', v.at, $5, $3, least($16, th.expires_at) FROM gate, th, v),
+    done AS (
+      INSERT INTO triggers ({_TRIGGER_COLUMNS})
+      SELECT gate.tenant, $3, $6, $4, $5, $7, $8, $9, $10, coalesce($11, clock_timestamp()), $12, $13, $14, $15,
+             least($16, th.expires_at)
+        FROM gate, th
+      RETURNING occurred_at, created_at, expires_at)
+""", "write")
+
+
+async def ingest_at_once(conn: Conn, cred: Credential, trigger_id: str, source: str, thread_id: str | None,
+                         summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
+                         req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
+                         expires_at: datetime | None) -> tuple[datetime, datetime, datetime | None] | None:
+    """File a trigger (on its thread, with the trigger_filed event) in one statement: its (occurred_at,
+    created_at, expires_at), or None when it wrote nothing (the thread is missing or gone, the ID or
+    the delivery is taken)."""
+    try:
+        _, row = await tenancy.write(
+            conn, cred, "write", _INGEST_ON_THREAD if thread_id else _INGEST, trigger_id, thread_id, summary,
+            source, content_type, payload, sha, req_hash, occurred_at, labels.app_id, labels.agent_id,
+            labels.run_id, external_id, expires_at,
+        )
+    except asyncpg.UniqueViolationError:  # the statement is undone: nothing was written
+        return None
+    return None if row is None else (row["occurred_at"], row["created_at"], row["expires_at"])
+
+
+_NOTE = keyed_write(f"""
+    r AS (
+      SELECT recall_is_gone(x.deleted_at, x.expires_at) AS gone, coalesce(x.deleted_at, x.expires_at) AS gone_at
+        FROM gate, LATERAL (
+          SELECT deleted_at, expires_at FROM triggers WHERE left($5, 4) = 'trg_' AND tenant_id = gate.tenant AND id = $5
+          UNION ALL SELECT deleted_at, expires_at FROM threads WHERE left($5, 4) = 'thr_' AND tenant_id = gate.tenant AND id = $5
+          UNION ALL SELECT deleted_at, expires_at FROM workers WHERE left($5, 4) = 'wkr_' AND tenant_id = gate.tenant AND id = $5
+          UNION ALL SELECT deleted_at, expires_at FROM reports WHERE left($5, 4) = 'rpt_' AND tenant_id = gate.tenant AND id = $5
+          UNION ALL SELECT deleted_at, expires_at FROM memories WHERE left($5, 4) = 'mem_' AND tenant_id = gate.tenant AND id = $5
+        ) x),
+    v AS (SELECT clock_timestamp() AS at, (SELECT gone_at FROM r) AS gone_at),
+    th AS (
+      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+             head_events = {_HEAD_PREPEND.format(type="'note'", summary="$4::text", ref="$5::text", gone_at="v.gone_at")}
+        FROM gate, v
+       WHERE t.tenant_id = gate.tenant AND t.id = $3 AND NOT recall_is_gone(t.deleted_at, t.expires_at)
+         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM r WHERE NOT r.gone))
+      RETURNING t.last_seq),
+    done AS (
+      INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+      SELECT gate.tenant, $3, th.last_seq, 'note', v.at, $4, $5, v.gone_at FROM gate, th, v
+      RETURNING seq, type, at, summary, ref)
+""", "write")
+
+
+async def note_at_once(conn: Conn, cred: Credential, thread_id: str, summary: str, ref: str | None) -> Event | None:
+    """Append a note in one statement; None when it wrote nothing (the thread or the ref is missing or gone)."""
+    _, row = await tenancy.write(conn, cred, "write", _NOTE, thread_id, summary, ref)
+    return None if row is None else Event(seq=row["seq"], type=row["type"], at=row["at"], summary=row["summary"],
+                                          ref=row["ref"])
 
 
 # ---- lifecycle -------------------------------------------------------------------------

@@ -11,6 +11,11 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   it nothing (no tenant is set outside a transaction): a false miss, never another tenant's row, and
   every read also filters on `auth.tenant` explicitly.
 - A write is a transaction opened by `session()`: the same check and binding first, then the scope.
+  The hot writes (a trigger, a note) first try one statement, `keyed_write(write, scope)`: the key
+  check, the binding and the scope gate as CTEs in front of a data-modifying CTE `done` that reads
+  its tenant from `gate.tenant` (no row, so no write, when the key lacks the scope). It is its own
+  transaction; when it writes nothing the caller falls back to the transaction above, which tells
+  the cases apart (401, 403, 404, 409, 410, 422) exactly as before.
 - A webhook delivery carries no key: `hook_session()` binds the tenant of the hook its URL names,
   from `recall_hook_verify` (SECURITY DEFINER, like `recall_authenticate`), once the HMAC of the
   body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an
@@ -55,6 +60,30 @@ async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: obj
     if row is None:
         raise unknown_key()
     return row[0], None if row[1] is None else row
+
+
+def keyed_write(write: str, scope: str) -> str:
+    """`write` (CTEs ending in one named `done`, for tenant `gate.tenant`, parameters from $3) as one
+    statement behind the key check, writing only for a key with `scope`. Its row: the key's tenant, the
+    key's scope, then `done`'s columns (all NULL when it wrote nothing)."""
+    allowed = ", ".join(f"'{name}'" for name, rank in SCOPES.items() if rank >= SCOPES[scope])
+    return f"""
+        WITH auth AS MATERIALIZED ({KEY_CHECK}),
+        gate AS MATERIALIZED (SELECT tenant FROM auth WHERE scope IN ({allowed})),
+        {write}
+        SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, d.* FROM auth LEFT JOIN done d ON true
+    """
+
+
+async def write(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
+                ) -> tuple[str, asyncpg.Record | None]:
+    """Run a `keyed_write`: (the key's tenant, the row or None when it wrote nothing). 401 bad key, 403 scope."""
+    row = await conn.fetchrow(sql, cred.key_id, cred.secret_sha256, *args)
+    if row is None:
+        raise unknown_key()
+    if SCOPES[row[1]] < SCOPES[scope]:
+        raise Forbidden(f"This key has {row[1]} scope; this operation needs {scope}.")
+    return row[0], None if row[2] is None else row
 
 
 @asynccontextmanager
