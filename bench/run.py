@@ -1,7 +1,7 @@
 """recall-server benchmark: the server as a user runs it, a seeded store, wrk, and ceilings from the same run.
 
     python bench/run.py [--workers 2] [--duration 10] [--connections 32] [--rounds 3] [--skip-peer]
-                        [--home DIR] [--only get_thread,ceiling_fetch,...]
+                        [--home DIR] [--only get_thread,ceiling_fetch,open_loop,...]
 
 Prints a table and writes bench/results/latest.json and latest.md. Every headline figure is also
 given as a ratio to ceilings measured in the same run on the same machine: a constant route
@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 from recall_server.cursor import CursorCodec  # noqa: E402
 from recall_server.db import embedded  # noqa: E402
 from recall_server.process import ServerProcess, free_port  # noqa: E402
+
+from open_loop import open_loop  # noqa: E402  (bench/, on sys.path as the script's directory)
 
 RESULTS = HERE / "results"
 
@@ -189,6 +191,18 @@ def recall_hops(url: str, key: str, rounds: int) -> dict:
             "p99_ms": round(times[int(len(times) * 0.99) - 1] * 1000, 2), "rounds": rounds}
 
 
+def hop_chains(url: str, key: str, count: int) -> list[list[str]]:
+    """The paths of `count` three-hop recalls (as recall_hops walks them), for the open-loop generator to replay."""
+    chains = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        for i in range(count):
+            thread_path = f"/threads/thr_b{1 + (i * 997) % 10000}"
+            worker_path = f"/workers/{c.get(thread_path).json()['owner_workers'][0]['id']}"
+            cited = next(r["refs"][0] for r in c.get(worker_path).json()["reports"] if r.get("refs"))
+            chains.append([thread_path, worker_path, f"/triggers/{cited}/payload"])
+    return chains
+
+
 def walk_log(url: str, key: str) -> dict:
     started, pages, seen = time.perf_counter(), 0, 0
     cursor = None
@@ -323,6 +337,11 @@ def main() -> None:
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
         "get_unknown_404": lambda: wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)]),
     }
+    # Writes, interleaved with the ceilings too: their ratio to the fetch ceiling is a target.
+    payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
+    compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    compared["append_hot_thread"] = lambda: wrk.run(url, ["/threads/thr_hot/events"], method="POST",
+                                                    body=json.dumps({"summary": "hot append"}))
     # Memories, compared with get_thread in the same rounds.
     compared["get_current_memory"] = lambda: wrk.run(
         url, [f"/memories/current?namespace=bench/u{i}&key=prefs" for i in range(1, MEMORY_PAIRS + 1)])
@@ -351,16 +370,24 @@ def main() -> None:
     if want("recall_three_hops"):
         s["recall_three_hops"] = recall_hops(url, key, 300)
 
+    if want("open_loop") and "get_thread" in s:
+        # Latency at a fixed offered load (bench/open_loop.py: due times t0 + i/rate, latency from the due
+        # time), at 25% and 50% of get_thread's closed-loop throughput measured above; the three-hop chains
+        # (thread -> its first owner -> a payload that worker's report cites) at a third of that rate each.
+        saturation = s["get_thread"]["rps"]
+        chains = hop_chains(url, key, 200)
+        for pct in (25, 50):
+            rate = saturation * pct / 100
+            log(f"open loop at {pct}% of get_thread saturation ({rate:.0f}/s)")
+            s[f"open_get_thread_{pct}pct"] = open_loop(url, key, lambda i: [threads[(i * 7919) % len(threads)]],
+                                                       rate, args.duration)
+            s[f"open_three_hops_{pct}pct"] = open_loop(url, key, lambda i: chains[i % len(chains)], rate / 3,
+                                                       args.duration)
+
     log("ingest")
-    payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
     payload_40k = json.dumps({"source": "bench.ingest", "summary": "ingest 40 KB", "payload": "x" * 40960})
-    if want("ingest_4k"):
-        s["ingest_4k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
     if want("ingest_40k"):
         s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
-    if want("append_hot_thread"):
-        s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
-                                     body=json.dumps({"summary": "hot append"}))
 
     if want("remember_write"):  # every writer on one (namespace, key): each write supersedes, under the pair lock
         s["remember_write"] = wrk.run(url, ["/memories"], method="POST", body=json.dumps({
@@ -396,6 +423,9 @@ def main() -> None:
         return None
 
     ratios["get_thread / fetch_ceiling"] = ratio("get_thread", "ceiling_fetch")
+    ratios["get_worker / fetch_ceiling"] = ratio("get_worker", "ceiling_fetch")
+    ratios["ingest_4k / fetch_ceiling"] = ratio("ingest_4k", "ceiling_fetch")
+    ratios["append_hot_thread / fetch_ceiling"] = ratio("append_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
     if "rps_runs" in s.get("get_thread", {}) and "rps_runs" in s.get("get_thread_traced", {}):
         # Each round runs the two back to back, so a busy minute on a shared machine hits both: the median of
