@@ -102,13 +102,13 @@ async def _run(url: str, key: str, chain: Callable[[int], list[str]], rate: floa
         await give(conn)
 
     # Connections opened before the clock starts (a client that has been running a while has them), and
-    # a first second at the rate whose samples are dropped: neither a cold start nor connection set-up
+    # two first seconds at the rate whose samples are dropped: neither a cold start nor connection set-up
     # is what "latency at this load" means.
     for _ in range(min(max_connections, warm_connections)):
         idle.append(_Conn(*await asyncio.open_connection(host, port)))
         opened += 1
     tasks: set[asyncio.Task] = set()
-    warmup = int(rate)
+    warmup = int(2 * rate)
     total = int(rate * duration) + warmup
     t0 = time.perf_counter() + 0.05
     for i in range(total):

@@ -164,3 +164,32 @@ def test_the_head_renders_what_the_log_renders(database_url: str, base_url: str,
 
 def test_the_head_holds_as_many_events_as_the_default_view_shows(sql) -> None:
     assert sql("SELECT recall_head_size()")[0][0] == spill.RECENT == queries.HEAD_SIZE
+
+
+def test_concurrent_writers_leave_a_head_that_matches_the_log(database_url: str, base_url: str, head_key: str) -> None:
+    """Appends prepend under the row lock while rebuilds (owners, filings, deletions) render from the log
+    after taking it: whatever the interleaving, the head ends as the log renders it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {head_key}"}) as c:
+        world = World(c)
+        world.create("thread", "/threads", {"id": uid("thr"), "title": "t", "summary": "a busy thread"})
+        for _ in range(4):
+            world.create("worker", "/workers", {"id": uid("wkr"), "name": "w", "summary": "a worker"})
+    thread = world.made["thread"][0]
+
+    def writer(n: int) -> None:
+        with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {head_key}"}) as c:
+            w = World(c)
+            w.made = {k: list(v) for k, v in world.made.items()}
+            for i in range(12):
+                w.apply(("note", 0, "none", 0) if (n + i) % 3 else ("owner", 0, n + i))
+                if i % 4 == n % 4:
+                    w.apply(("trigger", 0, False))
+                    w.apply(("delete", "trigger", i))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(writer, range(4)))
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {head_key}"}) as c:
+        assert c.get(f"/threads/{thread}").json()["events_total"] >= 30
+    assert_head_matches_log(as_app_role(database_url), head_key, world, "after concurrent writers")
