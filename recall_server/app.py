@@ -25,6 +25,7 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
+from recall_server.limits import BodyGuard
 from recall_server.observability import (
     ObservabilityMiddleware,
     forget_processes,
@@ -141,6 +142,7 @@ def create_app(settings: Settings) -> Litestar:
                 task.cancel()
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
+            log.info("shutdown complete: pool closed")
 
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(
@@ -179,4 +181,5 @@ def from_env() -> ObservabilityMiddleware:
     The observability wrapper sits outside Litestar so that unmatched routes get a request ID,
     an access-log line and a metric too.
     """
-    return ObservabilityMiddleware(create_app(config.load()))
+    settings = config.load()
+    return ObservabilityMiddleware(BodyGuard(create_app(settings), settings.body_timeout))

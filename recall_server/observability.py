@@ -82,6 +82,8 @@ class ObservabilityMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
+            if scope["state"].get("client_gone"):  # see limits.BodyGuard: not an error of ours
+                status = 499
             route = scope.get("path_template") or "unmatched"
             method = scope["method"]
             REQUESTS.labels(method, route, str(status)).inc()
@@ -151,7 +153,7 @@ JsonFormatter.converter = time.gmtime
 
 
 def log_config(level: str) -> dict[str, Any]:
-    """logging.dictConfig for serve: everything (ours and uvicorn's) as JSON lines on stderr."""
+    """logging.dictConfig for serve: everything (ours and the HTTP server's) as JSON lines on stderr."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -159,9 +161,8 @@ def log_config(level: str) -> dict[str, Any]:
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
         "loggers": {
-            "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
-            "uvicorn.error": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
-            "uvicorn.access": {"handlers": [], "propagate": False},
+            "_granian": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "granian.access": {"handlers": [], "propagate": False},
             "asyncpg": {"level": "WARNING"},
         },
     }

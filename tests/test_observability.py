@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from faults import PostgresProxy
 from helpers import Graph, ServerProcess, assert_problem, uid
@@ -68,17 +69,8 @@ def wait_for_pool(url: str, idle: int) -> None:
 
 
 def worker_pids(server: PlainServerProcess) -> set[int]:
-    """uvicorn's worker processes: the server's children that run multiprocessing's spawn_main."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == server.proc.pid and b"spawn_main" in cmdline:
-            pids.add(int(entry.name))
-    return pids
+    """The HTTP server's worker processes: the serve process's children."""
+    return {child.pid for child in psutil.Process(server.proc.pid).children()}
 
 
 def worker_of(request_id: str) -> str:
@@ -234,7 +226,7 @@ def test_workers_replaced_on_reload_leave_the_pool_gauges_but_keep_their_request
     for _ in range(10):
         response = httpx.get(f"{url}/threads/{uid('thr')}", headers={"Authorization": f"Bearer {api_key}"})
         assert response.status_code == 404
-    two_workers.proc.send_signal(signal.SIGHUP)  # uvicorn replaces each worker, then retires the old one
+    two_workers.proc.send_signal(signal.SIGHUP)  # granian replaces each worker, then retires the old one
     deadline = time.monotonic() + 60
     while len(new := worker_pids(two_workers)) != 2 or new & old:
         assert time.monotonic() < deadline, (old, new)
