@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from faults import PostgresProxy, rss_kib, thread_row_locked
+from faults import PostgresProxy, backends_stopped, rss_kib, thread_row_locked
 from helpers import Graph, ServerProcess, assert_problem, scratch_dir
 
 from recall_server.process import ServerProcess as PlainServerProcess
@@ -143,6 +143,52 @@ def test_sigterm_finishes_in_flight_requests_and_loses_no_acknowledged_write(
     assert server.proc.wait(15) == 0
     assert "shutdown complete: pool closed" in server.log.read_text(), "lifespan ran: the pool was closed"
     assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 3
+
+
+def test_stalled_backends_give_only_503_within_the_bound_and_the_process_recovers(
+    database_url: str, api_key: str, tmp_path: Path
+) -> None:
+    """The app role's backends SIGSTOPped mid-traffic (accepting, then silent): every request ends
+    as a 503 with Retry-After within the timeout bound, never a 500; once they resume, 200s."""
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_DB_TIMEOUT="2", RECALL_POOL_MAX="4",
+                           RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with authed(server.url, api_key) as c:
+            thread = Graph(c).thread()["id"]
+
+            def call(i: int) -> tuple[httpx.Response, float]:
+                started = time.monotonic()
+                with authed(server.url, api_key) as rc:
+                    r = (rc.get(f"/threads/{thread}") if i % 2 else
+                         rc.post(f"/threads/{thread}/events", json={"summary": f"stalled {i}"}))
+                return r, time.monotonic() - started
+
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: c.get(f"/threads/{thread}").status_code, range(16)))  # open the pool
+            with backends_stopped(database_url) as pids, ThreadPoolExecutor(30) as pool:
+                assert pids, "the server's backends exist"
+                futures = []
+                for i in range(30):  # spread over 6 s, as traffic arrives during a stall
+                    futures.append(pool.submit(call, i))
+                    time.sleep(0.2)
+                results = [f.result() for f in futures]
+            statuses = [r.status_code for r, _ in results]
+            assert set(statuses) <= {200, 201, 503}, statuses
+            assert statuses.count(503) >= 5, statuses  # new backends may answer before the stopper sees them
+            for r, took in results:
+                if r.status_code == 503:
+                    assert_problem(r, 503)
+                    assert "retry-after" in r.headers
+                assert took < 2 * BOUND, f"{took:.1f} s"  # statement timeout, then the ROLLBACK's
+            print("stalled:", sorted(round(t, 1) for _, t in results))
+            deadline = time.monotonic() + 15
+            while c.get(f"/threads/{thread}").status_code != 200:
+                assert time.monotonic() < deadline, "did not recover"
+                time.sleep(0.2)
+        log = server.log.read_text()
+        assert '"status":500' not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        server.stop()
 
 
 def _postmaster_pid(pgdata: Path) -> int | None:
