@@ -21,7 +21,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 64 * 1024  # request line + headers; more (or over 100 headers) is 431 (min 8192)
     header_timeout: float = 10.0  # seconds to send a request head, and the keep-alive idle limit (max 60)
-    body_timeout: float = 30.0  # seconds the body may take to arrive between two reads before a 408
+    body_timeout: float = 30.0  # seconds the whole body may take to arrive (from the first read) before a 408
     max_connections: int = 512  # open connections per worker process; more wait in the listen backlog
     pool_min: int = 2
     pool_max: int = 10

@@ -17,7 +17,8 @@ CLIENT_GONE = "client_gone"  # scope["state"] flag: the client disconnected befo
 class BodyGuard:
     """ASGI middleware around the app:
 
-    - each `receive()` of the body waits at most `timeout` seconds, else the request is a 408 problem;
+    - the whole body must arrive within `timeout` seconds of the first read, else the request is a
+      408 problem (a per-read timeout would let a client trickle one byte at a time forever);
     - a disconnect before the body is complete raises ClientClosedRequest (status 499, never sent),
       so a client that hangs up is counted as such, not as a 500 with a traceback;
     - a response sent before the body was read to its end says `Connection: close` (the server
@@ -35,11 +36,14 @@ class BodyGuard:
         unread = any(k == b"transfer-encoding" or (k == b"content-length" and v.strip() not in (b"0", b""))
                      for k, v in scope["headers"])
         state = scope.setdefault("state", {})
+        deadline: float | None = None
 
         async def bounded_receive() -> dict[str, Any]:
-            nonlocal unread
+            nonlocal unread, deadline
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + self.timeout
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
                 raise RequestTimeout(f"The request body did not arrive within {self.timeout:g} seconds.") from None
