@@ -41,6 +41,8 @@ POOL = Gauge("recall_db_pool_connections", "Pool connections by state (per proce
              multiprocess_mode="livesum")
 DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the database was unreachable, "
                     "timed out or was saturated", ["reason"])
+CONTENT_CACHE = Counter("recall_content_cache_total", "Payload/body reads served from this process's cache (hit) "
+                        "or with the bytes from the database (miss)", ["result"])
 
 
 def _request_ids() -> Iterator[str]:

@@ -220,10 +220,11 @@ _CONTENT = {  # kind -> the query of its content: payload of a trigger, body of 
 
 
 async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
-                        known_sha256: bytes | None) -> Content | None:
-    """A trigger's payload or a report's body; `data` is None when its SHA-256 is `known_sha256`."""
-    row = await _fetch(conn, _CONTENT[kind], cred, object_id, known_sha256)
-    return None if row is None else Content(*row)
+                        known_sha256: bytes | None) -> tuple[str, Content | None]:
+    """The key's tenant, and a trigger's payload or a report's body; `data` is None when its SHA-256
+    is `known_sha256`."""
+    tenant, row = await _fetch_for_key(conn, _CONTENT[kind], cred, object_id, known_sha256)
+    return tenant, None if row is None else Content(*row)
 
 
 async def list_threads(
