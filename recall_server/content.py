@@ -9,6 +9,14 @@ from cachetools import LRUCache
 from recall_server.errors import RangeNotSatisfiable
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
+# Payloads and bodies are whatever a client stored, under the content type it chose (text/html,
+# image/svg+xml, ...). Served from the API's origin they must never run or render there: no MIME
+# sniffing, a sandbox without any source, and a download rather than a page, for every type.
+INERT = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Content-Disposition": "attachment",
+}
 _RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 
 
@@ -64,7 +72,7 @@ def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str 
           if_range: str | None) -> Served:
     """Apply If-None-Match (304), then Range (206/416) guarded by If-Range, else the whole body."""
     tag = etag(sha256)
-    headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL, "Accept-Ranges": "bytes"}
+    headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL, "Accept-Ranges": "bytes", **INERT}
     if if_none_match is not None and _matches(if_none_match, tag):
         return Served(304, b"", headers)
     if range_ is not None and (if_range is None or if_range.strip() == tag):

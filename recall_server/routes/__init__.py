@@ -138,6 +138,7 @@ def paged(request: Request[Any, Any, Any], page: Any) -> Response[Any]:
 
 
 def serve_content(request: Request[Any, Any, Any], found: Content) -> Response[bytes]:
+    """A payload or body as stored, under its own content type, made inert for a browser (content.INERT)."""
     served = content.serve(
         found.data, found.sha256,
         if_none_match=request.headers.get("if-none-match"),
