@@ -25,6 +25,7 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
+from recall_server.head import HeadAsGet
 from recall_server.limits import BodyGuard
 from recall_server.observability import (
     ObservabilityMiddleware,
@@ -35,6 +36,7 @@ from recall_server.openapi import CorrectedJsonPlugin
 from recall_server.routes import (
     Caller,
     RequireKey,
+    WholeNumbers,
     keys,
     labels,
     meta,
@@ -91,6 +93,8 @@ def _options_handlers(handlers: list[Any]) -> list[Any]:
     for handler in handlers:
         for path in handler.paths:
             methods.setdefault(path, {"OPTIONS"}).update(handler.http_methods)
+            if "GET" in handler.http_methods:  # head.HeadAsGet answers HEAD wherever GET is
+                methods[path].add("HEAD")
 
     def make(path: str, allow: str) -> Any:
         @route(path, http_method=HttpMethod.OPTIONS, include_in_schema=False, sync_to_thread=False,
@@ -147,7 +151,8 @@ def create_app(settings: Settings) -> Litestar:
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
-            Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],
+            Router("/", route_handlers=[*_options_handlers(protected), *protected],
+                   middleware=[RequireKey, WholeNumbers],
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
@@ -182,4 +187,4 @@ def from_env() -> ObservabilityMiddleware:
     an access-log line and a metric too.
     """
     settings = config.load()
-    return ObservabilityMiddleware(BodyGuard(create_app(settings), settings.body_timeout))
+    return ObservabilityMiddleware(HeadAsGet(BodyGuard(create_app(settings), settings.body_timeout)))

@@ -63,7 +63,10 @@ def _bootstrap_local_key(settings: Settings) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(key.key + "\n")
-    click.echo(f"created a write key for tenant 'default' (also saved, mode 0600, in {path}):\n{key.key}")
+    if sys.stdout.isatty():  # a person is watching; a log file or a pipe must never hold the secret
+        click.echo(f"created a write key for tenant 'default' (also saved, mode 0600, in {path}):\n{key.key}")
+    else:
+        click.echo(f"created a write key for tenant 'default'; it is in {path} (mode 0600)")
 
 
 data_dir_option = click.option(

@@ -38,6 +38,7 @@ def test_a_plain_get_is_the_whole_body_with_caching_headers() -> None:
         "ETag": TAG,
         "Cache-Control": "private, max-age=31536000, immutable",
         "Accept-Ranges": "bytes",
+        **content.INERT,
     }
 
 
