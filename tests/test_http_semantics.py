@@ -132,3 +132,8 @@ def test_limit_takes_whole_numbers_only(client: httpx.Client, query: str) -> Non
 def test_whole_numbers_are_still_accepted(client: httpx.Client, objects: dict[str, str]) -> None:
     assert client.get(f"/threads/{objects['thread']}?budget=5000").status_code == 200
     assert client.get("/threads?limit=5").status_code == 200
+
+
+def test_non_latin_query_names_next_to_budget_are_no_500(client: httpx.Client, objects: dict[str, str]) -> None:
+    r = client.get(f"/threads/{objects['thread']}?%F3%B7%98%8Ebudget=1&budget=5000&limit%E2%80%AE=x")
+    assert r.status_code in (200, 400), r.text

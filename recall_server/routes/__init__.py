@@ -109,7 +109,7 @@ class WholeNumbers:
     """Middleware of the protected routes: `budget` and `limit` are written as whole numbers (digits)
     or the request is a 400. Litestar would take 1e6 or 4096.0 for an int and run with it."""
 
-    NAMES = (b"budget", b"limit")
+    NAMES = ("budget", "limit")
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -117,8 +117,8 @@ class WholeNumbers:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query: bytes = scope.get("query_string", b"")
         if query and (b"budget" in query or b"limit" in query):
-            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-                if name.encode("latin-1") in self.NAMES and not _DIGITS.match(value):
+            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, errors="replace"):
+                if name in self.NAMES and not _DIGITS.match(value):
                     raise BadRequest(f"Query parameter {name} must be a whole number of at most 7 digits, "
                                      f"not {value[:40]!r}.")
         await self.app(scope, receive, send)
