@@ -33,6 +33,7 @@ from recall_server.observability import (
     request_id,
 )
 from recall_server.openapi import CorrectedJsonPlugin
+from recall_server.process import die_with_parent
 from recall_server.routes import (
     Caller,
     RequireKey,
@@ -186,5 +187,6 @@ def from_env() -> ObservabilityMiddleware:
     The observability wrapper sits outside Litestar so that unmatched routes get a request ID,
     an access-log line and a metric too.
     """
+    die_with_parent()
     settings = config.load()
     return ObservabilityMiddleware(HeadAsGet(BodyGuard(create_app(settings), settings.body_timeout)))

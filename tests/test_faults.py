@@ -297,6 +297,44 @@ def test_sigkill_during_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> N
             os.kill(pid, signal.SIGTERM)
 
 
+def test_a_clean_stop_after_sigkill_and_restart_leaves_no_postgresql_behind(tmp_path: Path) -> None:
+    """Embedded default: kill -9 serve (its PostgreSQL survives), restart (it adopts it), SIGTERM:
+    PostgreSQL stops with it. And a log that is not a terminal never gets the first-start key."""
+    import psutil
+
+    data = scratch_dir("orphan") / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_API_KEY")}
+    log = tmp_path / "server.log"
+    server = PlainServerProcess(log, "--data-dir", str(data))
+    server.env = env
+    postmaster = None
+    try:
+        server.start(timeout=90)
+        key = (data / "api-key").read_text().strip()
+        assert key not in log.read_text() and str(data / "api-key") in log.read_text()
+        postmaster = _postmaster_pid(data / "pg")
+        assert postmaster and psutil.pid_exists(postmaster)
+        server.proc.kill()
+        server.proc.wait()
+        assert psutil.pid_exists(postmaster), "PostgreSQL survives a SIGKILL of serve"
+        server = PlainServerProcess(log, "--data-dir", str(data), port=server.port)
+        server.env = env
+        server.start(timeout=90)
+        assert httpx.get(f"{server.url}/threads", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert _postmaster_pid(data / "pg") == postmaster, "the restarted serve adopted it"
+        server.stop()
+        assert server.proc.returncode == 0
+        deadline = time.monotonic() + 15
+        while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "PostgreSQL was left running after a clean stop"
+            time.sleep(0.2)
+    finally:
+        server.stop()
+        pid = _postmaster_pid(data / "pg")
+        if pid and psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGTERM)
+
+
 def _owner_dsn(data: Path) -> str:
     from recall_server.db import embedded
 
