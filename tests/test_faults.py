@@ -191,6 +191,44 @@ def test_stalled_backends_give_only_503_within_the_bound_and_the_process_recover
         server.stop()
 
 
+def test_killed_backends_give_only_503s_or_answers_never_a_500(database_url: str, api_key: str, tmp_path: Path,
+                                                                sql) -> None:
+    """The app role's backends terminated (pg_terminate_backend: what an operator, a failover or
+    the OOM killer's aftermath does) again and again under load: 2xx or 503, never a 500."""
+    started_at = sql("SELECT now()")[0][0]
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_DB_TIMEOUT="2",
+                           RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with authed(server.url, api_key) as c:
+            thread = Graph(c).thread()["id"]
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def load(n: int) -> None:
+            with authed(server.url, api_key) as lc:
+                while not stop.is_set():
+                    r = (lc.get(f"/threads/{thread}") if n % 2 else
+                         lc.post(f"/threads/{thread}/events", json={"summary": "under kills"}))
+                    statuses.append(r.status_code)
+
+        with ThreadPoolExecutor(4) as pool:
+            loads = [pool.submit(load, n) for n in range(4)]
+            for _ in range(5):
+                time.sleep(0.5)
+                sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE usename = 'recall_app' AND backend_start >= $1", started_at)
+            time.sleep(0.5)
+            stop.set()
+            for f in loads:
+                f.result(30)
+        assert statuses and set(statuses) <= {200, 201, 503}, sorted(set(statuses))
+        with authed(server.url, api_key) as c:
+            assert c.get(f"/threads/{thread}").status_code == 200
+        assert '"status":500' not in server.log.read_text()
+    finally:
+        server.stop()
+
+
 def _postmaster_pid(pgdata: Path) -> int | None:
     try:
         return int((pgdata / "postmaster.pid").read_text().splitlines()[0])

@@ -43,6 +43,14 @@ async def _reset(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether the connection is closed; a proxy asyncpg already released (closing it) counts as closed."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True
+
+
 class Database:
     """The pool, with a bounded queue: when every connection is busy and `queue_limit` requests
     already wait, the next one gets 503 at once instead of piling up."""
@@ -103,9 +111,11 @@ class Database:
         except asyncio.TimeoutError:
             broken = True
             raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
-        except (*_UNREACHABLE, asyncpg.InterfaceError) as exc:
-            if isinstance(exc, asyncpg.InterfaceError) and not conn.is_closed():
+        except (*_UNREACHABLE, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+            if isinstance(exc, asyncpg.InterfaceError) and not _closed(conn):
                 raise  # a programming error on a live connection is a bug (500), not an outage
+            # InternalClientError ("another operation is in progress"): the protocol state of a
+            # connection whose backend was terminated under it; the connection is unusable.
             broken = True
             # Connections opened before an outage are dead: replace them all, not one request at a time.
             await self.pool.expire_connections()
