@@ -67,6 +67,19 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server did not become ready:\n{self.log.read_text()[-3000:]}")
 
+    def kill(self, timeout: float = 15) -> None:
+        """SIGKILL serve, as a crash would; return once its workers (SIGTERMed by the kernel) are gone,
+        so that a restart on the same port is not answered by a worker still draining."""
+        import psutil
+
+        assert self.proc is not None
+        workers = psutil.Process(self.proc.pid).children()
+        self.proc.kill()
+        self.proc.wait()
+        _, alive = psutil.wait_procs(workers, timeout)
+        if alive:
+            raise RuntimeError(f"workers outlived a SIGKILLed serve: {[p.pid for p in alive]}")
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()

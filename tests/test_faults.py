@@ -287,8 +287,7 @@ def test_sigkill_during_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> N
         rng = random.Random(7)
         for round_ in range(3):
             time.sleep(rng.uniform(0.5, 1.5))
-            server.proc.kill()
-            server.proc.wait()
+            server.kill()
             if round_ == 1:  # this time the embedded PostgreSQL dies too
                 pid = _postmaster_pid(data / "pg")
                 if pid:
@@ -352,8 +351,7 @@ def test_a_clean_stop_after_sigkill_and_restart_leaves_no_postgresql_behind(tmp_
         assert key not in log.read_text() and str(data / "api-key") in log.read_text()
         postmaster = _postmaster_pid(data / "pg")
         assert postmaster and psutil.pid_exists(postmaster)
-        server.proc.kill()
-        server.proc.wait()
+        server.kill()  # and its worker is gone: no orphan keeps serving the port
         assert psutil.pid_exists(postmaster), "PostgreSQL survives a SIGKILL of serve"
         server = PlainServerProcess(log, "--data-dir", str(data), port=server.port)
         server.env = env
