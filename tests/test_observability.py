@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -278,9 +277,10 @@ def test_serve_wipes_a_given_metrics_directory_and_removes_the_one_it_made(datab
         server.stop()
     assert given.is_dir(), "a directory the operator chose stays"
 
-    temp = Path(tempfile.gettempdir())
+    temp = tmp_path / "tmp"  # its own TMPDIR: other servers on this machine make recall-metrics-* too
+    temp.mkdir()
     before = set(temp.glob("recall-metrics-*"))
-    server = ServerProcess(database_url, tmp_path / "own.log", RECALL_WORKERS=workers).start()
+    server = ServerProcess(database_url, tmp_path / "own.log", RECALL_WORKERS=workers, TMPDIR=str(temp)).start()
     try:
         made = set(temp.glob("recall-metrics-*")) - before
         assert len(made) == 1, made
