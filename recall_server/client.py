@@ -6,9 +6,11 @@
      ├── Forbidden             403
      ├── NotFound              404
      ├── MethodNotAllowed      405
+     ├── RequestTimeout        408
      ├── Conflict              409
      ├── Gone                  410
      ├── PayloadTooLarge       413
+     ├── UnsupportedMediaType  415
      ├── RangeNotSatisfiable   416
      ├── Unprocessable         422
      └── Unavailable           503  (after the retries ran out)
@@ -105,6 +107,10 @@ class MethodNotAllowed(RecallError):
     status = 405
 
 
+class RequestTimeout(RecallError):
+    status = 408
+
+
 class Conflict(RecallError):
     status = 409
 
@@ -115,6 +121,10 @@ class Gone(RecallError):
 
 class PayloadTooLarge(RecallError):
     status = 413
+
+
+class UnsupportedMediaType(RecallError):
+    status = 415
 
 
 class RangeNotSatisfiable(RecallError):
@@ -131,8 +141,8 @@ class Unavailable(RecallError):
 
 BY_STATUS: dict[int, type[RecallError]] = {
     cls.status: cls
-    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
-                RangeNotSatisfiable, Unprocessable, Unavailable)
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, RequestTimeout, Conflict, Gone,
+                PayloadTooLarge, UnsupportedMediaType, RangeNotSatisfiable, Unprocessable, Unavailable)
 }
 _PROBLEM_MEMBERS = ("type", "title", "status", "detail", "instance", "request_id")
 

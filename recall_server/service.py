@@ -16,6 +16,7 @@ import msgspec
 from recall_server import ids, idempotency, ops, spill
 from recall_server.auth import Credential
 from recall_server.content import ContentCache
+from recall_server.observability import CONTENT_CACHE
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db import tenancy
@@ -210,15 +211,17 @@ class Recall:
     async def _content(self, cred: Credential, kind: str, object_id: str) -> Content:
         """The content, with the bytes from this process's cache when the database says they are the same."""
         await self._authenticated_miss(cred, kind, object_id)
-        cached = self.contents.get(object_id)
+        cached = self.contents.get(cred.key_id, object_id)  # only ever this key's tenant's entry
         async with self.db.connection() as conn:
-            _, content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
+            tenant, content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
         require_live(State.MISSING if content is None else State.of(content.gone), object_id, kind)
         assert content is not None
         if content.data is None and cached is not None:  # same SHA-256 as the cached bytes
             content.data = cached[1]
+            CONTENT_CACHE.labels("hit").inc()
         else:
-            self.contents.put(object_id, content.sha256, content.data)
+            self.contents.put(tenant, cred.key_id, object_id, content.sha256, content.data)
+            CONTENT_CACHE.labels("miss").inc()
         return content
 
     async def get_payload(self, cred: Credential, trigger_id: str) -> Content:
