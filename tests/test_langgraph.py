@@ -160,6 +160,25 @@ def test_recall_store_answers_as_langgraphs_in_memory_store(base_url: str, api_k
         assert store.batch([final]) == [_listing(model, root, final)]
 
 
+ITEMS = [{"n": 1, "t": True}, {"n": 1, "t": False, "s": "x"}, {"n": 2, "s": "y", "l": [1]}, {"n": 0, "l": [1, 2]},
+         {"n": 3, "d": {"s": "x"}, "s": "x y"}, {"n": 1.0, "s": None}, {"n": 0, "t": 1}]
+
+
+def test_every_filter_and_prefix_answers_as_in_memory_store(store: RecallStore) -> None:
+    """Where JSON containment and LangGraph's comparison differ (True == 1, a missing key == None, lists exact),
+    the store must answer as LangGraph does."""
+    root = fresh_root()
+    model = InMemoryStore()
+    for i, value in enumerate(ITEMS):
+        for s in (store, model):
+            s.put((root, *NAMESPACES[i % len(NAMESPACES)]), f"k{i}", value)
+    for prefix in [(), ("a",), ("a", "b"), ("x y",)]:
+        for f in FILTERS:
+            op = SearchOp((root, *prefix), f, 100, 0)
+            expected = sorted(model.batch([op])[0], key=_recall_order)
+            assert _comparable(store.batch([op])) == _comparable([expected]), (prefix, f)
+
+
 def test_the_async_batch_answers_as_the_sync_one(base_url: str, api_key: str) -> None:
     root = fresh_root()
 
