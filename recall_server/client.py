@@ -298,11 +298,11 @@ class _Operations:
     # ---- by ID -------------------------------------------------------------------------------
 
     def get(self, object_id: str, budget: int | None = None, *, run: str | None = None) -> Any:
-        """The inline view of any ID (ThreadView, WorkerView, TriggerView or ReportView), by its prefix.
+        """The inline view of any ID (ThreadView, WorkerView, TriggerView, ReportView or MemoryView), by its prefix.
 
         A string that is no ID at all goes to /ids/, so the server's loud miss names what is wrong."""
         read = {"thread": self.get_thread, "worker": self.get_worker, "trigger": self.get_trigger,
-                "report": self.get_report}.get(ids.kind_of(object_id) or "")
+                "report": self.get_report, "memory": self.get_memory}.get(ids.kind_of(object_id) or "")
         if read is None:
             return self.resolve(object_id, run=run)
         return read(object_id, budget, run=run)
