@@ -36,18 +36,22 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import msgspec
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-)
+
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+    )
+except ImportError as missing:  # an optional extra: the server and client do not need it
+    raise ImportError("RecallStore needs langgraph: pip install 'recall-server[langgraph]'") from missing
 
 from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
 from recall_server.models import MemoryIndexEntry, MemoryView
