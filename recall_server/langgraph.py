@@ -30,6 +30,7 @@ Item.created_at is when version 1 of the pair's chain was written, updated_at wh
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Callable, Generator, Iterable
@@ -188,6 +189,8 @@ class RecallStore(BaseStore):
                  client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
         self.url, self.key, self.run, self.kind = url, key, run, kind
         self._client, self._aclient = client, aclient
+        self._given_aclient = aclient is not None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> RecallClient:
@@ -197,8 +200,13 @@ class RecallStore(BaseStore):
 
     @property
     def aclient(self) -> AsyncRecallClient:
-        if self._aclient is None:
+        """The async client for the running event loop: its pooled connections belong to one loop, and a store
+        may outlive a loop (each asyncio.run of a graph has its own)."""
+        loop = asyncio.get_running_loop()
+        if not self._given_aclient and (self._aclient is None or self._aclient_loop is not loop):
             self._aclient = AsyncRecallClient(self.url, self.key, run=self.run)
+            self._aclient_loop = loop
+        assert self._aclient is not None
         return self._aclient
 
     def close(self) -> None:

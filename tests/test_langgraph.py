@@ -197,6 +197,12 @@ def test_the_async_batch_answers_as_the_sync_one(base_url: str, api_key: str) ->
     asyncio.run(go())
 
 
+def test_one_store_serves_graphs_run_in_successive_event_loops(store: RecallStore) -> None:
+    ns = (fresh_root(),)
+    asyncio.run(store.aput(ns, "k", {"v": 1}))
+    assert asyncio.run(store.aget(ns, "k")).value == {"v": 1}  # a new loop: the first loop's connections are dead
+
+
 # ---- versions: recall keeps them, the store never shows them ------------------------------------------
 
 
