@@ -60,6 +60,7 @@ from recall_server.models import MemoryIndexEntry, MemoryView
 MAX_SEGMENTS = 8
 MAX_SEGMENT_CHARS = 64
 PAGE = 500  # memories and namespaces read per request while searching or listing
+GET_BUDGET = 65_536  # a get answers values up to about this size in one request (larger ones: a second, for the value)
 _PLAIN = re.compile(r"[A-Za-z0-9_-]")
 _ESCAPE = re.compile(r"_-([0-9a-f]+)-")
 
@@ -280,7 +281,7 @@ class RecallStore(BaseStore):
         except ValueError:
             return None  # recall cannot hold it, so it was never put
         try:
-            view: MemoryView = yield lambda c: c.current_memory(segments, op.key)
+            view: MemoryView = yield lambda c: c.current_memory(segments, op.key, GET_BUDGET)
         except (NotFound, Gone):
             return None
         value = view.value

@@ -228,7 +228,7 @@ def test_a_superseded_version_never_comes_back_from_the_store(store: RecallStore
 
 def test_a_large_value_is_read_from_its_value_link(store: RecallStore) -> None:
     ns = (fresh_root(),)
-    big = {"text": "x" * 20_000}
+    big = {"text": "x" * 100_000}  # past the view budget a get asks for
     store.put(ns, "big", big)
     assert store.get(ns, "big").value == big
     assert store.search(ns)[0].value == big  # a list entry carries at most 2048 bytes inline
