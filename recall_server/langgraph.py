@@ -4,7 +4,8 @@
     graph = builder.compile(store=store)   # nodes take `store: BaseStore`; tenancy comes from the key
 
 Mapping (each op is written once, as a generator of client calls, and driven by the sync client for
-`batch` or the async one for `abatch`):
+`batch` or the async one for `abatch`; as in InMemoryStore, a batch's reads answer first and its puts, the
+last per (namespace, key), are applied after them):
 
 - GetOp       -> GET /memories/current (a 404 or 410 is None); a spilled value is read from its value link.
 - PutOp       -> POST /memories: a new version of (namespace, key) supersedes the current one. Recall keeps
@@ -53,6 +54,10 @@ try:
     )
 except ImportError as missing:  # an optional extra: the server and client do not need it
     raise ImportError("RecallStore needs langgraph: pip install 'recall-server[langgraph]'") from missing
+try:
+    from langgraph.store.base import validate_op_namespace
+except ImportError:
+    validate_op_namespace = None  # type: ignore[assignment]
 
 from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
 from recall_server.models import MemoryIndexEntry, MemoryView
@@ -261,6 +266,7 @@ class RecallStore(BaseStore):
         return reads, [self._put(op) for op in puts.values()]
 
     async def _adrive(self, steps: Steps) -> Any:
+        """`_run`, awaited: each step's result (or exception) goes back into the op."""
         try:
             call = next(steps)
             while True:
@@ -403,11 +409,8 @@ def _run(steps: Steps, call_with: Callable[[Call], Any]) -> Any:
 
 def _validate(op: Op) -> None:
     """LangGraph's own label checks for ops passed straight to batch (no empty label, no '.')."""
-    try:
-        from langgraph.store.base import validate_op_namespace
-    except ImportError:  # older langgraph: its BaseStore methods check before batching
-        return
-    validate_op_namespace(op)
+    if validate_op_namespace is not None:  # older langgraph: its BaseStore methods check before batching
+        validate_op_namespace(op)
 
 
 __all__ = ["RecallStore", "decode_label", "encode_label", "value_contains"]
