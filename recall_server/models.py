@@ -282,6 +282,7 @@ class MemoryView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
 
 
 class MemoryIndexEntry(Struct, omit_defaults=True):
@@ -301,6 +302,7 @@ class MemoryIndexEntry(Struct, omit_defaults=True):
     value: Any | UnsetType = UNSET
     value_href: str | UnsetType = UNSET
     expires_at: Timestamp | None = None
+    chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
 
 
 class MemoryVersion(Struct, omit_defaults=True):

@@ -94,6 +94,7 @@ class MemoryRow(Struct):
     version: int
     created_at: Timestamp
     sources: list[Link]
+    chain_created_at: Timestamp | None = None  # version 1's created_at, on later versions
     supersedes: Link | None = None
     superseded_by: Link | None = None
     app_id: str | None = None

@@ -717,6 +717,8 @@ _MEMORY_COLUMNS = """
     CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
     m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
     m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+    CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                   WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
     CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
     CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
@@ -734,7 +736,7 @@ def _memory_row(row: asyncpg.Record) -> MemoryRow:
         id=row["id"], namespace=row["namespace"], key=row["key"], kind=row["kind"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"], tags=_tags.decode(row["tags"]),
         confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
-        sources=_links.decode(row["sources"]),
+        sources=_links.decode(row["sources"]), chain_created_at=row["chain_created_at"],
         supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
         superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
         **_labels(row),
@@ -774,6 +776,7 @@ class _MemoryKey(msgspec.Struct):
     tags: dict[str, str]
     confirmed: str
     created_at: datetime
+    chain_created_at: datetime | None  # version 1's, on later versions
     expires_at: datetime | None
     text: str | None  # the value, when it is small enough to show in the list
 
@@ -784,6 +787,8 @@ _MEMORIES = keyed("""
     SELECT coalesce(json_agg(x ORDER BY x.namespace, x.key), '[]') AS memories FROM (
       SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
              m.created_at, m.expires_at,
+             CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                            WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
              CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
