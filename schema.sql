@@ -418,3 +418,72 @@ BEGIN
         INSERT INTO schema_migrations (version) VALUES (2);
     END IF;
 END $$;
+
+-- ---- search and backlinks (issue 14) ------------------------------------------------------
+-- Full-text search: each object keeps a STORED generated tsvector of its own columns, so every
+-- write (and recall_erase, which overwrites the content) keeps it current with no trigger and no
+-- second statement. Config 'simple' (lower-casing, no stemming, no stop words): what agents look
+-- for is mostly code and log tokens (test names, error names, file paths, IDs), which an English
+-- stemmer would conflate or drop. Weights: A title/name and summary, B source and labels, C content.
+-- A deleted object's vector is empty (recall_erase sets deleted_at), so nothing of it stays findable;
+-- an expired one is filtered by recall_is_gone at query time until the sweep erases it.
+
+-- The indexed text of a content column: text/* and JSON only, the first `n` bytes, cut back to a
+-- character boundary and before any NUL (PostgreSQL text cannot hold one). Content is stored as
+-- UTF-8 the server encoded itself, so decoding cannot fail; if it ever did, the content is not indexed
+-- rather than the write failing. IMMUTABLE: the database encoding is fixed when it is created.
+CREATE OR REPLACE FUNCTION recall_search_text(content_type text, data bytea, n integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE len integer := least(octet_length(data), n); nul integer;
+BEGIN
+    IF NOT (content_type LIKE 'text/%' OR content_type = 'application/json' OR content_type LIKE '%+json') THEN
+        RETURN '';
+    END IF;
+    IF octet_length(data) > len THEN  -- step back over UTF-8 continuation bytes: never half a character
+        WHILE len > 0 AND get_byte(data, len) BETWEEN 128 AND 191 LOOP
+            len := len - 1;
+        END LOOP;
+    END IF;
+    nul := position('\x00'::bytea IN substring(data FROM 1 FOR len));
+    IF nul > 0 THEN
+        len := nul - 1;
+    END IF;
+    BEGIN
+        RETURN convert_from(substring(data FROM 1 FOR len), 'UTF8');
+    EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+        RETURN '';
+    END;
+END
+$$;
+
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+    setweight(to_tsvector('simple'::regconfig, title || ' ' || summary), 'A')
+    || setweight(to_tsvector('simple'::regconfig, status || ' ' || coalesce(app_id, '') || ' '
+                             || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B') ELSE ''::tsvector END) STORED;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+    setweight(to_tsvector('simple'::regconfig, name || ' ' || summary), 'A')
+    || setweight(to_tsvector('simple'::regconfig, coalesce(app_id, '') || ' ' || coalesce(agent_id, '') || ' '
+                             || coalesce(run_id, '')), 'B') ELSE ''::tsvector END) STORED;
+ALTER TABLE triggers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+    setweight(to_tsvector('simple'::regconfig, summary), 'A')
+    || setweight(to_tsvector('simple'::regconfig, source || ' ' || coalesce(app_id, '') || ' '
+                             || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, payload, 65536)), 'C') ELSE ''::tsvector END) STORED;
+ALTER TABLE reports ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+    setweight(to_tsvector('simple'::regconfig, summary), 'A')
+    || setweight(to_tsvector('simple'::regconfig, coalesce(app_id, '') || ' ' || coalesce(agent_id, '') || ' '
+                             || coalesce(run_id, '')), 'B')
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, body, 65536)), 'C') ELSE ''::tsvector END) STORED;
+CREATE INDEX IF NOT EXISTS threads_search ON threads USING gin (search);
+CREATE INDEX IF NOT EXISTS workers_search ON workers USING gin (search);
+CREATE INDEX IF NOT EXISTS triggers_search ON triggers USING gin (search);
+CREATE INDEX IF NOT EXISTS reports_search ON reports USING gin (search);
+
+-- Backlinks: each relation's lookup by the linked-to ID is an index scan, in keyset order.
+CREATE INDEX IF NOT EXISTS report_refs_by_trigger ON report_refs (tenant_id, trigger_id, report_id);
+CREATE INDEX IF NOT EXISTS trigger_neighbours_by_neighbour ON trigger_neighbours (tenant_id, neighbour_id, trigger_id);
+CREATE INDEX IF NOT EXISTS thread_events_by_ref_thread ON thread_events (tenant_id, ref, thread_id) WHERE ref IS NOT NULL;
+CREATE INDEX IF NOT EXISTS triggers_by_thread_id ON triggers (tenant_id, thread_id, id) WHERE thread_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS reports_by_thread_id ON reports (tenant_id, thread_id, id);
+CREATE INDEX IF NOT EXISTS reports_by_worker_id ON reports (tenant_id, worker_id, id);
+CREATE INDEX IF NOT EXISTS thread_owners_by_worker_thread ON thread_owners (tenant_id, worker_id, thread_id);

@@ -36,6 +36,7 @@ from recall_server.routes import (
     RequireKey,
     keys,
     labels,
+    lens,
     meta,
     threads,
     triggers,
@@ -142,7 +143,7 @@ def create_app(settings: Settings) -> Litestar:
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
 
-    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES]
+    protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *lens.ROUTES]
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected], middleware=[RequireKey],

@@ -9,6 +9,7 @@
      ├── Conflict              409  same ID with a different body; a retired ID; Idempotency-Key in flight
      ├── Gone                  410  the object was deleted or has expired (its ID stays retired)
      ├── PayloadTooLarge       413  body over the configured limit
+ ├── UnsupportedMediaType  415  grep of content that is not text or JSON
      ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
      ├── RangeNotSatisfiable   416  (carries Content-Range: bytes */N)
      └── Unavailable           503  database down, pool exhausted, timeout (carries Retry-After)
@@ -84,6 +85,10 @@ class PayloadTooLarge(Problem):
     status, title, slug = 413, "Content Too Large", "too-large"
 
 
+class UnsupportedMediaType(Problem):
+    status, title, slug = 415, "Unsupported Media Type", "unsupported-media-type"
+
+
 class RangeNotSatisfiable(Problem):
     status, title, slug = 416, "Range Not Satisfiable", "range-not-satisfiable"
 
@@ -102,7 +107,7 @@ class Unavailable(Problem):
 BY_STATUS: dict[int, type[Problem]] = {
     cls.status: cls
     for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
-                RangeNotSatisfiable, Unprocessable, Unavailable)
+                RangeNotSatisfiable, Unprocessable, Unavailable, UnsupportedMediaType)
 }
 
 

@@ -27,6 +27,7 @@ class TriggerRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # the last PREVIEW_BYTES when `head` is only a prefix (a text preview shows both ends)
 
 
 class ThreadRow(Struct):
@@ -77,6 +78,7 @@ class ReportRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # as TriggerRow.tail
 
 
 class Labels(Struct, frozen=True):

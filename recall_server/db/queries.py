@@ -10,6 +10,7 @@ opened, for the `tenant` it bound.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 import asyncpg
 import msgspec
@@ -122,6 +123,8 @@ _TRIGGER = keyed("""
       octet_length(tr.payload) AS size,
       CASE WHEN octet_length(tr.payload) <= $4 THEN tr.payload
            ELSE substring(tr.payload FROM 1 FOR $5) END AS head,
+      CASE WHEN octet_length(tr.payload) <= $4 THEN ''::bytea
+           ELSE substring(tr.payload FROM octet_length(tr.payload) - $5 + 1) END AS tail,
       tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
       recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
@@ -139,7 +142,7 @@ async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_ma
         return tenant, None
     return tenant, TriggerRow(
         id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
         occurred_at=row["occurred_at"], created_at=row["created_at"],
         neighbours=_links.decode(row["neighbours"]), **_labels(row),
     )
@@ -148,6 +151,8 @@ async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_ma
 _REPORT = keyed("""
     SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
       CASE WHEN octet_length(r.body) <= $4 THEN r.body ELSE substring(r.body FROM 1 FOR $5) END AS head,
+      CASE WHEN octet_length(r.body) <= $4 THEN ''::bytea
+           ELSE substring(r.body FROM octet_length(r.body) - $5 + 1) END AS tail,
       r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
                                 ORDER BY rr.position), '[]')
@@ -164,7 +169,7 @@ async def fetch_report(conn: Conn, cred: Credential, report_id: str, inline_max:
         return tenant, None
     return tenant, ReportRow(
         id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
         created_at=row["created_at"], refs=_links.decode(row["refs"]), **_labels(row),
     )
 
@@ -666,6 +671,172 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
            WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
           UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
            WHERE tenant_id = $1 AND body IS NOT NULL AND shows @> ARRAY[$2]
+        ) found ORDER BY place
+        """,
+        tenant, object_id,
+    )
+    return [r[0] for r in rows]
+
+
+# ---- search and backlinks (issue 14) -------------------------------------------------------
+# Search: one statement behind the key check. Each table's branch is a GIN index scan of its
+# generated `search` column, filtered like the lists (live only, labels, created_at window); the
+# score is ts_rank (normalization 0: it depends on the row and the query only, never on the rest of
+# the corpus) rounded to a numeric, so the keyset (score, created_at, id) compares exactly and
+# pages are stable while objects are added. Only the page's rows get a snippet (ts_headline reads
+# the row's text again), in the outer query after the LIMIT.
+
+SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_search_text in schema.sql)
+
+_SEARCH_WHERE = """
+    tenant_id = auth.tenant AND search @@ websearch_to_tsquery('simple', $3)
+    AND NOT recall_is_gone(deleted_at, expires_at)
+    AND ($5::text IS NULL OR app_id = $5) AND ($6::text IS NULL OR agent_id = $6) AND ($7::text IS NULL OR run_id = $7)
+    AND ($8::timestamptz IS NULL OR created_at >= $8) AND ($9::timestamptz IS NULL OR created_at < $9)
+    AND ($10::numeric IS NULL OR (round(ts_rank(search, websearch_to_tsquery('simple', $3))::numeric, 6),
+                                  created_at, id) < ($10, $11, $12))
+"""
+_SCORE = "round(ts_rank(search, websearch_to_tsquery('simple', $3))::numeric, 6)"
+_HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
+             "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
+
+_SEARCH = keyed(f"""
+    SELECT coalesce(json_agg(json_build_object(
+             'id', h.id, 'type', h.kind, 'summary', h.summary, 'score', h.score, 'position', h.score::text,
+             'created_at', h.created_at,
+             'snippet', CASE h.kind
+               WHEN 'thread' THEN (SELECT {_HEADLINE.format(text="x.title || ' — ' || x.summary")}
+                                   FROM threads x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
+               WHEN 'worker' THEN (SELECT {_HEADLINE.format(text="x.name || ' — ' || x.summary")}
+                                   FROM workers x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
+               WHEN 'trigger' THEN (SELECT {_HEADLINE.format(
+                   text="x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, "
+                        f"{SEARCH_PREFIX})")}
+                                   FROM triggers x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
+               ELSE (SELECT {_HEADLINE.format(
+                   text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}
+                     FROM reports x WHERE x.tenant_id = auth.tenant AND x.id = h.id) END)
+           ORDER BY h.score DESC, h.created_at DESC, h.id DESC), '[]') AS hits
+    FROM (
+      SELECT * FROM (
+        SELECT 'thread' AS kind, id, summary, created_at, {_SCORE} AS score FROM threads
+         WHERE 'thread' = ANY($4::text[]) AND ($13::text IS NULL OR status = $13) AND {_SEARCH_WHERE}
+        UNION ALL
+        SELECT 'worker', id, summary, created_at, {_SCORE} FROM workers WHERE 'worker' = ANY($4::text[]) AND {_SEARCH_WHERE}
+        UNION ALL
+        SELECT 'trigger', id, summary, created_at, {_SCORE} FROM triggers WHERE 'trigger' = ANY($4::text[]) AND {_SEARCH_WHERE}
+        UNION ALL
+        SELECT 'report', id, summary, created_at, {_SCORE} FROM reports WHERE 'report' = ANY($4::text[]) AND {_SEARCH_WHERE}
+      ) found ORDER BY score DESC, created_at DESC, id DESC LIMIT $14) h
+""")
+
+
+class SearchKey(msgspec.Struct):
+    id: str
+    type: str
+    summary: str
+    score: float
+    created_at: datetime
+    snippet: str | None
+    position: str  # the score exactly, as PostgreSQL's numeric text
+
+
+_search_keys = msgspec.json.Decoder(list[SearchKey])
+
+
+async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], status: str | None, labels: Labels,
+                 since: datetime | None, until: datetime | None, after: tuple[str, datetime, str] | None,
+                 limit: int) -> tuple[str, list[SearchKey]]:
+    """The key's tenant, and its live objects matching `text`, best first then newest (keyset on
+    (score, created_at, id), the score exact as a decimal string)."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
+        Decimal(after[0]) if after else None, after[1] if after else None, after[2] if after else None,
+        status, limit,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _search_keys.decode(row["hits"])
+
+
+# Backlinks: per kind of the linked-to object, the relations that can point at it, each branch an
+# index scan on (tenant_id, <link column>, <linking id>); the page is keyset on (relation, id), both
+# immutable, so paging is exactly-once while links are added. Linking objects that are gone are left out.
+_BACKLINK_BRANCHES = {
+    "cites": """SELECT DISTINCT 'cites'::text AS relation, r.id, 'report'::text AS kind, r.summary FROM report_refs rr
+                JOIN reports r ON r.tenant_id = rr.tenant_id AND r.id = rr.report_id
+               WHERE rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)""",
+    "neighbour": """SELECT DISTINCT 'neighbour'::text AS relation, t.id, 'trigger'::text AS kind, t.summary FROM trigger_neighbours nb
+                JOIN triggers t ON t.tenant_id = nb.tenant_id AND t.id = nb.trigger_id
+               WHERE nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
+    "event": """SELECT DISTINCT 'event'::text AS relation, t.id, 'thread'::text AS kind, t.summary FROM thread_events e
+                JOIN threads t ON t.tenant_id = e.tenant_id AND t.id = e.thread_id
+               WHERE e.tenant_id = o.tenant_id AND e.ref = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
+    "owner": """SELECT 'owner'::text AS relation, t.id, 'thread'::text AS kind, t.summary FROM thread_owners ow
+                JOIN threads t ON t.tenant_id = ow.tenant_id AND t.id = ow.thread_id
+               WHERE ow.tenant_id = o.tenant_id AND ow.worker_id = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
+    "thread": """SELECT 'thread'::text AS relation, x.id, 'trigger'::text AS kind, x.summary FROM triggers x
+               WHERE x.tenant_id = o.tenant_id AND x.thread_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)
+              UNION ALL
+              SELECT 'thread'::text AS relation, x.id, 'report'::text AS kind, x.summary FROM reports x
+               WHERE x.tenant_id = o.tenant_id AND x.thread_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)""",
+    "worker": """SELECT 'worker'::text AS relation, x.id, 'report'::text AS kind, x.summary FROM reports x
+               WHERE x.tenant_id = o.tenant_id AND x.worker_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)""",
+}
+BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
+    "trigger": ["cites", "neighbour", "event"],
+    "thread": ["event", "thread"],
+    "worker": ["event", "owner", "worker"],
+    "report": ["event"],
+}
+_BACKLINKS = {
+    kind: keyed(f"""
+        SELECT recall_is_gone(o.deleted_at, o.expires_at) AS gone,
+          (SELECT coalesce(json_agg(json_build_object('relation', b.relation, 'id', b.id, 'type', b.kind,
+                                                      'summary', b.summary) ORDER BY b.relation, b.id), '[]')
+             FROM (SELECT * FROM ({' UNION ALL '.join(f'SELECT * FROM ({_BACKLINK_BRANCHES[r]}) b_{r}'
+                                                    for r in relations)}) b
+                    WHERE ($4::text IS NULL OR (b.relation, b.id) > ($4, $5))
+                    ORDER BY b.relation, b.id LIMIT $6) b) AS links
+        FROM {ids.PLURAL[kind]} o WHERE o.tenant_id = auth.tenant AND o.id = $3
+    """)
+    for kind, relations in BACKLINK_RELATIONS.items()
+}
+
+
+class BacklinkKey(msgspec.Struct):
+    relation: str
+    id: str
+    type: str
+    summary: str
+
+
+_backlink_keys = msgspec.json.Decoder(list[BacklinkKey])
+
+
+async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, after: tuple[str, str] | None,
+                    limit: int) -> tuple[str, State, list[BacklinkKey]]:
+    """The key's tenant, the object's state, and the live objects linking to it in (relation, id) order."""
+    tenant, row = await tenancy.fetch(conn, cred, _BACKLINKS[kind], object_id,
+                                      after[0] if after else None, after[1] if after else None, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _backlink_keys.decode(row["links"])
+
+
+async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
+    """Places where the search index still holds terms of this ID's content, or of what was filed on it
+    (verify-erasure). An erased row's generated vector is empty."""
+    rows = await conn.fetch(
+        """
+        SELECT place FROM (
+          SELECT 'triggers: the search index still has terms of ' || id AS place FROM triggers
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'reports: the search index still has terms of ' || id FROM reports
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'workers: the search index still has terms of ' || id FROM workers
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+          UNION ALL SELECT 'threads: the search index still has terms of ' || id FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
         ) found ORDER BY place
         """,
         tenant, object_id,
