@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from litestar import Response, get
-from litestar.params import FromPath, Parameter
+from litestar.params import FromPath, Parameter, QueryParameter
 
 from recall_server import grep
 from recall_server.models import BacklinkPage, GrepResult, SearchPage
@@ -18,7 +18,7 @@ Pattern = Annotated[str, Parameter(min_length=1, max_length=grep.MAX_PATTERN,
                                    description="A literal string, or an RE2 regular expression with regex=true.")]
 Regex = Annotated[bool, Parameter(description="Read pattern as an RE2 regular expression (linear time).")]
 Context = Annotated[int, Parameter(ge=0, le=grep.MAX_CONTEXT, description="Lines shown before and after each match.")]
-MaxMatches = Annotated[int, Parameter(query="max", ge=1, le=grep.MAX_MATCHES, description="The most matches returned.")]
+MaxMatches = Annotated[int, QueryParameter(name="max", ge=1, le=grep.MAX_MATCHES, description="The most matches returned.")]
 
 
 @get("/search", responses=problems(400, 401, 503), operation_id="Search")
@@ -27,7 +27,7 @@ async def search(
     labels: LabelFilter,
     q: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
                                 description="Words to find (web search syntax: \"quoted phrase\", or, -not).")],
-    kinds: Annotated[list[Kind] | None, Parameter(query="type", description="Only these kinds (repeatable).")] = None,
+    kinds: Annotated[list[Kind] | None, QueryParameter(name="type", description="Only these kinds (repeatable).")] = None,
     status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+$",
                                             description="Only threads with this status.")] = None,
     since: Moment = None,
