@@ -200,6 +200,14 @@ def walk_log(url: str, key: str) -> dict:
     return {"seconds": round(time.perf_counter() - started, 2), "pages": pages, "events": seen}
 
 
+def cite_heavily(dsn: str) -> None:
+    """Make trg_b7 cited by the first 10,000 reports (a second ref each; idempotent)."""
+    query(dsn, """
+        INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
+        SELECT 'bench', 'rpt_b' || g, 2, 'trg_b7' FROM generate_series(1, 10000) g ON CONFLICT DO NOTHING""")
+    query(dsn, "ANALYZE report_refs")
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median req/s, noting every run's req/s when there were several."""
     median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -290,6 +298,19 @@ def main() -> None:
     if want("append_hot_thread"):
         s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                      body=json.dumps({"summary": "hot append"}))
+
+    log("search and backlinks")
+    if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
+        s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
+    if want("search_phrase"):  # a phrase only the 41 KB payload holds
+        s["search_phrase"] = wrk.run(url, ["/search?q=%22payments%20test_ledger%22"])
+    if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
+        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
+    if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in
+        cite_heavily(owner)
+        deep = codec.encode("bench\0backlinks\0trg_b7", ["cites", "rpt_b5000"])
+        s["backlinks_cited_10k"] = wrk.run(url, ["/ids/trg_b7/backlinks?limit=50",
+                                                 f"/ids/trg_b7/backlinks?limit=50&cursor={deep}"])
 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
         if want("inline_size"):

@@ -46,7 +46,7 @@ _CREATES = {
     "CreateTrigger": ("trigger_id", ["GetTrigger", "GetPayload", "DeleteTrigger"]),
     "CreateReport": ("report_id", ["GetReport", "GetBody", "DeleteReport"]),
 }
-_PAGES = {"ListThreads", "ListEvents", "ListReports"}
+_PAGES = {"ListThreads", "ListEvents", "ListReports", "Search", "ListBacklinks"}
 # The named ID schemas: the same patterns models.py enforces in bodies.
 _ID_SCHEMAS = {
     "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
@@ -167,6 +167,8 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                ("If-Range", "Serve the range only if the ETag still matches."))
         ]
 
+    _lens_links(ops)
+
     schemas["Spilled"]["minProperties"] = 1
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
     for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport"):
@@ -180,6 +182,35 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
     return doc
+
+
+def _lens_links(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
+    """Search and backlinks hand out IDs to hop to; a grep match a Range to read around it."""
+    for param in ops["Search"][2]["parameters"]:
+        if param["name"] in ("since", "until"):
+            param["schema"]["oneOf"][0]["format"] = "date-time"
+    for op_id in ("Search", "ListBacklinks"):
+        ops[op_id][2]["responses"]["200"]["links"] = {
+            "ResolveId": {"operationId": "ResolveId", "parameters": {"object_id": "$response.body#/data/0/id"},
+                          "description": "The first entry's ID (each entry's href is its view)."},
+            "ListBacklinks": {"operationId": "ListBacklinks",
+                              "parameters": {"object_id": "$response.body#/data/0/id"}},
+        }
+    for op_id, content_op, param in (("GrepPayload", "GetPayload", "trigger_id"), ("GrepBody", "GetBody", "report_id")):
+        ops[op_id][2]["responses"]["200"]["links"] = {
+            content_op: {"operationId": content_op,
+                         "parameters": {param: f"$request.path.{param}", "header.Range": "$response.body#/matches/0/range"},
+                         "description": "The first match's lines and context, as a byte range of the content."},
+        }
+    for op_id in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport"):
+        for status in ("201", "200"):
+            ops[op_id][2]["responses"][status]["links"]["ListBacklinks"] = {
+                "operationId": "ListBacklinks", "parameters": {"object_id": "$response.body#/id"}}
+    for op_id, param in (("CreateTrigger", "trigger_id"), ("CreateReport", "report_id")):
+        target = "GrepPayload" if op_id == "CreateTrigger" else "GrepBody"
+        for status in ("201", "200"):
+            ops[op_id][2]["responses"][status]["links"][target] = {
+                "operationId": target, "parameters": {param: "$response.body#/id"}}
 
 
 def document(app: Litestar) -> dict[str, Any]:
