@@ -302,8 +302,8 @@ def main() -> None:
     log("search and backlinks")
     if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
         s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
-    if want("search_phrase"):  # a phrase only the 41 KB payload holds
-        s["search_phrase"] = wrk.run(url, ["/search?q=%22payments%20test_ledger%22"])
+    if want("search_payload"):  # a word only the 41 KB payload holds: one hit, its snippet from 41 KB of text
+        s["search_payload"] = wrk.run(url, ["/search?q=passed"])
     if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
         s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
     if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in

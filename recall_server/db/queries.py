@@ -679,55 +679,40 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
 
 
 # ---- search and backlinks (issue 14) -------------------------------------------------------
-# Search: one statement behind the key check. Each table's branch is a GIN index scan of its
-# generated `search` column, filtered like the lists (live only, labels, created_at window); the
-# score is ts_rank (normalization 0: it depends on the row and the query only, never on the rest of
-# the corpus) rounded to a numeric, so the keyset (score, created_at, id) compares exactly and
-# pages are stable while objects are added. Only the page's rows get a snippet (ts_headline reads
-# the row's text again), in the outer query after the LIMIT.
+# Search: one statement behind the key check. recall_search_hits (schema.sql: why it runs as the owner)
+# finds the page's IDs in the bound tenant with the GIN indexes, filtered like the lists (live only,
+# labels, created_at window), ranked by ts_rank (normalization 0: it depends on the row and the query
+# only, never on the rest of the corpus) rounded to a numeric, so the keyset (score, created_at, id)
+# compares exactly and pages are stable while objects are added. Each hit's summary and snippet are
+# then read here, as recall_app under the tenant policy (a hit it cannot see drops out); ts_headline
+# reads the row's text again, for the page's rows only.
 
 SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_search_text in schema.sql)
 
-_SEARCH_WHERE = """
-    tenant_id = auth.tenant AND search @@ websearch_to_tsquery('simple', $3)
-    AND NOT recall_is_gone(deleted_at, expires_at)
-    AND ($5::text IS NULL OR app_id = $5) AND ($6::text IS NULL OR agent_id = $6) AND ($7::text IS NULL OR run_id = $7)
-    AND ($8::timestamptz IS NULL OR created_at >= $8) AND ($9::timestamptz IS NULL OR created_at < $9)
-    AND ($10::numeric IS NULL OR (round(ts_rank(search, websearch_to_tsquery('simple', $3))::numeric, 6),
-                                  created_at, id) < ($10, $11, $12))
-"""
-_SCORE = "round(ts_rank(search, websearch_to_tsquery('simple', $3))::numeric, 6)"
 _HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
              "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
 
 _SEARCH = keyed(f"""
     SELECT coalesce(json_agg(json_build_object(
-             'id', h.id, 'type', h.kind, 'summary', h.summary, 'score', h.score, 'position', h.score::text,
-             'created_at', h.created_at,
-             'snippet', CASE h.kind
-               WHEN 'thread' THEN (SELECT {_HEADLINE.format(text="x.title || ' — ' || x.summary")}
-                                   FROM threads x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
-               WHEN 'worker' THEN (SELECT {_HEADLINE.format(text="x.name || ' — ' || x.summary")}
-                                   FROM workers x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
-               WHEN 'trigger' THEN (SELECT {_HEADLINE.format(
-                   text="x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, "
-                        f"{SEARCH_PREFIX})")}
-                                   FROM triggers x WHERE x.tenant_id = auth.tenant AND x.id = h.id)
-               ELSE (SELECT {_HEADLINE.format(
-                   text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}
-                     FROM reports x WHERE x.tenant_id = auth.tenant AND x.id = h.id) END)
-           ORDER BY h.score DESC, h.created_at DESC, h.id DESC), '[]') AS hits
-    FROM (
-      SELECT * FROM (
-        SELECT 'thread' AS kind, id, summary, created_at, {_SCORE} AS score FROM threads
-         WHERE 'thread' = ANY($4::text[]) AND ($13::text IS NULL OR status = $13) AND {_SEARCH_WHERE}
-        UNION ALL
-        SELECT 'worker', id, summary, created_at, {_SCORE} FROM workers WHERE 'worker' = ANY($4::text[]) AND {_SEARCH_WHERE}
-        UNION ALL
-        SELECT 'trigger', id, summary, created_at, {_SCORE} FROM triggers WHERE 'trigger' = ANY($4::text[]) AND {_SEARCH_WHERE}
-        UNION ALL
-        SELECT 'report', id, summary, created_at, {_SCORE} FROM reports WHERE 'report' = ANY($4::text[]) AND {_SEARCH_WHERE}
-      ) found ORDER BY score DESC, created_at DESC, id DESC LIMIT $14) h
+             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet)
+           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+    JOIN LATERAL (
+      SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet FROM threads x
+       WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")} FROM workers x
+       WHERE h.hit_kind = 'worker' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")}
+        FROM triggers x WHERE h.hit_kind = 'trigger' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}
+        FROM reports x WHERE h.hit_kind = 'report' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+    ) s ON true
 """)
 
 
@@ -758,29 +743,41 @@ async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], stat
     return tenant, _search_keys.decode(row["hits"])
 
 
-# Backlinks: per kind of the linked-to object, the relations that can point at it, each branch an
-# index scan on (tenant_id, <link column>, <linking id>); the page is keyset on (relation, id), both
-# immutable, so paging is exactly-once while links are added. Linking objects that are gone are left out.
+# Backlinks: per kind of the linked-to object, the relations that can point at it. Each branch walks an
+# index on (tenant_id, <link column>, <linking id>) in ID order from the cursor's position and stops
+# after a page (no sort of every link: a trigger cited 10,000 times costs what one cited 50 times does);
+# the page is keyset on (relation, id), both immutable, so paging is exactly-once while links are
+# added. Linking objects that are gone are left out.
+
+
+def _after(relation: str, column: str) -> str:
+    """Only rows past the cursor ($4 relation, $5 id): none if it is past this relation, else IDs above $5."""
+    return (f"coalesce($4::text <= '{relation}', true) "
+            f"AND {column} > (CASE WHEN $4::text = '{relation}' THEN $5::text ELSE '' END)")
+
+
+def _branch(relation: str, kind: str, linking: str, select_from: str, where: str) -> str:
+    return (f"(SELECT DISTINCT '{relation}'::text AS relation, {linking} AS id, '{kind}'::text AS kind, "
+            f"x.summary FROM {select_from} WHERE {where} AND {_after(relation, linking)} "
+            f"AND NOT recall_is_gone(x.deleted_at, x.expires_at) ORDER BY 2 LIMIT $6)")
+
+
 _BACKLINK_BRANCHES = {
-    "cites": """SELECT DISTINCT 'cites'::text AS relation, r.id, 'report'::text AS kind, r.summary FROM report_refs rr
-                JOIN reports r ON r.tenant_id = rr.tenant_id AND r.id = rr.report_id
-               WHERE rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)""",
-    "neighbour": """SELECT DISTINCT 'neighbour'::text AS relation, t.id, 'trigger'::text AS kind, t.summary FROM trigger_neighbours nb
-                JOIN triggers t ON t.tenant_id = nb.tenant_id AND t.id = nb.trigger_id
-               WHERE nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
-    "event": """SELECT DISTINCT 'event'::text AS relation, t.id, 'thread'::text AS kind, t.summary FROM thread_events e
-                JOIN threads t ON t.tenant_id = e.tenant_id AND t.id = e.thread_id
-               WHERE e.tenant_id = o.tenant_id AND e.ref = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
-    "owner": """SELECT 'owner'::text AS relation, t.id, 'thread'::text AS kind, t.summary FROM thread_owners ow
-                JOIN threads t ON t.tenant_id = ow.tenant_id AND t.id = ow.thread_id
-               WHERE ow.tenant_id = o.tenant_id AND ow.worker_id = o.id AND NOT recall_is_gone(t.deleted_at, t.expires_at)""",
-    "thread": """SELECT 'thread'::text AS relation, x.id, 'trigger'::text AS kind, x.summary FROM triggers x
-               WHERE x.tenant_id = o.tenant_id AND x.thread_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-              UNION ALL
-              SELECT 'thread'::text AS relation, x.id, 'report'::text AS kind, x.summary FROM reports x
-               WHERE x.tenant_id = o.tenant_id AND x.thread_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)""",
-    "worker": """SELECT 'worker'::text AS relation, x.id, 'report'::text AS kind, x.summary FROM reports x
-               WHERE x.tenant_id = o.tenant_id AND x.worker_id = o.id AND NOT recall_is_gone(x.deleted_at, x.expires_at)""",
+    "cites": [_branch("cites", "report", "rr.report_id",
+                      "report_refs rr JOIN reports x ON x.tenant_id = rr.tenant_id AND x.id = rr.report_id",
+                      "rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id")],
+    "neighbour": [_branch("neighbour", "trigger", "nb.trigger_id",
+                          "trigger_neighbours nb JOIN triggers x ON x.tenant_id = nb.tenant_id AND x.id = nb.trigger_id",
+                          "nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id")],
+    "event": [_branch("event", "thread", "e.thread_id",
+                      "thread_events e JOIN threads x ON x.tenant_id = e.tenant_id AND x.id = e.thread_id",
+                      "e.tenant_id = o.tenant_id AND e.ref = o.id")],
+    "owner": [_branch("owner", "thread", "ow.thread_id",
+                      "thread_owners ow JOIN threads x ON x.tenant_id = ow.tenant_id AND x.id = ow.thread_id",
+                      "ow.tenant_id = o.tenant_id AND ow.worker_id = o.id")],
+    "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id"),
+               _branch("thread", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id")],
+    "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.worker_id = o.id")],
 }
 BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
     "trigger": ["cites", "neighbour", "event"],
@@ -793,10 +790,8 @@ _BACKLINKS = {
         SELECT recall_is_gone(o.deleted_at, o.expires_at) AS gone,
           (SELECT coalesce(json_agg(json_build_object('relation', b.relation, 'id', b.id, 'type', b.kind,
                                                       'summary', b.summary) ORDER BY b.relation, b.id), '[]')
-             FROM (SELECT * FROM ({' UNION ALL '.join(f'SELECT * FROM ({_BACKLINK_BRANCHES[r]}) b_{r}'
-                                                    for r in relations)}) b
-                    WHERE ($4::text IS NULL OR (b.relation, b.id) > ($4, $5))
-                    ORDER BY b.relation, b.id LIMIT $6) b) AS links
+             FROM (SELECT * FROM ({' UNION ALL '.join(b for r in relations for b in _BACKLINK_BRANCHES[r])}) u
+                    ORDER BY u.relation, u.id LIMIT $6) b) AS links
         FROM {ids.PLURAL[kind]} o WHERE o.tenant_id = auth.tenant AND o.id = $3
     """)
     for kind, relations in BACKLINK_RELATIONS.items()
