@@ -295,6 +295,12 @@ def main() -> None:
         s["ingest_4k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
     if want("ingest_40k"):
         s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
+    if want("ingest_4k_log"):  # 4 KB of log lines: words the search index takes in (ingest_4k is one long token)
+        log_4k = "".join(f"PASSED tests/test_mod_{i % 37}.py::test_case_{i} in {i % 9}.{i % 97:02d}s\n"
+                         for i in range(80))[:4096]
+        s["ingest_4k_log"] = wrk.run(url, ["/triggers"], method="POST", body=json.dumps(
+            {"source": "bench.ingest", "summary": "ingest 4 KB of log", "content_type": "text/plain",
+             "payload": log_4k}))
     if want("append_hot_thread"):
         s["append_hot_thread"] = wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                      body=json.dumps({"summary": "hot append"}))

@@ -265,3 +265,38 @@ def test_backlink_paging_is_exactly_once_under_concurrent_writes(client: httpx.C
     assert len(seen) == len(set(seen)), "nothing repeated"
     assert existing <= {i for _, i in seen}, "nothing that existed was skipped"
     assert seen == sorted(seen), "in (relation, id) order"
+
+
+def test_the_search_function_sees_only_the_bound_tenant_and_nothing_without_one(
+    graph: Graph, database_url: str
+) -> None:
+    """recall_search_hits runs as the owner (to use the GIN indexes under RLS): it must take its tenant
+    from the binding the key check made, never from anywhere else, and find nothing when none is bound."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db.pool import as_app_role
+
+    w = word()
+    mine = graph.thread(summary=w)["id"]
+    args = (w, ["thread"], None, None, None, None, None, None, None, None, None, 10)
+    call = "SELECT hit_id FROM recall_search_hits($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+
+    async def run() -> tuple[list, list, list]:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            unbound = await conn.fetch(call, *args)
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', 'default', true)")
+                bound = await conn.fetch(call, *args)
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', 'someone-else', true)")
+                other = await conn.fetch(call, *args)
+            return unbound, bound, other
+        finally:
+            await conn.close()
+
+    unbound, bound, other = asyncio.run(run())
+    assert unbound == [] and other == []
+    assert [r[0] for r in bound] == [mine]
