@@ -29,6 +29,9 @@ MAX_MATCHES = 100
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # RE2 would log the pattern to stderr: patterns stay out of the server log
+# Only a match's span is used. With capture groups RE2 must extract submatches over the whole match
+# (its slower NFA): (.*a){20} over a 1 MB line took 5.6 s; without, the DFA finds both ends in 19 ms.
+_OPTIONS.never_capture = True
 
 
 @dataclass
