@@ -117,3 +117,22 @@ class Stored(Struct):
 
     fingerprint: bytes
     outcome: Outcome
+
+
+class SearchRow(Struct):
+    """A search hit as read: `position` is the score exactly (PostgreSQL's numeric text), for the cursor."""
+
+    id: str
+    type: str
+    summary: str
+    score: float
+    created_at: datetime
+    snippet: str | None
+    position: str
+
+
+class BacklinkRow(Struct):
+    relation: str
+    id: str
+    type: str
+    summary: str

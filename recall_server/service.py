@@ -289,7 +289,9 @@ class Recall:
         start, end = _timestamp("since", since), _timestamp("until", until)
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
                                    labels.key(), start, end)
-        after = (str(pager.after[0]), pager.after[1], pager.after[2]) if pager.after else None
+        after = pager.after
+        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
+            after = None  # never a signed position: read from the start, and verify's 400 follows
         async with self.db.connection() as conn:
             tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
         pager.verify(tenant)

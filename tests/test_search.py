@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -143,6 +145,10 @@ def test_a_forged_or_foreign_cursor_is_a_400(client: httpx.Client, graph: Graph)
     assert_problem(client.get("/search", params={"q": word(), "cursor": page["next_cursor"]}), 400, "cursor")
     body, mac = page["next_cursor"].split(".")
     assert_problem(client.get("/search", params={"q": w, "cursor": f"{body}.{mac[:-2]}AA"}), 400, "cursor")
+    for score in ("sNaN", "NaN", "-Infinity", "1e999999", "x"):  # positions a forger might try: still 400s
+        forged = base64.urlsafe_b64encode(json.dumps([score, "2026-01-01T00:00:00Z", "thr_x"]).encode())
+        assert_problem(client.get("/search", params={"q": w, "cursor": f"{forged.decode().rstrip('=')}.{mac}"}),
+                       400, "cursor")
 
 
 def test_empty_blank_or_overlong_q_is_a_400_problem(client: httpx.Client) -> None:

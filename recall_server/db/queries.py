@@ -29,10 +29,12 @@ from recall_server.models import (
     ThreadIndexEntry,
 )
 from recall_server.rows import (
+    BacklinkRow,
     Content,
     Labels,
     Outcome,
     ReportRow,
+    SearchRow,
     Stored,
     ThreadRow,
     TriggerRow,
@@ -716,31 +718,21 @@ _SEARCH = keyed(f"""
 """)
 
 
-class SearchKey(msgspec.Struct):
-    id: str
-    type: str
-    summary: str
-    score: float
-    created_at: datetime
-    snippet: str | None
-    position: str  # the score exactly, as PostgreSQL's numeric text
-
-
-_search_keys = msgspec.json.Decoder(list[SearchKey])
+_search_rows = msgspec.json.Decoder(list[SearchRow])
 
 
 async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], status: str | None, labels: Labels,
-                 since: datetime | None, until: datetime | None, after: tuple[str, datetime, str] | None,
-                 limit: int) -> tuple[str, list[SearchKey]]:
+                 since: datetime | None, until: datetime | None, after: tuple[Decimal, datetime, str] | None,
+                 limit: int) -> tuple[str, list[SearchRow]]:
     """The key's tenant, and its live objects matching `text`, best first then newest (keyset on
     (score, created_at, id), the score exact as a decimal string)."""
     tenant, row = await tenancy.fetch(
         conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
-        Decimal(after[0]) if after else None, after[1] if after else None, after[2] if after else None,
+        after[0] if after else None, after[1] if after else None, after[2] if after else None,
         status, limit,
     )
     assert row is not None  # an aggregate: always one row
-    return tenant, _search_keys.decode(row["hits"])
+    return tenant, _search_rows.decode(row["hits"])
 
 
 # Backlinks: per kind of the linked-to object, the relations that can point at it. Each branch walks an
@@ -798,24 +790,17 @@ _BACKLINKS = {
 }
 
 
-class BacklinkKey(msgspec.Struct):
-    relation: str
-    id: str
-    type: str
-    summary: str
-
-
-_backlink_keys = msgspec.json.Decoder(list[BacklinkKey])
+_backlink_rows = msgspec.json.Decoder(list[BacklinkRow])
 
 
 async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, after: tuple[str, str] | None,
-                    limit: int) -> tuple[str, State, list[BacklinkKey]]:
+                    limit: int) -> tuple[str, State, list[BacklinkRow]]:
     """The key's tenant, the object's state, and the live objects linking to it in (relation, id) order."""
     tenant, row = await tenancy.fetch(conn, cred, _BACKLINKS[kind], object_id,
                                       after[0] if after else None, after[1] if after else None, limit)
     if row is None:
         return tenant, State.MISSING, []
-    return tenant, State.of(row["gone"]), _backlink_keys.decode(row["links"])
+    return tenant, State.of(row["gone"]), _backlink_rows.decode(row["links"])
 
 
 async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
