@@ -306,3 +306,54 @@ def test_the_search_function_sees_only_the_bound_tenant_and_nothing_without_one(
     unbound, bound, other = asyncio.run(run())
     assert unbound == [] and other == []
     assert [r[0] for r in bound] == [mine]
+
+
+def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, sql) -> None:
+    """Why recall_search_hits runs as the owner: as recall_app under RLS, `search @@ query` cannot be an
+    index condition (the operator is not leakproof) even with sequential scans disabled; through the
+    function each table's branch is a GIN index scan."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db.pool import as_app_role
+    from recall_server.ids import PREFIX
+
+    w = word()
+    tenant = f"gin-{uuid.uuid4().hex[:8]}"
+    sql("INSERT INTO tenants (id) VALUES ($1)", tenant)
+    for kind, table, columns, values in [  # enough rows that a scan of the tenant costs more than the index
+        ("thread", "threads", "title, summary, status", "'t', 'bulk thread ' || g, 'open'"),
+        ("worker", "workers", "name, summary", "'w', 'bulk worker ' || g"),
+        ("trigger", "triggers", "source, summary, content_type, payload, payload_sha256, occurred_at",
+         "'s', 'bulk trigger ' || g, 'text/plain', '\\x', '\\x', now()"),
+    ]:
+        sql(f"INSERT INTO {table} (tenant_id, id, {columns}, request_hash) SELECT $1, "
+            f"'{PREFIX[kind]}_bulk' || g, {values}, '\\x' FROM generate_series(1, 3000) g", tenant)
+    sql("UPDATE triggers SET summary = $2 WHERE tenant_id = $1 AND id = 'trg_bulk7'", tenant, w)
+    for table in ("threads", "workers", "triggers", "reports"):
+        sql(f"ANALYZE {table}")
+    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search"]
+
+    async def run() -> tuple[int, str]:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_seqscan = off")
+                await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
+                hits = await conn.fetch(
+                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report'], NULL,"
+                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
+                assert [h[0] for h in hits] == ["trg_bulk7"]
+                scans = await conn.fetchval(
+                    "SELECT sum(pg_stat_get_xact_numscans(oid)) FROM pg_class WHERE relname = ANY($1)", indexes)
+                plan = "\n".join(r[0] for r in await conn.fetch(
+                    "EXPLAIN SELECT id FROM triggers WHERE tenant_id = $1 "
+                    "AND search @@ websearch_to_tsquery('simple', $2)", tenant, w))
+            return scans, plan
+        finally:
+            await conn.close()
+
+    scans, direct = asyncio.run(run())
+    assert scans >= 3, "each kind's branch scanned its GIN index"
+    assert "triggers_search" not in direct, "RLS now lets @@ use the index: recall_search_hits need not be the owner's"
