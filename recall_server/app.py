@@ -42,6 +42,7 @@ from recall_server.routes import (
     WholeNumbers,
     keys,
     labels,
+    lens,
     memories,
     meta,
     threads,
@@ -161,7 +162,7 @@ def create_app(settings: Settings) -> Litestar:
 
     mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
-                 *hooks.ROUTES]
+                 *hooks.ROUTES, *lens.ROUTES]
     protected += trace_routes.ROUTES
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own

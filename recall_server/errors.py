@@ -10,7 +10,7 @@
      ├── Conflict              409  same ID with a different body; a retired ID; Idempotency-Key in flight
      ├── Gone                  410  the object was deleted or has expired (its ID stays retired)
      ├── PayloadTooLarge       413  body over the configured limit
-     ├── UnsupportedMediaType  415  a JSON body sent as another content type
+     ├── UnsupportedMediaType  415  a JSON body sent as another content type; grep of content that is not text
      ├── RangeNotSatisfiable   416  (carries Content-Range: bytes */N)
      ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
      ├── ClientClosedRequest   499  the client left before its body arrived (counted, never sent)

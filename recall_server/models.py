@@ -487,3 +487,63 @@ class ReadPage(Struct):
     data: list[Read]
     next_cursor: str | None
     has_more: bool
+
+
+# ---- search, backlinks, grep (issue 14) ------------------------------------------------------
+
+
+class SearchHit(Struct):
+    """An object whose text matches the query: an ID to hop from."""
+
+    id: AnyId
+    type: Literal["trigger", "thread", "worker", "report"]
+    summary: str
+    href: str
+    score: float  # ts_rank, rounded to 6 decimals; ties are broken by recency, then ID
+    snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
+
+
+class SearchPage(Struct):
+    data: list[SearchHit]
+    next_cursor: str | None
+    has_more: bool
+
+
+class Backlink(Struct):
+    """An object that links to the requested ID, and how (see README: relations)."""
+
+    id: AnyId
+    type: Literal["trigger", "thread", "worker", "report"]
+    relation: Literal["cites", "neighbour", "event", "owner", "thread", "worker"]
+    summary: str
+    href: str
+
+
+class BacklinkPage(Struct):
+    data: list[Backlink]
+    next_cursor: str | None
+    has_more: bool
+
+
+class GrepLine(Struct, omit_defaults=True):
+    number: int  # 1-based line number
+    text: str  # at most grep.LINE_CHARS characters; `truncated` when cut
+    truncated: bool = False
+
+
+class GrepMatch(Struct):
+    line: int  # 1-based line number of the match
+    offset: int  # byte offset of the match in the content
+    length: int  # bytes of the match
+    range: str  # a Range header reading the matching line and its context lines (bytes=first-last)
+    lines: list[GrepLine]  # the context lines before, the matching line, the context lines after
+
+
+class GrepResult(Struct):
+    id: AnyId
+    content_type: str
+    bytes: int  # the content's whole size
+    scanned: int  # bytes scanned (the first grep.SCAN_BYTES at most)
+    matches: list[GrepMatch]
+    truncated: bool  # more matches exist than shown (max, or the response bound), or the scan stopped early
+    href: str  # the content itself

@@ -165,6 +165,10 @@ def statements() -> dict[str, list[str]]:
     return found
 
 
+_BOUND_TENANT = re.compile(r"(\w+) text := current_setting\('app\.tenant_id', true\).*"
+                           r"IF coalesce\(\1, ''\) = '' THEN[^;]*RETURN;.*tenant_id = \1\b", re.S)
+
+
 def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
     """SQL functions that touch tenant tables without being pinned to a tenant argument (or NEW.tenant_id)."""
     rows = run_sql(store, """
@@ -175,7 +179,8 @@ def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
     for r in rows:
         touches = re.search(rf"\b(FROM|JOIN|INTO|UPDATE)\s+({'|'.join(distributed)})\b", r["prosrc"], re.I)
         pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])
-                     for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"]
+                     for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"] \
+            or _BOUND_TENANT.search(r["prosrc"])  # the tenant the key check bound, and nothing without one
         if touches and not pinned:
             spanning.add(r["proname"])
     return spanning

@@ -43,7 +43,7 @@ _DESCRIPTIONS = {
     409: "The ID exists with a different body, or is retired; or a request with this Idempotency-Key is in flight.",
     410: "The object was deleted or has expired; its ID is retired.",
     413: "The request body is larger than the configured limit.",
-    415: "The body is not sent as application/json (or a +json type).",
+    415: "A JSON body not sent as application/json (or +json); or grep of content that is not text or JSON.",
     416: "The byte range cannot be satisfied.",
     422: "The body names a wrong-kind or missing (dangling) ID, or the Idempotency-Key was used for another request.",
     503: "The database is unavailable or overloaded; retry after Retry-After seconds.",
