@@ -104,6 +104,7 @@ class MemoryRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # as TriggerRow.tail
 
 
 class Labels(Struct, frozen=True):

@@ -722,6 +722,8 @@ _tags = msgspec.json.Decoder(dict[str, str])
 _MEMORY_COLUMNS = """
     m.id, m.namespace, m.key, m.kind, m.summary, m.content_type, octet_length(m.value) AS size,
     CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
+    CASE WHEN octet_length(m.value) <= $4 THEN ''::bytea
+         ELSE substring(m.value FROM octet_length(m.value) - $5 + 1) END AS tail,
     m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
     m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
     CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
@@ -741,7 +743,8 @@ _MEMORY_CURRENT = keyed(f"""
 def _memory_row(row: asyncpg.Record) -> MemoryRow:
     return MemoryRow(
         id=row["id"], namespace=row["namespace"], key=row["key"], kind=row["kind"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"], tags=_tags.decode(row["tags"]),
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
+        tags=_tags.decode(row["tags"]),
         confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
         sources=_links.decode(row["sources"]), chain_created_at=row["chain_created_at"],
         supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
@@ -1192,6 +1195,7 @@ BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can
     "thread": ["event", "thread"],
     "worker": ["event", "owner", "worker"],
     "report": ["event"],
+    "memory": ["event"],  # a note may point at a memory
 }
 _BACKLINKS = {
     kind: keyed(f"""
