@@ -196,7 +196,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                  "properties": {field: {"type": "string"}}}
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
-    return doc
+    return _ecma_patterns(doc)
 
 
 _HOOK_ID = {"type": "string", "pattern": signing.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
@@ -263,6 +263,17 @@ def _lens_links(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
         for status in ("201", "200"):
             ops[op_id][2]["responses"][status]["links"][target] = {
                 "operationId": target, "parameters": {param: "$response.body#/id"}}
+
+
+def _ecma_patterns(node: Any) -> Any:
+    """Python patterns end in \\Z (its $ also matches before a final newline); JSON Schema's regexes are
+    ECMA 262, whose $ (without the m flag) means exactly that, so the published patterns end in $."""
+    if isinstance(node, dict):
+        return {k: (v[:-2] + "$" if k == "pattern" and isinstance(v, str) and v.endswith("\\Z") else _ecma_patterns(v))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_ecma_patterns(v) for v in node]
+    return node
 
 
 def document(app: Litestar) -> dict[str, Any]:

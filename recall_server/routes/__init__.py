@@ -30,10 +30,10 @@ Limit = Annotated[int, Parameter(ge=1, le=500, description="Page size.")]
 Cursor = Annotated[
     str | None,
     Parameter(description="Opaque cursor from a previous page's next_cursor.", max_length=512,
-              pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"),
+              pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z"),
 ]
 
-_LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})$"
+_LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})\Z"
 
 _DESCRIPTIONS = {
     400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",
@@ -142,7 +142,7 @@ LabelFilter = NamedDependency[Labels]  # injected as `labels`
 
 IdempotencyKey = Annotated[
     str | None,
-    HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+\Z",
               description="Retries with the same key and request replay the first outcome (24 h by default)."),
 ]
 

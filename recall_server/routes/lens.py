@@ -25,10 +25,10 @@ MaxMatches = Annotated[int, QueryParameter(name="max", ge=1, le=grep.MAX_MATCHES
 async def search(
     request: Caller,
     labels: LabelFilter,
-    q: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
+    q: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*\Z",
                                 description="Words to find (web search syntax: \"quoted phrase\", or, -not).")],
     kinds: Annotated[list[Kind] | None, QueryParameter(name="type", description="Only these kinds (repeatable).")] = None,
-    status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+$",
+    status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z",
                                             description="Only threads with this status.")] = None,
     since: Moment = None,
     until: Moment = None,
