@@ -270,6 +270,14 @@ def webhook_deliveries(wrk: Wrk, url: str, owner: str) -> dict:
             "non2xx": r["non2xx"]}
 
 
+def cite_heavily(dsn: str) -> None:
+    """Make trg_b7 cited by the first 10,000 reports (a second ref each; idempotent)."""
+    query(dsn, """
+        INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
+        SELECT 'bench', 'rpt_b' || g, 2, 'trg_b7' FROM generate_series(1, 10000) g ON CONFLICT DO NOTHING""")
+    query(dsn, "ANALYZE report_refs")
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median req/s, noting every run's req/s when there were several."""
     median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -388,6 +396,12 @@ def main() -> None:
     payload_40k = json.dumps({"source": "bench.ingest", "summary": "ingest 40 KB", "payload": "x" * 40960})
     if want("ingest_40k"):
         s["ingest_40k"] = wrk.run(url, ["/triggers"], method="POST", body=payload_40k)
+    if want("ingest_4k_log"):  # 4 KB of log lines: words the search index takes in (ingest_4k is one long token)
+        log_4k = "".join(f"PASSED tests/test_mod_{i % 37}.py::test_case_{i} in {i % 9}.{i % 97:02d}s\n"
+                         for i in range(80))[:4096]
+        s["ingest_4k_log"] = wrk.run(url, ["/triggers"], method="POST", body=json.dumps(
+            {"source": "bench.ingest", "summary": "ingest 4 KB of log", "content_type": "text/plain",
+             "payload": log_4k}))
 
     if want("remember_write"):  # every writer on one (namespace, key): each write supersedes, under the pair lock
         s["remember_write"] = wrk.run(url, ["/memories"], method="POST", body=json.dumps({
@@ -395,6 +409,18 @@ def main() -> None:
             "value": {"step": 1, "notes": "n" * 300}}))
     if want("webhook_deliveries"):
         s["webhook_deliveries"] = webhook_deliveries(wrk, url, owner)
+    log("search and backlinks")
+    if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
+        s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
+    if want("search_payload"):  # a word only the 41 KB payload holds: one hit, its snippet from 41 KB of text
+        s["search_payload"] = wrk.run(url, ["/search?q=passed"])
+    if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
+        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
+    if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in
+        cite_heavily(owner)
+        deep = codec.encode("bench\0backlinks\0trg_b7", ["cites", "rpt_b5000"])
+        s["backlinks_cited_10k"] = wrk.run(url, ["/ids/trg_b7/backlinks?limit=50",
+                                                 f"/ids/trg_b7/backlinks?limit=50&cursor={deep}"])
 
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
         if want("inline_size"):

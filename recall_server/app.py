@@ -26,18 +26,23 @@ from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.mcp import HttpEndpoint
+from recall_server.head import HeadAsGet
+from recall_server.limits import BodyGuard
 from recall_server.observability import (
     ObservabilityMiddleware,
     forget_processes,
     request_id,
 )
 from recall_server.openapi import CorrectedJsonPlugin
+from recall_server.process import die_with_parent
 from recall_server.routes import (
     Caller,
     RequireKey,
     hooks,
+    WholeNumbers,
     keys,
     labels,
+    lens,
     memories,
     meta,
     threads,
@@ -96,6 +101,8 @@ def _options_handlers(handlers: list[Any]) -> list[Any]:
     for handler in handlers:
         for path in handler.paths:
             methods.setdefault(path, {"OPTIONS"}).update(handler.http_methods)
+            if "GET" in handler.http_methods:  # head.HeadAsGet answers HEAD wherever GET is
+                methods[path].add("HEAD")
 
     def make(path: str, allow: str) -> Any:
         @route(path, http_method=HttpMethod.OPTIONS, include_in_schema=False, sync_to_thread=False,
@@ -151,15 +158,16 @@ def create_app(settings: Settings) -> Litestar:
             await trace.flush()  # what the last interval buffered (a crash loses at most that)
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
+            log.info("shutdown complete: pool closed")
 
     mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
-                 *hooks.ROUTES]
+                 *hooks.ROUTES, *lens.ROUTES]
     protected += trace_routes.ROUTES
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
-                   middleware=[RequireKey, TraceReads],  # TraceReads: the recall trace (trace.py)
+                   middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (trace.py)
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
@@ -196,4 +204,6 @@ def from_env() -> ObservabilityMiddleware:
     The observability wrapper sits outside Litestar so that unmatched routes get a request ID,
     an access-log line and a metric too.
     """
-    return ObservabilityMiddleware(create_app(config.load()))
+    die_with_parent()
+    settings = config.load()
+    return ObservabilityMiddleware(HeadAsGet(BodyGuard(create_app(settings), settings.body_timeout)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import urllib.error
@@ -64,7 +63,10 @@ def _bootstrap_local_key(settings: Settings) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(key.key + "\n")
-    click.echo(f"created a write key for tenant 'default' (also saved, mode 0600, in {path}):\n{key.key}")
+    if sys.stdout.isatty():  # a person is watching; a log file or a pipe must never hold the secret
+        click.echo(f"created a write key for tenant 'default' (also saved, mode 0600, in {path}):\n{key.key}")
+    else:
+        click.echo(f"created a write key for tenant 'default'; it is in {path} (mode 0600)")
 
 
 data_dir_option = click.option(
@@ -95,8 +97,6 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
             stale.unlink()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir  # read by prometheus_client at import
 
-    import uvicorn
-
     from recall_server.db.migrate import migrate
     from recall_server.observability import log_config
 
@@ -107,18 +107,36 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     if embedded:
         _bootstrap_local_key(settings)
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler it found:
-    # make that one an exit, so the cleanup below runs instead of the process dying on the signal.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(
-            "recall_server.app:from_env", factory=True, host=settings.host, port=settings.port,
-            workers=settings.workers, loop="uvloop", http="httptools", log_config=log_config(settings.log_level),
-            access_log=False, proxy_headers=False, server_header=False, timeout_graceful_shutdown=10,
-        )
+        _granian(settings, log_config(settings.log_level)).serve()  # returns after SIGTERM/SIGINT, exit 0
     finally:
         if own_metrics_dir:
             shutil.rmtree(settings.metrics_dir, ignore_errors=True)
+
+
+def _granian(settings: Settings, logging: dict[str, object]) -> object:
+    """The HTTP server: granian, for the request-head limits it enforces before the app sees a byte.
+
+    uvicorn with httptools has no header size limit (a 128 MB header grew a worker past 180 MB),
+    and neither of its parsers bounds the time to send a request head (slowloris). granian (hyper)
+    answers 431 past `max_header_bytes` or 100 headers, closes a connection whose head (or next
+    head, on keep-alive) has not arrived within `header_timeout`, and accepts at most
+    `max_connections` connections per worker (the rest wait in the listen backlog).
+    """
+    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    return Server(
+        "recall_server.app:from_env", factory=True, interface=Interfaces.ASGI, address=settings.host,
+        port=settings.port, workers=settings.workers, loop=Loops.uvloop, http=HTTPModes.http1, websockets=False,
+        backpressure=settings.max_connections,
+        http1_settings=HTTP1Settings(header_read_timeout=int(settings.header_timeout * 1000),
+                                     max_buffer_size=settings.max_header_bytes),
+        log_level=LogLevels(settings.log_level), log_dictconfig=logging, log_access=False,
+        respawn_failed_workers=True, workers_kill_timeout=10,  # in-flight requests get 10 s to finish
+    )
 
 
 @main.command("migrate")

@@ -6,9 +6,11 @@
      ├── Forbidden             403
      ├── NotFound              404
      ├── MethodNotAllowed      405
+     ├── RequestTimeout        408
      ├── Conflict              409
      ├── Gone                  410
      ├── PayloadTooLarge       413
+     ├── UnsupportedMediaType  415
      ├── RangeNotSatisfiable   416
      ├── Unprocessable         422
      └── Unavailable           503  (after the retries ran out)
@@ -36,6 +38,7 @@ from recall_server import config, errors, ids
 from recall_server.models import (
     AssignOwner,
     CreateKey,
+    CreateMemory,
     CreateNote,
     CreateReport,
     CreateThread,
@@ -46,6 +49,12 @@ from recall_server.models import (
     Health,
     KeyList,
     KeyView,
+    MemoryIndexEntry,
+    MemoryPage,
+    MemoryVersion,
+    MemoryVersionPage,
+    MemoryView,
+    NamespacePage,
     NewKey,
     ReportIndexEntry,
     ReportPage,
@@ -105,6 +114,10 @@ class MethodNotAllowed(RecallError):
     status = 405
 
 
+class RequestTimeout(RecallError):
+    status = 408
+
+
 class Conflict(RecallError):
     status = 409
 
@@ -115,6 +128,10 @@ class Gone(RecallError):
 
 class PayloadTooLarge(RecallError):
     status = 413
+
+
+class UnsupportedMediaType(RecallError):
+    status = 415
 
 
 class RangeNotSatisfiable(RecallError):
@@ -131,8 +148,8 @@ class Unavailable(RecallError):
 
 BY_STATUS: dict[int, type[RecallError]] = {
     cls.status: cls
-    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
-                RangeNotSatisfiable, Unprocessable, Unavailable)
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, RequestTimeout, Conflict, Gone,
+                PayloadTooLarge, UnsupportedMediaType, RangeNotSatisfiable, Unprocessable, Unavailable)
 }
 _PROBLEM_MEMBERS = ("type", "title", "status", "detail", "instance", "request_id")
 
@@ -182,8 +199,8 @@ class _Call(NamedTuple):
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
-    for t in (Event, EventPage, Health, KeyList, KeyView, NewKey, ReportPage, ReportView, Resolved, ThreadPage,
-              ThreadView, TriggerView, WorkerView)
+    for t in (Event, EventPage, Health, KeyList, KeyView, MemoryPage, MemoryVersionPage, MemoryView, NamespacePage,
+              NewKey, ReportPage, ReportView, Resolved, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
 _RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
@@ -198,6 +215,24 @@ def _range(start: int | None, end: int | None) -> dict[str, str]:
     if start is None and end is None:
         return {}
     return {"Range": f"bytes={start or 0}-{'' if end is None else end}"}
+
+
+def _namespace(namespace: str | list[str] | tuple[str, ...] | None) -> str | None:
+    """A namespace for a URL: its segments joined by '/' (a string is taken as already joined)."""
+    if namespace is None or isinstance(namespace, str):
+        return namespace
+    return "/".join(namespace)
+
+
+def _tags(tags: dict[str, str] | list[str] | None) -> list[str] | None:
+    """Tag filters as repeated `tag=key:value` parameters."""
+    if tags is None:
+        return None
+    return [f"{k}:{v}" for k, v in tags.items()] if isinstance(tags, dict) else list(tags)
+
+
+def _value_contains(value: dict[str, Any] | str | None) -> str | None:
+    return value if value is None or isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
 def _body(struct: msgspec.Struct | None, kind: type[msgspec.Struct], fields: dict[str, Any]) -> bytes:
@@ -273,11 +308,11 @@ class _Operations:
     # ---- by ID -------------------------------------------------------------------------------
 
     def get(self, object_id: str, budget: int | None = None, *, run: str | None = None) -> Any:
-        """The inline view of any ID (ThreadView, WorkerView, TriggerView or ReportView), by its prefix.
+        """The inline view of any ID (ThreadView, WorkerView, TriggerView, ReportView or MemoryView), by its prefix.
 
         A string that is no ID at all goes to /ids/, so the server's loud miss names what is wrong."""
         read = {"thread": self.get_thread, "worker": self.get_worker, "trigger": self.get_trigger,
-                "report": self.get_report}.get(ids.kind_of(object_id) or "")
+                "report": self.get_report, "memory": self.get_memory}.get(ids.kind_of(object_id) or "")
         if read is None:
             return self.resolve(object_id, run=run)
         return read(object_id, budget, run=run)
@@ -379,6 +414,57 @@ class _Operations:
     def delete_report(self, report_id: str) -> None:
         return self._run(_Call("DELETE", f"/reports/{report_id}", None))
 
+    # ---- memories ----------------------------------------------------------------------------
+
+    def remember(self, memory: CreateMemory | None = None, /, **fields: Any) -> MemoryView:
+        """POST /memories: a new version of (namespace, key); the pair's current version is superseded by it."""
+        return self._run(_Call("POST", "/memories", MemoryView, body=_body(memory, CreateMemory, fields),
+                               idempotency=True))
+
+    def get_memory(self, memory_id: str, budget: int | None = None, *, run: str | None = None) -> MemoryView:
+        """Any version by ID, current or superseded (`status` says which)."""
+        return self._run(_Call("GET", f"/memories/{memory_id}", MemoryView, _query(budget=budget), run=run))
+
+    def current_memory(self, namespace: str | list[str] | tuple[str, ...], key: str, budget: int | None = None, *,
+                       run: str | None = None) -> MemoryView:
+        """The current version of (namespace, key): NotFound if it never had one, Gone if deleted or expired."""
+        params = _query(namespace=_namespace(namespace), key=key, budget=budget)
+        return self._run(_Call("GET", "/memories/current", MemoryView, params, run=run))
+
+    def memory_value(self, memory_id: str, start: int | None = None, end: int | None = None, *,
+                     run: str | None = None) -> bytes:
+        """The version's value as stored (JSON text for a JSON value), or bytes start..end of it (inclusive)."""
+        return self._run(_Call("GET", f"/memories/{memory_id}/value", bytes, headers=_range(start, end), run=run))
+
+    def list_memories(self, *, namespace: str | list[str] | tuple[str, ...] | None = None, kind: str | None = None,
+                      tags: dict[str, str] | list[str] | None = None, value_contains: dict[str, Any] | str | None = None,
+                      app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                      cursor: str | None = None, limit: int | None = None, run: str | None = None) -> MemoryPage:
+        """A page of current memories in (namespace, key) order. `namespace` is a prefix of whole segments;
+        `tags` all must match ({key: value} or ["key:value"]); `value_contains` a JSON object the value contains."""
+        params = _query(namespace=_namespace(namespace), kind=kind, tag=_tags(tags),
+                        value_contains=_value_contains(value_contains), app_id=app_id, agent_id=agent_id,
+                        run_id=run_id, cursor=cursor, limit=limit)
+        return self._run(_Call("GET", "/memories", MemoryPage, params, run=run))
+
+    def memory_versions(self, memory_id: str, cursor: str | None = None, limit: int | None = None, *,
+                        run: str | None = None) -> MemoryVersionPage:
+        """A page of the chain the version belongs to, newest first."""
+        return self._run(_Call("GET", f"/memories/{memory_id}/versions", MemoryVersionPage,
+                               _query(cursor=cursor, limit=limit), run=run))
+
+    def memory_namespaces(self, *, prefix: str | list[str] | tuple[str, ...] | None = None,
+                          suffix: str | list[str] | tuple[str, ...] | None = None, max_depth: int | None = None,
+                          cursor: str | None = None, limit: int | None = None, run: str | None = None) -> NamespacePage:
+        """A page of the distinct namespaces of current memories (as segment lists), in order."""
+        params = _query(prefix=_namespace(prefix), suffix=_namespace(suffix), max_depth=max_depth, cursor=cursor,
+                        limit=limit)
+        return self._run(_Call("GET", "/memories/namespaces", NamespacePage, params, run=run))
+
+    def delete_memory(self, memory_id: str) -> None:
+        """Erase every version of the memory's (namespace, key); a later write starts a new chain."""
+        return self._run(_Call("DELETE", f"/memories/{memory_id}", None))
+
     # ---- keys and health -------------------------------------------------------------------------
 
     def create_key(self, scope: str, label: str = "") -> NewKey:
@@ -472,6 +558,38 @@ class RecallClient(_Operations):
                 return
             cursor = page.next_cursor
 
+    def iter_memories(self, *, limit: int = 500, run: str | None = None, **filters: Any) -> Iterator[MemoryIndexEntry]:
+        """Every current memory once, in (namespace, key) order (filters as list_memories)."""
+        cursor = None
+        while True:
+            page = self.list_memories(cursor=cursor, limit=limit, run=run, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_memory_versions(self, memory_id: str, *, limit: int = 500,
+                             run: str | None = None) -> Iterator[MemoryVersion]:
+        """Every version of the memory's chain, newest first."""
+        cursor = None
+        while True:
+            page = self.memory_versions(memory_id, cursor, limit, run=run)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_memory_namespaces(self, *, limit: int = 500, run: str | None = None,
+                               **filters: Any) -> Iterator[list[str]]:
+        """Every namespace of current memories once, in order (filters as memory_namespaces)."""
+        cursor = None
+        while True:
+            page = self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
     def close(self) -> None:
         self.http.close()
 
@@ -545,6 +663,40 @@ class AsyncRecallClient(_Operations):
             page = await self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters)
             for entry in page.data:
                 yield entry
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_memories(self, *, limit: int = 500, run: str | None = None,
+                            **filters: Any) -> AsyncIterator[MemoryIndexEntry]:
+        """Every current memory once, in (namespace, key) order (filters as list_memories)."""
+        cursor = None
+        while True:
+            page = await self.list_memories(cursor=cursor, limit=limit, run=run, **filters)
+            for entry in page.data:
+                yield entry
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_memory_versions(self, memory_id: str, *, limit: int = 500,
+                                   run: str | None = None) -> AsyncIterator[MemoryVersion]:
+        cursor = None
+        while True:
+            page = await self.memory_versions(memory_id, cursor, limit, run=run)
+            for version in page.data:
+                yield version
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_memory_namespaces(self, *, limit: int = 500, run: str | None = None,
+                                     **filters: Any) -> AsyncIterator[list[str]]:
+        cursor = None
+        while True:
+            page = await self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters)
+            for namespace in page.data:
+                yield namespace
             if not page.has_more:
                 return
             cursor = page.next_cursor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import platformdirs
@@ -20,6 +21,15 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     workers: int = 1
     max_body_bytes: int = 8 * 1024 * 1024
     webhook_max_body_bytes: int = 8 * 1024 * 1024  # webhook deliveries (GitHub sends at most 25 MB)
+    # Request limits: granian enforces all but the body timeout (limits.BodyGuard); README has the table.
+    # Request line + headers in bytes; more (or more than 100 headers) is a 431.
+    max_header_bytes: Annotated[int, msgspec.Meta(ge=8192)] = 64 * 1024
+    # Seconds to send a request head; also how long an idle keep-alive connection stays open.
+    header_timeout: Annotated[float, msgspec.Meta(ge=1, le=60)] = 10.0
+    # Seconds the whole body may take, from the first read, before a 408.
+    body_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    # Open connections per worker process; more wait in the listen backlog.
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
     pool_min: int = 2
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503

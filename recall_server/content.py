@@ -9,6 +9,14 @@ from cachetools import LRUCache
 from recall_server.errors import RangeNotSatisfiable
 
 CACHE_CONTROL = "private, max-age=31536000, immutable"
+# Payloads and bodies are whatever a client stored, under the content type it chose (text/html,
+# image/svg+xml, ...). Served from the API's origin they must never run or render there: no MIME
+# sniffing, a sandbox without any source, and a download rather than a page, for every type.
+INERT = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Content-Disposition": "attachment",
+}
 _RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 
 
@@ -64,7 +72,7 @@ def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str 
           if_range: str | None) -> Served:
     """Apply If-None-Match (304), then Range (206/416) guarded by If-Range, else the whole body."""
     tag = etag(sha256)
-    headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL, "Accept-Ranges": "bytes"}
+    headers = {"ETag": tag, "Cache-Control": CACHE_CONTROL, "Accept-Ranges": "bytes", **INERT}
     if if_none_match is not None and _matches(if_none_match, tag):
         return Served(304, b"", headers)
     if range_ is not None and (if_range is None or if_range.strip() == tag):
@@ -77,23 +85,33 @@ def serve(data: bytes, sha256: bytes, *, if_none_match: str | None, range_: str 
 
 
 class ContentCache:
-    """Payloads and bodies this process served, by object ID, up to `max_bytes` (least recently used out).
+    """Payloads and bodies this process served, by (tenant, object ID), up to `max_bytes` (least
+    recently used out).
 
     Never trusted on its own: each read still asks the database, passing the cached SHA-256; the
     database leaves the bytes out when they match (content is immutable, erasure changes the hash)
     and always answers for existence, deletion, expiry and the key. So a hit saves reading,
     decompressing and sending the bytes, and a deleted object is 410 at once in every process.
+
+    Keyed by tenant, not by ID alone: two tenants may both own trg_X, and were tenant A's cached
+    SHA-256 sent with tenant B's read, B could time whether its trg_X holds A's bytes. The tenant is
+    known only from the database's answer (the key check), so the cache learns each key's tenant
+    there (a key never changes tenant) and a key it has not seen yet reads without a cached hash.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, max_keys: int = 10_000) -> None:
         self.max_item = max_bytes // 16  # one big payload must not flush everything else
-        self.items: LRUCache[str, tuple[bytes, bytes]] = LRUCache(
+        self.items: LRUCache[tuple[str, str], tuple[bytes, bytes]] = LRUCache(
             maxsize=max(1, max_bytes), getsizeof=lambda item: len(item[1]) + 100)
+        self.tenants: LRUCache[str, str] = LRUCache(maxsize=max_keys)  # key ID -> its tenant
 
-    def get(self, object_id: str) -> tuple[bytes, bytes] | None:
-        """(sha256, data) if cached."""
-        return self.items.get(object_id)
+    def get(self, key_id: str, object_id: str) -> tuple[bytes, bytes] | None:
+        """(sha256, data) cached for the key's tenant, if the tenant of this key is known."""
+        tenant = self.tenants.get(key_id)
+        return None if tenant is None else self.items.get((tenant, object_id))
 
-    def put(self, object_id: str, sha256: bytes, data: bytes) -> None:
+    def put(self, tenant: str, key_id: str, object_id: str, sha256: bytes, data: bytes) -> None:
+        """Keep (sha256, data) for `tenant`, the tenant the database said `key_id` belongs to."""
+        self.tenants[key_id] = tenant
         if len(data) <= self.max_item:
-            self.items[object_id] = (sha256, data)
+            self.items[(tenant, object_id)] = (sha256, data)

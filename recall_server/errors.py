@@ -6,11 +6,14 @@
      ├── Forbidden             403  the key's scope does not allow this route
      ├── NotFound              404  unknown, malformed or wrong-kind ID; unknown route
      ├── MethodNotAllowed      405  (carries Allow)
+     ├── RequestTimeout        408  the request body did not arrive in time
      ├── Conflict              409  same ID with a different body; a retired ID; Idempotency-Key in flight
      ├── Gone                  410  the object was deleted or has expired (its ID stays retired)
      ├── PayloadTooLarge       413  body over the configured limit
-     ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
+     ├── UnsupportedMediaType  415  a JSON body sent as another content type; grep of content that is not text
      ├── RangeNotSatisfiable   416  (carries Content-Range: bytes */N)
+     ├── Unprocessable         422  wrong-kind ID in a body, dangling link, bad content type
+     ├── ClientClosedRequest   499  the client left before its body arrived (counted, never sent)
      └── Unavailable           503  database down, pool exhausted, timeout (carries Retry-After)
 
 Anything else is a bug and becomes a logged 500 problem without internals in the body.
@@ -72,6 +75,10 @@ class MethodNotAllowed(Problem):
     status, title, slug = 405, "Method Not Allowed", "method-not-allowed"
 
 
+class RequestTimeout(Problem):
+    status, title, slug = 408, "Request Timeout", "request-timeout"
+
+
 class Conflict(Problem):
     status, title, slug = 409, "Conflict", "conflict"
 
@@ -84,12 +91,20 @@ class PayloadTooLarge(Problem):
     status, title, slug = 413, "Content Too Large", "too-large"
 
 
+class UnsupportedMediaType(Problem):
+    status, title, slug = 415, "Unsupported Media Type", "unsupported-media-type"
+
+
 class RangeNotSatisfiable(Problem):
     status, title, slug = 416, "Range Not Satisfiable", "range-not-satisfiable"
 
 
 class Unprocessable(Problem):
     status, title, slug = 422, "Unprocessable Content", "unprocessable"
+
+
+class ClientClosedRequest(Problem):
+    status, title, slug = 499, "Client Closed Request", "client-closed-request"
 
 
 class Unavailable(Problem):
@@ -101,8 +116,8 @@ class Unavailable(Problem):
 
 BY_STATUS: dict[int, type[Problem]] = {
     cls.status: cls
-    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, PayloadTooLarge,
-                RangeNotSatisfiable, Unprocessable, Unavailable)
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, RequestTimeout, Conflict, Gone,
+                PayloadTooLarge, UnsupportedMediaType, RangeNotSatisfiable, Unprocessable, Unavailable)
 }
 
 

@@ -11,8 +11,10 @@ KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report", "m
 PREFIX = {kind: prefix for prefix, kind in KINDS.items()}
 PLURAL = {"trigger": "triggers", "thread": "threads", "worker": "workers", "report": "reports", "memory": "memories"}
 
-ID_RE = re.compile(r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}\Z")
-ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}$"
+# Patterns end in \Z, not $: Python's $ also matches before a final newline ("thr_x\n" would pass).
+# openapi.py publishes them with $, which means exactly \Z in JSON Schema (ECMA 262) regexes.
+ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}\Z"
+ID_RE = re.compile(ANY_ID_PATTERN)
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -40,7 +42,7 @@ def shown_in(body: bytes) -> list[str]:
 
 def pattern(kind: str) -> str:
     """The JSON-schema pattern of one kind's IDs."""
-    return rf"^{PREFIX[kind]}_[A-Za-z0-9_-]{{1,64}}$"
+    return rf"^{PREFIX[kind]}_[A-Za-z0-9_-]{{1,64}}\Z"
 
 
 def kind_of(value: str) -> str | None:

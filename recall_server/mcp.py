@@ -38,16 +38,20 @@ from recall_server.observability import ObservabilityMiddleware
 INSTRUCTIONS = (
     "Recall memory of long-running work. Start from a thread ID (thr_...) with recall_get, then follow the IDs its "
     "view shows (owner workers wkr_, triggers trg_, reports rpt_) with recall_get. Large content is spilled behind "
-    "a pointer with a preview: read it with recall_read (or the resource link) only when the preview is not enough."
+    "a pointer with a preview: read it with recall_read (or the resource link) only when the preview is not enough. "
+    "Memories (mem_) you keep between runs are addressed by namespace and key: recall_recall reads the current one "
+    "(or lists a namespace), recall_remember writes a new version."
 )
 WRITE_TOOLS = frozenset({"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
-                         "recall_set_status"})
+                         "recall_set_status", "recall_remember"})
 _STATE = "recall.mcp"  # where the /mcp gate leaves the caller's binding in the ASGI scope state
 _RUN = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")  # a run ID is a label (models.Label)
 _CONTENT_URI = re.compile(r"^recall://(triggers|reports)/([^/]+)/(payload|body)$")
 _encode = msgspec.json.encode
 
-Id = Annotated[str, Field(description="A recall ID: thr_..., wkr_..., trg_... or rpt_...")]
+Id = Annotated[str, Field(description="A recall ID: thr_..., wkr_..., trg_..., rpt_... or mem_...")]
+NamespaceArg = Annotated[list[str] | str, Field(
+    description="A memory namespace: 1-8 segments of [A-Za-z0-9_-], as a list or joined by '/' (users/u1).")]
 Budget = Annotated[int | None, Field(description="Upper bound in bytes of the view (4096-1048576; default 4096).")]
 CursorArg = Annotated[str | None, Field(description="next_cursor of the previous page; omit for the first page.")]
 LimitArg = Annotated[int | None, Field(description="Page size, 1-500 (default 50).")]
@@ -216,6 +220,32 @@ def _register(server: RecallMCP) -> None:
     @server.tool(description="Set a thread's status (e.g. open, merged, closed).")
     async def recall_set_status(thread_id: Id, status: str) -> CallToolResult:
         return await _answer(client().update_thread(thread_id, status=status))
+
+    @server.tool(description="The current memory at (namespace, key): its value, summary, version and sources. "
+                             "Without a key: a page of the current memories under the namespace (a prefix of whole "
+                             "segments), in (namespace, key) order.")
+    async def recall_recall(namespace: NamespaceArg, key: Annotated[str | None, Field(
+                                description="The memory's key; omit to list the namespace.")] = None,
+                            cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+        if key is not None:
+            return await _answer(client().current_memory(namespace, key))
+        return await _answer(client().list_memories(namespace=namespace, cursor=cursor, limit=limit))
+
+    @server.tool(description="Remember something between runs: write the memory at (namespace, key). A memory "
+                             "already there is superseded by this new version (the old one stays readable by ID).")
+    async def recall_remember(namespace: NamespaceArg, key: str, value: Any, summary: str = "",
+                              kind: Annotated[str, Field(description="profile, preference, fact (default), procedure, "
+                                                                     "scratchpad or state.")] = "fact",
+                              sources: Annotated[list[str] | None, Field(
+                                  description="IDs it was learned from (each must exist).")] = None,
+                              tags: Annotated[dict[str, str] | None, Field(
+                                  description="At most 16 key: value tags.")] = None,
+                              confirmed: Annotated[str, Field(
+                                  description="user, agent or unconfirmed (default).")] = "unconfirmed",
+                              ) -> CallToolResult:
+        segments = namespace.split("/") if isinstance(namespace, str) else namespace
+        return await _answer(client().remember(namespace=segments, key=key, value=value, summary=summary, kind=kind,
+                                               sources=sources or [], tags=tags or {}, confirmed=confirmed))
 
     # Listed for discovery; read_resource above serves them with the content's own type.
     @server.resource("recall://triggers/{id}/payload", description="A trigger's full payload.")

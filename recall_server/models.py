@@ -16,7 +16,9 @@ from recall_server.webhooks import signing
 
 MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
 
-OneLine = r"^[^\x00-\x1f\x7f]*$"
+# One line, and shown as written: no C0/C1 controls (U+0085 is a line break), no U+2028/U+2029, and no
+# bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
+OneLine = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]*\Z"
 # IDs of one kind where only that kind is allowed; AnyId where any kind is (links, refs, /ids/{id}).
 ThreadId = Annotated[str, Meta(pattern=ids.pattern("thread"), examples=["thr_pr_412"])]
 WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a0"])]
@@ -27,13 +29,13 @@ MemoryId = Annotated[str, Meta(pattern=ids.pattern("memory"), examples=["mem_u1_
 Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine)]
 Summary = Annotated[str, Meta(max_length=200, pattern=OneLine)]
 Name = Annotated[str, Meta(min_length=1, max_length=80, pattern=OneLine)]
-Source = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:/-]+$", examples=["github.check_run"])]
-Status = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+$", examples=["open", "merged", "closed"])]
+Source = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:/-]+\Z", examples=["github.check_run"])]
+Status = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z", examples=["open", "merged", "closed"])]
 ContentType = Annotated[
-    str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+$", examples=["text/plain"])
+    str, Meta(max_length=100, pattern=r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+\Z", examples=["text/plain"])
 ]
 TriggerLinks = Annotated[list[TriggerId], Meta(max_length=MAX_LINKS)]
-Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$", examples=["router-1"])]
+Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+\Z", examples=["router-1"])]
 Timestamp = Annotated[datetime, Meta(extra_json_schema={"format": "date-time"})]
 # A string in bodies: Litestar decodes bodies leniently and would take a number as Unix seconds.
 DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "date-time"})]
@@ -115,14 +117,14 @@ class CreateNote(Request, kw_only=True):
 
 # ---- memories --------------------------------------------------------------------------
 MEMORY_KINDS = ("profile", "preference", "fact", "procedure", "scratchpad", "state")
-SEGMENT = r"^[A-Za-z0-9_-]{1,64}$"
+SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"
 Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
 Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
                                           description="A path of 1-8 segments, each like an ID body.")]
 MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=OneLine, examples=["tone"])]
 # Tag and source limits are what keep a memory's core inside the smallest budget (tests/test_memories.py).
-TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}$")]
-TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*$")]
+TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}\Z")]
+TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*\Z")]
 Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=16, description="At most 16; filter with tag=key:value.")]
 MAX_SOURCES = 8
 Sources = Annotated[list[AnyId], Meta(max_length=MAX_SOURCES, description="IDs it was learned from; each must be live.")]
@@ -280,6 +282,7 @@ class MemoryView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
 
 
 class MemoryIndexEntry(Struct, omit_defaults=True):
@@ -299,6 +302,7 @@ class MemoryIndexEntry(Struct, omit_defaults=True):
     value: Any | UnsetType = UNSET
     value_href: str | UnsetType = UNSET
     expires_at: Timestamp | None = None
+    chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
 
 
 class MemoryVersion(Struct, omit_defaults=True):
@@ -462,7 +466,7 @@ class Delivery(Struct, omit_defaults=True):
 
 
 # ---- the recall trace (recall_server/trace.py) ----
-RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"  # X-Recall-Run, and the run in GET /runs/{run_id}/reads
+RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}\Z"  # X-Recall-Run, and the run in GET /runs/{run_id}/reads
 RunId = Annotated[str, Meta(pattern=RUN_PATTERN, examples=["run-2026-11-30.a"])]
 
 
@@ -483,3 +487,63 @@ class ReadPage(Struct):
     data: list[Read]
     next_cursor: str | None
     has_more: bool
+
+
+# ---- search, backlinks, grep (issue 14) ------------------------------------------------------
+
+
+class SearchHit(Struct):
+    """An object whose text matches the query: an ID to hop from."""
+
+    id: AnyId
+    type: Literal["trigger", "thread", "worker", "report"]
+    summary: str
+    href: str
+    score: float  # ts_rank, rounded to 6 decimals; ties are broken by recency, then ID
+    snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
+
+
+class SearchPage(Struct):
+    data: list[SearchHit]
+    next_cursor: str | None
+    has_more: bool
+
+
+class Backlink(Struct):
+    """An object that links to the requested ID, and how (see README: relations)."""
+
+    id: AnyId
+    type: Literal["trigger", "thread", "worker", "report"]
+    relation: Literal["cites", "neighbour", "event", "owner", "thread", "worker"]
+    summary: str
+    href: str
+
+
+class BacklinkPage(Struct):
+    data: list[Backlink]
+    next_cursor: str | None
+    has_more: bool
+
+
+class GrepLine(Struct, omit_defaults=True):
+    number: int  # 1-based line number
+    text: str  # at most grep.LINE_CHARS characters; `truncated` when cut
+    truncated: bool = False
+
+
+class GrepMatch(Struct):
+    line: int  # 1-based line number of the match
+    offset: int  # byte offset of the match in the content
+    length: int  # bytes of the match
+    range: str  # a Range header reading the matching line and its context lines (bytes=first-last)
+    lines: list[GrepLine]  # the context lines before, the matching line, the context lines after
+
+
+class GrepResult(Struct):
+    id: AnyId
+    content_type: str
+    bytes: int  # the content's whole size
+    scanned: int  # bytes scanned (the first grep.SCAN_BYTES at most)
+    matches: list[GrepMatch]
+    truncated: bool  # more matches exist than shown (max, or the response bound), or the scan stopped early
+    href: str  # the content itself

@@ -41,6 +41,8 @@ POOL = Gauge("recall_db_pool_connections", "Pool connections by state (per proce
              multiprocess_mode="livesum")
 DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the database was unreachable, "
                     "timed out or was saturated", ["reason"])
+CONTENT_CACHE = Counter("recall_content_cache_total", "Payload/body reads served from this process's cache (hit) "
+                        "or with the bytes from the database (miss)", ["result"])
 
 
 def _request_ids() -> Iterator[str]:
@@ -82,6 +84,8 @@ class ObservabilityMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
+            if scope["state"].get("client_gone"):  # see limits.BodyGuard: not an error of ours
+                status = 499
             route = scope.get("path_template") or "unmatched"
             method = scope["method"]
             REQUESTS.labels(method, route, str(status)).inc()
@@ -151,7 +155,7 @@ JsonFormatter.converter = time.gmtime
 
 
 def log_config(level: str) -> dict[str, Any]:
-    """logging.dictConfig for serve: everything (ours and uvicorn's) as JSON lines on stderr."""
+    """logging.dictConfig for serve: everything (ours and the HTTP server's) as JSON lines on stderr."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -159,9 +163,8 @@ def log_config(level: str) -> dict[str, Any]:
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
         "loggers": {
-            "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
-            "uvicorn.error": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
-            "uvicorn.access": {"handlers": [], "propagate": False},
+            "_granian": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "granian.access": {"handlers": [], "propagate": False},
             "asyncpg": {"level": "WARNING"},
             "mcp": {"level": "WARNING"},  # the MCP SDK logs every /mcp message at INFO
         },

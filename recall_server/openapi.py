@@ -48,7 +48,8 @@ _CREATES = {
     "CreateReport": ("report_id", ["GetReport", "GetBody", "DeleteReport"]),
     "CreateMemory": ("memory_id", ["GetMemory", "GetMemoryValue", "ListMemoryVersions", "DeleteMemory"]),
 }
-_PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces"}
+_PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces",
+          "Search", "ListBacklinks"}
 _PAGES |= {"ListRunReads", "ListObjectReads"}  # the recall trace
 # The named ID schemas: the same patterns models.py enforces in bodies.
 _ID_SCHEMAS = {
@@ -181,6 +182,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                  "description": "Record this read in the trace of this run (GET /runs/{run_id}/reads)."})
             op["responses"].setdefault("400", {"description": "A malformed X-Recall-Run header (or parameter).",
                                                "content": {PROBLEM_JSON: {"schema": _PROBLEM}}})
+    _lens_links(ops)
 
     schemas["Spilled"]["minProperties"] = 1
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
@@ -194,7 +196,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                  "properties": {field: {"type": "string"}}}
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
-    return doc
+    return _ecma_patterns(doc)
 
 
 _HOOK_ID = {"type": "string", "pattern": signing.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
@@ -232,6 +234,46 @@ def _github_delivery(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
     responses["401"]["description"] = "X-Hub-Signature-256 missing, malformed, or not the body's HMAC."
     responses["404"]["description"] = "No such webhook (unknown or revoked)."
     responses["410"]["description"] = "The thread the delivery belongs to was deleted or has expired."
+
+
+def _lens_links(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
+    """Search and backlinks hand out IDs to hop to; a grep match a Range to read around it."""
+    for param in ops["Search"][2]["parameters"]:
+        if param["name"] in ("since", "until"):
+            param["schema"]["oneOf"][0]["format"] = "date-time"
+    for op_id in ("Search", "ListBacklinks"):
+        ops[op_id][2]["responses"]["200"]["links"] = {
+            "ResolveId": {"operationId": "ResolveId", "parameters": {"object_id": "$response.body#/data/0/id"},
+                          "description": "The first entry's ID (each entry's href is its view)."},
+            "ListBacklinks": {"operationId": "ListBacklinks",
+                              "parameters": {"object_id": "$response.body#/data/0/id"}},
+        }
+    for op_id, content_op, param in (("GrepPayload", "GetPayload", "trigger_id"), ("GrepBody", "GetBody", "report_id")):
+        ops[op_id][2]["responses"]["200"]["links"] = {
+            content_op: {"operationId": content_op,
+                         "parameters": {param: f"$request.path.{param}", "header.Range": "$response.body#/matches/0/range"},
+                         "description": "The first match's lines and context, as a byte range of the content."},
+        }
+    for op_id in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport"):
+        for status in ("201", "200"):
+            ops[op_id][2]["responses"][status]["links"]["ListBacklinks"] = {
+                "operationId": "ListBacklinks", "parameters": {"object_id": "$response.body#/id"}}
+    for op_id, param in (("CreateTrigger", "trigger_id"), ("CreateReport", "report_id")):
+        target = "GrepPayload" if op_id == "CreateTrigger" else "GrepBody"
+        for status in ("201", "200"):
+            ops[op_id][2]["responses"][status]["links"][target] = {
+                "operationId": target, "parameters": {param: "$response.body#/id"}}
+
+
+def _ecma_patterns(node: Any) -> Any:
+    """Python patterns end in \\Z (its $ also matches before a final newline); JSON Schema's regexes are
+    ECMA 262, whose $ (without the m flag) means exactly that, so the published patterns end in $."""
+    if isinstance(node, dict):
+        return {k: (v[:-2] + "$" if k == "pattern" and isinstance(v, str) and v.endswith("\\Z") else _ecma_patterns(v))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_ecma_patterns(v) for v in node]
+    return node
 
 
 def document(app: Litestar) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -10,6 +12,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+
+def die_with_parent() -> None:
+    """In a server worker: get SIGTERM when the serve process dies, even by SIGKILL (Linux).
+
+    granian's workers are forked children; when serve is SIGKILLed they would live on as orphans,
+    still accepting on the port, and a restarted serve would share it with them.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the request above took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -50,6 +66,19 @@ class ServerProcess:
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"server did not become ready:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self, timeout: float = 15) -> None:
+        """SIGKILL serve, as a crash would; return once its workers (SIGTERMed by the kernel) are gone,
+        so that a restart on the same port is not answered by a worker still draining."""
+        import psutil
+
+        assert self.proc is not None
+        workers = psutil.Process(self.proc.pid).children()
+        self.proc.kill()
+        self.proc.wait()
+        _, alive = psutil.wait_procs(workers, timeout)
+        if alive:
+            raise RuntimeError(f"workers outlived a SIGKILLed serve: {[p.pid for p in alive]}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -27,6 +27,7 @@ class TriggerRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # the last PREVIEW_BYTES when `head` is only a prefix (a text preview shows both ends)
 
 
 class ThreadRow(Struct):
@@ -77,6 +78,7 @@ class ReportRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # as TriggerRow.tail
 
 
 class MemoryRow(Struct):
@@ -94,6 +96,7 @@ class MemoryRow(Struct):
     version: int
     created_at: Timestamp
     sources: list[Link]
+    chain_created_at: Timestamp | None = None  # version 1's created_at, on later versions
     supersedes: Link | None = None
     superseded_by: Link | None = None
     app_id: str | None = None
@@ -101,6 +104,7 @@ class MemoryRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    tail: bytes = b""  # as TriggerRow.tail
 
 
 class Labels(Struct, frozen=True):
@@ -139,3 +143,22 @@ class Stored(Struct):
 
     fingerprint: bytes
     outcome: Outcome
+
+
+class SearchRow(Struct):
+    """A search hit as read: `position` is the score exactly (PostgreSQL's numeric text), for the cursor."""
+
+    id: str
+    type: str
+    summary: str
+    score: float
+    created_at: datetime
+    snippet: str | None
+    position: str
+
+
+class BacklinkRow(Struct):
+    relation: str
+    id: str
+    type: str
+    summary: str

@@ -9,13 +9,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 
-from recall_server import ids, idempotency, ops, spill
+import anyio
+
+from recall_server import grep, ids, idempotency, ops, spill
 from recall_server.auth import Credential
 from recall_server.content import ContentCache
+from recall_server.observability import CONTENT_CACHE
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db import tenancy
@@ -25,6 +29,7 @@ from recall_server.errors import (
     Conflict,
     NotFound,
     Unprocessable,
+    UnsupportedMediaType,
     not_found,
     require_live,
 )
@@ -33,6 +38,11 @@ from recall_server.models import (
     MAX_LINKS,
     AssignOwner,
     CreateHook,
+    Backlink,
+    BacklinkPage,
+    GrepResult,
+    SearchHit,
+    SearchPage,
     CreateKey,
     CreateNote,
     CreateReport,
@@ -112,6 +122,12 @@ def _expiry(req: Creatable) -> datetime | None:
     if expires_at is not None and expires_at <= datetime.now(UTC):
         raise Unprocessable(f"expires_at {req.expires_at} is in the past.", field="expires_at")
     return expires_at
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A snippet as one line: control characters (newlines too) become spaces, runs of spaces one."""
+    flat = " ".join("".join(" " if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
 def _created(status_new: bool, view: Any, location: str) -> Outcome:
@@ -210,15 +226,17 @@ class Recall:
     async def _content(self, cred: Credential, kind: str, object_id: str) -> Content:
         """The content, with the bytes from this process's cache when the database says they are the same."""
         await self._authenticated_miss(cred, kind, object_id)
-        cached = self.contents.get(object_id)
+        cached = self.contents.get(cred.key_id, object_id)  # only ever this key's tenant's entry
         async with self.db.connection() as conn:
-            _, content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
+            tenant, content = await q.fetch_content(conn, cred, kind, object_id, cached[0] if cached else None)
         require_live(State.MISSING if content is None else State.of(content.gone), object_id, kind)
         assert content is not None
         if content.data is None and cached is not None:  # same SHA-256 as the cached bytes
             content.data = cached[1]
+            CONTENT_CACHE.labels("hit").inc()
         else:
-            self.contents.put(object_id, content.sha256, content.data)
+            self.contents.put(tenant, cred.key_id, object_id, content.sha256, content.data)
+            CONTENT_CACHE.labels("miss").inc()
         return content
 
     async def get_payload(self, cred: Credential, trigger_id: str) -> Content:
@@ -266,6 +284,71 @@ class Recall:
         pager.verify(tenant)
         require_live(state, worker_id, "worker")
         return ReportPage(*pager.keyset(tenant, rows, limit))
+
+    # ---- finding and navigating the graph: search, backlinks, grep -------------------------
+
+    async def search(self, cred: Credential, text: str, kinds: list[str] | None, status: str | None,
+                     labels: Labels, since: str | None, until: str | None, cursor: str | None,
+                     limit: int) -> SearchPage:
+        """Live objects whose text matches `text` (websearch syntax), best first, then newest."""
+        if not text.strip():
+            raise BadRequest("q must contain something to search for.", field="q")
+        wanted = sorted(set(kinds or ids.PLURAL))
+        if status is not None:  # only threads have a status
+            wanted = [k for k in wanted if k == "thread"]
+        start, end = _timestamp("since", since), _timestamp("until", until)
+        pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
+                                   labels.key(), start, end)
+        after = pager.after
+        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
+            after = None  # never a signed position: read from the start, and verify's 400 follows
+        async with self.db.connection() as conn:
+            tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
+        pager.verify(tenant)
+        has_more = len(hits) > limit
+        hits = hits[:limit]
+        data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
+                          snippet=_one_line(h.snippet or h.summary)) for h in hits]
+        last = hits[-1] if hits else None
+        next_cursor = pager.next(tenant, [Decimal(last.position), last.created_at, last.id]) if has_more and last \
+            else None
+        return SearchPage(data=data, next_cursor=next_cursor, has_more=has_more)
+
+    async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
+        """Every live object that links to this one, with the relation, in (relation, id) order."""
+        kind = ids.kind_of(object_id)
+        if kind is None:
+            await self._authenticated_miss(cred, "recall", object_id)
+        assert kind is not None
+        pager = self.cursors.pager(cursor, tuple[str, str], "backlinks", object_id)
+        async with self.db.connection() as conn:
+            tenant, state, rows = await q.backlinks(conn, cred, kind, object_id, pager.after, limit + 1)
+        pager.verify(tenant)
+        require_live(state, object_id, kind)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        data = [Backlink(id=r.id, type=r.type, relation=r.relation, summary=r.summary,  # type: ignore[arg-type]
+                         href=ids.href(r.id)) for r in rows]
+        next_cursor = pager.next(tenant, [rows[-1].relation, rows[-1].id]) if has_more else None
+        return BacklinkPage(data=data, next_cursor=next_cursor, has_more=has_more)
+
+    async def grep(self, cred: Credential, kind: str, object_id: str, pattern: str, regex: bool, context: int,
+                   max_matches: int) -> GrepResult:
+        """Matching lines of a payload or body, with line numbers, byte offsets and a Range for each."""
+        found = grep.matcher(pattern, regex)  # a bad pattern is a 400 before anything is read
+        content = await self._content(cred, kind, object_id)
+        data = content.data or b""
+        if not (content.content_type.startswith("text/") or spill.is_json(content.content_type)):
+            raise UnsupportedMediaType(
+                f"{object_id}'s content is {content.content_type}; grep reads text/* and JSON content only. "
+                "Read it with a Range request instead.", id=object_id)
+        if len(data) > 64 * 1024:  # bounded, but long enough to keep off the event loop
+            result = await anyio.to_thread.run_sync(grep.grep, data, found, context, max_matches)
+        else:
+            result = grep.grep(data, found, context, max_matches)
+        href = f"/triggers/{object_id}/payload" if kind == "trigger" else f"/reports/{object_id}/body"
+        return GrepResult(id=object_id, content_type=content.content_type, bytes=len(data), scanned=result.scanned,
+                          matches=result.matches, truncated=result.truncated, href=href)
 
     # ---- creates ---------------------------------------------------------------------
 
@@ -329,10 +412,12 @@ class Recall:
     def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,
                           occurred_at: datetime, created_at: datetime, expires_at: datetime | None) -> TriggerView:
         """The view of a trigger just filed without neighbours, from the request and what the insert returned:
-        what fetch_trigger would read back (the payload, or its preview, as the head)."""
-        head = payload if len(payload) <= spill.DEFAULT_BUDGET else payload[:spill.PREVIEW_BYTES]
+        what fetch_trigger would read back (the payload, or the head and tail of a preview)."""
+        whole = len(payload) <= spill.DEFAULT_BUDGET
+        head = payload if whole else payload[:spill.PREVIEW_BYTES]
+        tail = b"" if whole else payload[-spill.PREVIEW_BYTES:]
         row = TriggerRow(id=trigger_id, source=req.source, thread_id=req.thread_id, summary=req.summary,
-                         content_type=content_type, size=len(payload), head=head, occurred_at=occurred_at,
+                         content_type=content_type, size=len(payload), head=head, tail=tail, occurred_at=occurred_at,
                          created_at=created_at, neighbours=[], app_id=req.app_id, agent_id=req.agent_id,
                          run_id=req.run_id, expires_at=expires_at)
         return spill.trigger_view(row, spill.DEFAULT_BUDGET)

@@ -84,9 +84,25 @@ def _preview(head: bytes, limit: int) -> str:
     return head[:limit].decode("utf-8", errors="ignore")
 
 
-def _spill(href: str, content_type: str, size: int, head: bytes, limit: int) -> Spill:
+SKIPPED = "\n…[{:,} bytes skipped]…\n"
+
+
+def _head_and_tail(head: bytes, tail: bytes, size: int, limit: int) -> str:
+    """A text preview of at most `limit` bytes: the first and the last bytes (logs put failures last),
+    marked where it skips; just the head when all of it fits or there is no room for both ends."""
+    mark = len(SKIPPED.format(size).encode())  # the longest the mark can be
+    room = limit - mark
+    if not tail or size <= limit or room < 64:
+        return _preview(head, limit)
+    first = head[:room - room // 2].decode("utf-8", errors="ignore")
+    last = tail[len(tail) - room // 2:].decode("utf-8", errors="ignore")
+    return first + SKIPPED.format(size - len(first.encode()) - len(last.encode())) + last
+
+
+def _spill(href: str, content_type: str, size: int, head: bytes, limit: int, tail: bytes = b"") -> Spill:
     hint = f"GET {href} ({max(1, round(size / 1024))} KB, truncated)"  # independent of the preview: see _spill_floor
-    return Spill(href=href, bytes=size, content_type=content_type, preview=_preview(head, limit), hint=hint)
+    preview = _head_and_tail(head, tail, size, limit) if content_type.startswith("text/") else _preview(head, limit)
+    return Spill(href=href, bytes=size, content_type=content_type, preview=preview, hint=hint)
 
 
 def _spill_floor(field: str, href: str, content_type: str, size: int) -> int:
@@ -94,7 +110,8 @@ def _spill_floor(field: str, href: str, content_type: str, size: int) -> int:
     return len(',"spilled":{"":}') + len(field) + len(_encode(_spill(href, content_type, size, b"", 0)))
 
 
-def _content(field: str, href: str, content_type: str, size: int, head: bytes, room: _Room) -> tuple[Any, Any]:
+def _content(field: str, href: str, content_type: str, size: int, head: bytes, room: _Room,
+             tail: bytes = b"") -> tuple[Any, Any]:
     """Inline the content if all of it fits, else a spill pointer with the longest preview that fits."""
     key_cost = len(field) + 4  # ,"field":
     if len(head) == size:
@@ -103,8 +120,10 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
             return inline, msgspec.UNSET
     wrapper_cost = len(',"spilled":{"":}') + len(field)
     limit = min(PREVIEW_BYTES, len(head))
+    if not tail and len(head) == size:  # all of it was read: its end is the tail
+        tail = head[-PREVIEW_BYTES:]
     while True:
-        spill = _spill(href, content_type, size, head, limit)
+        spill = _spill(href, content_type, size, head, limit, tail)
         cost = wrapper_cost + len(_encode(spill))
         if cost <= room.left or limit == 0:
             room.take(min(cost, room.left))
@@ -119,7 +138,7 @@ def _links_and_content(field: str, href: str, row: TriggerRow | ReportRow | Memo
     room.left -= reserved
     kept = _links(links, room)
     room.left += reserved
-    return (kept, *_content(field, href, row.content_type, row.size, row.head, room))
+    return (kept, *_content(field, href, row.content_type, row.size, row.head, room, row.tail))
 
 
 def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow | MemoryRow) -> dict[str, str | None]:
@@ -128,7 +147,7 @@ def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow | MemoryRow) -> 
 
 def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
     href = f"/triggers/{row.id}/payload"
-    links = {"self": f"/triggers/{row.id}", "payload": href}
+    links = {"self": f"/triggers/{row.id}", "payload": href, "backlinks": f"/ids/{row.id}/backlinks"}
     if row.thread_id:
         links["thread"] = f"/threads/{row.thread_id}"
     view = TriggerView(
@@ -145,7 +164,8 @@ def thread_view(row: ThreadRow, budget: int) -> ThreadView:
     view = ThreadView(
         id=row.id, title=row.title, summary=row.summary, status=row.status, owner_workers=[],
         events=[], events_total=row.last_seq, created_at=row.created_at, updated_at=row.updated_at,
-        links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events"}, **_labels(row),
+        links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events",
+               "backlinks": f"/ids/{row.id}/backlinks"}, **_labels(row),
     )
     room = _Room(budget, view)
     view.owner_workers = _links(row.owners, room)
@@ -161,6 +181,7 @@ def worker_view(row: WorkerRow, budget: int) -> WorkerView:
             "self": f"/workers/{row.id}",
             "reports": f"/workers/{row.id}/reports",
             "threads": f"/threads?owner={row.id}",
+            "backlinks": f"/ids/{row.id}/backlinks",
         },
         **_labels(row),
     )
@@ -178,6 +199,7 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
         links={
             "self": f"/reports/{row.id}", "body": href,
             "worker": f"/workers/{row.worker_id}", "thread": f"/threads/{row.thread_id}",
+            "backlinks": f"/ids/{row.id}/backlinks",
         },
         **_labels(row),
     )
@@ -194,7 +216,7 @@ def memory_view(row: MemoryRow, budget: int) -> MemoryView:
         id=row.id, namespace=row.namespace.split("/"), key=row.key, kind=row.kind,
         status="current" if row.current else "superseded", version=row.version, summary=row.summary,
         content_type=row.content_type, tags=row.tags, confirmed=row.confirmed, sources=[],
-        created_at=row.created_at,
+        created_at=row.created_at, chain_created_at=row.chain_created_at,
         links={"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions"},
         supersedes=None if row.supersedes is None else Link(id=row.supersedes.id),
         superseded_by=None if row.superseded_by is None else Link(id=row.superseded_by.id),

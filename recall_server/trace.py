@@ -51,7 +51,7 @@ log = logging.getLogger("recall_server.trace")
 
 RUN_HEADER = "X-Recall-Run"
 _RUN_HEADER = RUN_HEADER.lower().encode()
-_RUN = re.compile(RUN_PATTERN.replace("$", r"\Z"))
+_RUN = re.compile(RUN_PATTERN)
 _OBJECT_CHARS = 200  # a path's ID is stored up to this long (a malformed one can be a whole URL)
 _START = (datetime(1970, 1, 1, tzinfo=UTC), -1)  # before every read
 

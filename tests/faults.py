@@ -4,7 +4,10 @@ and a row lock held from outside the server to keep requests in flight."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -123,6 +126,43 @@ def thread_row_locked(database_url: str, tenant: str, thread_id: str) -> Iterato
         holder.join(10)
 
 
+@contextmanager
+def backends_stopped(database_url: str, role: str = "recall_app") -> Iterator[set[int]]:
+    """SIGSTOP every backend of `role` (found as the owner in pg_stat_activity), and each new one
+    within 0.1 s, for the block: a database that accepts connections and then never answers.
+    SIGCONT on the way out, always."""
+    stopped: set[int] = set()
+    done = threading.Event()
+
+    async def stop_new() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            while True:
+                for (pid,) in await conn.fetch("SELECT pid FROM pg_stat_activity WHERE usename = $1", role):
+                    if pid not in stopped:
+                        stopped.add(pid)
+                        os.kill(pid, signal.SIGSTOP)
+                if done.is_set():
+                    return
+                await asyncio.sleep(0.1)
+        finally:
+            await conn.close()
+
+    stopper = threading.Thread(target=asyncio.run, args=(stop_new(),), daemon=True)
+    stopper.start()
+    try:
+        time.sleep(0.3)
+        yield stopped
+    finally:
+        done.set()
+        stopper.join(10)
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -131,4 +171,4 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-__all__ = ["PostgresProxy", "thread_row_locked", "rss_kib"]
+__all__ = ["PostgresProxy", "backends_stopped", "thread_row_locked", "rss_kib"]

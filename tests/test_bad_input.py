@@ -109,3 +109,15 @@ def test_an_oversized_body_is_413_and_writes_nothing(small_limit_server: str, ap
 def test_a_nul_character_in_text_is_a_client_error(client: httpx.Client) -> None:
     response = client.post("/threads", json={"title": "a\u0000b"})
     assert 400 <= response.status_code < 500
+
+
+@pytest.mark.parametrize("body", [
+    {"id": "thr_newline\n", "title": "t"},  # Python's $ matched before a final newline: an ID no GET could reach
+    {"title": "a title\n"},
+    {"title": "t", "summary": "one line\n"},
+    {"title": "t", "app_id": "router-1\n"},
+])
+def test_a_final_newline_is_not_one_line_and_writes_nothing(client: httpx.Client, body: dict) -> None:
+    before = client.get("/threads", params={"limit": 500}).json()["data"]
+    assert_problem(client.post("/threads", json=body), 400)
+    assert client.get("/threads", params={"limit": 500}).json()["data"] == before

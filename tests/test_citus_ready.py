@@ -165,6 +165,10 @@ def statements() -> dict[str, list[str]]:
     return found
 
 
+_BOUND_TENANT = re.compile(r"(\w+) text := current_setting\('app\.tenant_id', true\).*"
+                           r"IF coalesce\(\1, ''\) = '' THEN[^;]*RETURN;.*tenant_id = \1\b", re.S)
+
+
 def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
     """SQL functions that touch tenant tables without being pinned to a tenant argument (or NEW.tenant_id)."""
     rows = run_sql(store, """
@@ -175,7 +179,8 @@ def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
     for r in rows:
         touches = re.search(rf"\b(FROM|JOIN|INTO|UPDATE)\s+({'|'.join(distributed)})\b", r["prosrc"], re.I)
         pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])
-                     for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"]
+                     for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"] \
+            or _BOUND_TENANT.search(r["prosrc"])  # the tenant the key check bound, and nothing without one
         if touches and not pinned:
             spanning.add(r["proname"])
     return spanning
@@ -190,8 +195,9 @@ def spans_tenants(sql: str, distributed: set[str], spanning_functions: set[str])
         if alias and alias.upper() in _KEYWORDS:
             alias = None
         name = alias or table
-        # $1 (a bound session's tenant), auth.tenant (the key's tenant, db/tenancy.keyed), a literal, a join
-        pinned = r"(\$1\b|auth\.tenant\b|'[a-z0-9_-]+'|\w+\.tenant_id\b)"
+        # $1 (a bound session's tenant), auth.tenant (the key's tenant, db/tenancy.keyed), gate.tenant (the
+        # same, for a key with the write's scope, db/tenancy.keyed_write), a literal, a join
+        pinned = r"(\$1\b|auth\.tenant\b|gate\.tenant\b|'[a-z0-9_-]+'|\w+\.tenant_id\b)"
         if verb == "INTO" and re.match(r"\s*(AS\s+\w+\s*)?\(\s*tenant_id\b", sql[m.end(2):], re.I):
             continue  # an INSERT names tenant_id first; its value is checked with the other comparisons
         if re.search(rf"\b{name}\.tenant_id\s*=\s*{pinned}", sql) or re.search(rf"{pinned}\s*=\s*{name}\.tenant_id\b", sql):

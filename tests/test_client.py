@@ -19,6 +19,10 @@ from recall_server.client import RecallClient
 from recall_server.models import (
     Event,
     EventPage,
+    MemoryPage,
+    MemoryVersionPage,
+    MemoryView,
+    NamespacePage,
     ReportView,
     Resolved,
     ThreadPage,
@@ -126,6 +130,63 @@ def test_writes_return_views(recall: RecallClient) -> None:
 def test_the_client_vocabulary_is_the_servers() -> None:
     assert {s: c.__name__ for s, c in rc.BY_STATUS.items()} == {s: c.__name__ for s, c in errors.BY_STATUS.items()}
     assert all(issubclass(c, rc.RecallError) for c in rc.BY_STATUS.values())
+
+
+# ---- memories ------------------------------------------------------------------------------------
+
+
+def test_memories_through_the_client(recall: RecallClient) -> None:
+    root = uid("mem")[4:]
+    trigger = recall.create_trigger(source="test", summary="said so", payload="prefers casual")
+    first = recall.remember(namespace=[root, "u1"], key="tone", kind="preference", value={"tone": "casual", "n": 1},
+                            summary="prefers a casual tone", sources=[trigger.id], tags={"src": "chat"},
+                            confirmed="user")
+    assert isinstance(first, MemoryView) and first.version == 1 and first.chain_created_at is None
+    second = recall.remember(namespace=[root, "u1"], key="tone", kind="preference", value={"tone": "formal", "n": 2})
+    assert second.supersedes.id == first.id and second.chain_created_at == first.created_at
+    recall.remember(namespace=[root, "u2"], key="tone", value={"tone": "casual"}, tags={"src": "chat"})
+    recall.remember(namespace=[root, "u2", "work"], key="editor", value="vim", content_type="text/plain",
+                    kind="procedure")
+
+    current = recall.current_memory([root, "u1"], "tone")
+    assert current.id == second.id and current.value == {"tone": "formal", "n": 2}
+    assert recall.current_memory(f"{root}/u1", "tone").id == second.id  # a namespace joined by '/' too
+    assert recall.get(first.id).status == "superseded" and recall.get_memory(first.id).value["tone"] == "casual"
+    assert recall.memory_value(second.id) == b'{"tone":"formal","n":2}'
+    assert recall.memory_value(second.id, 2, 5) == b'tone'
+
+    page = recall.list_memories(namespace=[root], limit=2)
+    assert isinstance(page, MemoryPage) and page.has_more and len(page.data) == 2
+    assert [(m.namespace, m.key) for m in recall.iter_memories(namespace=root, limit=1)] == [
+        ([root, "u1"], "tone"), ([root, "u2"], "tone"), ([root, "u2", "work"], "editor")]
+    assert [m.namespace for m in recall.iter_memories(namespace=root, value_contains={"tone": "casual"})] == [
+        [root, "u2"]]
+    assert [m.key for m in recall.iter_memories(namespace=root, kind="procedure")] == ["editor"]
+    assert [m.namespace for m in recall.iter_memories(namespace=root, tags={"src": "chat"})] == [[root, "u2"]]
+    assert [m.namespace for m in recall.iter_memories(namespace=root, tags=["src:chat"])] == [[root, "u2"]]
+    assert [m.chain_created_at for m in recall.iter_memories(namespace=[root, "u1"])] == [first.created_at]
+
+    versions = recall.memory_versions(second.id, limit=1)
+    assert isinstance(versions, MemoryVersionPage) and versions.data[0].id == second.id and versions.has_more
+    assert [v.status for v in recall.iter_memory_versions(first.id)] == ["current", "superseded"]
+
+    namespaces = recall.memory_namespaces(prefix=[root], limit=2)
+    assert isinstance(namespaces, NamespacePage) and namespaces.data == [[root, "u1"], [root, "u2"]]
+    assert list(recall.iter_memory_namespaces(prefix=root, limit=1)) == [[root, "u1"], [root, "u2"],
+                                                                          [root, "u2", "work"]]
+    assert list(recall.iter_memory_namespaces(prefix=root, suffix="work")) == [[root, "u2", "work"]]
+    assert list(recall.iter_memory_namespaces(prefix=root, max_depth=1)) == [[root]]
+
+    recall.delete_memory(first.id)  # every version of the pair
+    with pytest.raises(rc.Gone):
+        recall.current_memory([root, "u1"], "tone")
+    with pytest.raises(rc.Gone):
+        recall.get_memory(second.id)
+    with pytest.raises(rc.NotFound) as miss:
+        recall.current_memory([root, "u9"], "tone")
+    assert miss.value.extra == {"namespace": [root, "u9"], "key": "tone"}
+    with pytest.raises(rc.BadRequest):
+        recall.current_memory(["not a segment"], "tone")
 
 
 # ---- problems as exceptions ----------------------------------------------------------------------
@@ -333,5 +394,16 @@ def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -
             assert [e.summary async for e in client.iter_events(thread.id)] == ["a"]
             with pytest.raises(rc.NotFound):
                 await client.get(uid("wkr"))
+            root = uid("mem")[4:]
+            made = await client.remember(namespace=[root], key="k", value={"v": 1})
+            assert (await client.current_memory([root], "k")).id == made.id
+            assert await client.memory_value(made.id) == b'{"v":1}'
+            assert [m.id async for m in client.iter_memories(namespace=root)] == [made.id]
+            assert [v.id async for v in client.iter_memory_versions(made.id)] == [made.id]
+            assert [n async for n in client.iter_memory_namespaces(prefix=root)] == [[root]]
+            assert (await client.get_memory(made.id)).version == 1
+            await client.delete_memory(made.id)
+            with pytest.raises(rc.Gone):
+                await client.current_memory([root], "k")
 
     asyncio.run(go())

@@ -38,6 +38,7 @@ def test_a_plain_get_is_the_whole_body_with_caching_headers() -> None:
         "ETag": TAG,
         "Cache-Control": "private, max-age=31536000, immutable",
         "Accept-Ranges": "bytes",
+        **content.INERT,
     }
 
 
@@ -263,17 +264,29 @@ def test_any_headers_give_200_206_304_or_416_and_nothing_else(
 def test_the_cache_holds_at_most_its_size_in_bytes_dropping_the_least_recently_used() -> None:
     cache = content.ContentCache(16 * 1024)
     for i in range(40):
-        cache.put(f"trg_{i}", bytes([i]) * 32, bytes(1000))
+        cache.put("t", "k", f"trg_{i}", bytes([i]) * 32, bytes(1000))
         if i >= 1:
-            assert cache.get("trg_0") is not None  # kept warm, so never the one to go
-    kept = [i for i in range(40) if cache.get(f"trg_{i}") is not None]
+            assert cache.get("k", "trg_0") is not None  # kept warm, so never the one to go
+    kept = [i for i in range(40) if cache.get("k", f"trg_{i}") is not None]
     assert 0 in kept and 39 in kept and 1 not in kept
-    assert sum(len(cache.get(f"trg_{i}")[1]) for i in kept) <= 16 * 1024
+    assert sum(len(cache.get("k", f"trg_{i}")[1]) for i in kept) <= 16 * 1024
 
 
 def test_an_item_over_a_sixteenth_of_the_cache_is_not_kept() -> None:
     cache = content.ContentCache(16 * 1024)
-    cache.put("trg_big", SHA, bytes(1025))
-    cache.put("trg_fits", SHA, bytes(900))
-    assert cache.get("trg_big") is None
-    assert cache.get("trg_fits") == (SHA, bytes(900))
+    cache.put("t", "k", "trg_big", SHA, bytes(1025))
+    cache.put("t", "k", "trg_fits", SHA, bytes(900))
+    assert cache.get("k", "trg_big") is None
+    assert cache.get("k", "trg_fits") == (SHA, bytes(900))
+
+
+def test_the_cache_is_per_tenant_and_learns_a_keys_tenant_from_the_database() -> None:
+    cache = content.ContentCache(16 * 1024)
+    assert cache.get("key_a", "trg_x") is None  # a key it has not seen: no cached hash is sent
+    cache.put("acme", "key_a", "trg_x", SHA, b"bytes")
+    assert cache.get("key_a", "trg_x") == (SHA, b"bytes")
+    assert cache.get("key_b", "trg_x") is None, "another tenant's key never sees acme's entry"
+    cache.put("globex", "key_b", "trg_y", SHA, b"other")
+    assert cache.get("key_b", "trg_x") is None, "nor once its own tenant is known"
+    cache.put("acme", "key_a2", "trg_z", SHA, b"z")
+    assert cache.get("key_a2", "trg_x") == (SHA, b"bytes"), "keys of one tenant share its entries"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from faults import PostgresProxy, rss_kib, thread_row_locked
+from faults import PostgresProxy, backends_stopped, rss_kib, thread_row_locked
 from helpers import Graph, ServerProcess, assert_problem, scratch_dir
 
 from recall_server.process import ServerProcess as PlainServerProcess
@@ -140,9 +140,93 @@ def test_sigterm_finishes_in_flight_requests_and_loses_no_acknowledged_write(
             httpx.get(server.url + "/healthz", timeout=2)  # no longer accepting
         release.set()
         assert [f.result() for f in futures] == [201, 201, 201]
-    assert server.proc.wait(15) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
-    assert "Application shutdown complete" in server.log.read_text(), "lifespan ran: the pool was closed"
+    assert server.proc.wait(15) == 0
+    assert "shutdown complete: pool closed" in server.log.read_text(), "lifespan ran: the pool was closed"
     assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 3
+
+
+def test_stalled_backends_give_only_503_within_the_bound_and_the_process_recovers(
+    database_url: str, api_key: str, tmp_path: Path
+) -> None:
+    """The app role's backends SIGSTOPped mid-traffic (accepting, then silent): every request ends
+    as a 503 with Retry-After within the timeout bound, never a 500; once they resume, 200s."""
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_DB_TIMEOUT="2", RECALL_POOL_MAX="4",
+                           RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with authed(server.url, api_key) as c:
+            thread = Graph(c).thread()["id"]
+
+            def call(i: int) -> tuple[httpx.Response, float]:
+                started = time.monotonic()
+                with authed(server.url, api_key) as rc:
+                    r = (rc.get(f"/threads/{thread}") if i % 2 else
+                         rc.post(f"/threads/{thread}/events", json={"summary": f"stalled {i}"}))
+                return r, time.monotonic() - started
+
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: c.get(f"/threads/{thread}").status_code, range(16)))  # open the pool
+            with backends_stopped(database_url) as pids, ThreadPoolExecutor(30) as pool:
+                assert pids, "the server's backends exist"
+                futures = []
+                for i in range(30):  # spread over 6 s, as traffic arrives during a stall
+                    futures.append(pool.submit(call, i))
+                    time.sleep(0.2)
+                results = [f.result() for f in futures]
+            statuses = [r.status_code for r, _ in results]
+            assert set(statuses) <= {200, 201, 503}, statuses
+            assert statuses.count(503) >= 5, statuses  # new backends may answer before the stopper sees them
+            for r, took in results:
+                if r.status_code == 503:
+                    assert_problem(r, 503)
+                    assert "retry-after" in r.headers
+                assert took < 2 * BOUND, f"{took:.1f} s"  # statement timeout, then the ROLLBACK's
+            print("stalled:", sorted(round(t, 1) for _, t in results))
+            deadline = time.monotonic() + 15
+            while c.get(f"/threads/{thread}").status_code != 200:
+                assert time.monotonic() < deadline, "did not recover"
+                time.sleep(0.2)
+        log = server.log.read_text()
+        assert '"status":500' not in log and "Traceback" not in log, log[-3000:]
+    finally:
+        server.stop()
+
+
+def test_killed_backends_give_only_503s_or_answers_never_a_500(database_url: str, api_key: str, tmp_path: Path,
+                                                                sql) -> None:
+    """The app role's backends terminated (pg_terminate_backend: what an operator, a failover or
+    the OOM killer's aftermath does) again and again under load: 2xx or 503, never a 500."""
+    started_at = sql("SELECT now()")[0][0]
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_DB_TIMEOUT="2",
+                           RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with authed(server.url, api_key) as c:
+            thread = Graph(c).thread()["id"]
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def load(n: int) -> None:
+            with authed(server.url, api_key) as lc:
+                while not stop.is_set():
+                    r = (lc.get(f"/threads/{thread}") if n % 2 else
+                         lc.post(f"/threads/{thread}/events", json={"summary": "under kills"}))
+                    statuses.append(r.status_code)
+
+        with ThreadPoolExecutor(4) as pool:
+            loads = [pool.submit(load, n) for n in range(4)]
+            for _ in range(5):
+                time.sleep(0.5)
+                sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE usename = 'recall_app' AND backend_start >= $1", started_at)
+            time.sleep(0.5)
+            stop.set()
+            for f in loads:
+                f.result(30)
+        assert statuses and set(statuses) <= {200, 201, 503}, sorted(set(statuses))
+        with authed(server.url, api_key) as c:
+            assert c.get(f"/threads/{thread}").status_code == 200
+        assert '"status":500' not in server.log.read_text()
+    finally:
+        server.stop()
 
 
 def _postmaster_pid(pgdata: Path) -> int | None:
@@ -203,8 +287,7 @@ def test_sigkill_during_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> N
         rng = random.Random(7)
         for round_ in range(3):
             time.sleep(rng.uniform(0.5, 1.5))
-            server.proc.kill()
-            server.proc.wait()
+            server.kill()
             if round_ == 1:  # this time the embedded PostgreSQL dies too
                 pid = _postmaster_pid(data / "pg")
                 if pid:
@@ -248,6 +331,43 @@ def test_sigkill_during_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> N
         server.stop()
         pid = _postmaster_pid(data / "pg")
         if pid:
+            os.kill(pid, signal.SIGTERM)
+
+
+def test_a_clean_stop_after_sigkill_and_restart_leaves_no_postgresql_behind(tmp_path: Path) -> None:
+    """Embedded default: kill -9 serve (its PostgreSQL survives), restart (it adopts it), SIGTERM:
+    PostgreSQL stops with it. And a log that is not a terminal never gets the first-start key."""
+    import psutil
+
+    data = scratch_dir("orphan") / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_API_KEY")}
+    log = tmp_path / "server.log"
+    server = PlainServerProcess(log, "--data-dir", str(data))
+    server.env = env
+    postmaster = None
+    try:
+        server.start(timeout=90)
+        key = (data / "api-key").read_text().strip()
+        assert key not in log.read_text() and str(data / "api-key") in log.read_text()
+        postmaster = _postmaster_pid(data / "pg")
+        assert postmaster and psutil.pid_exists(postmaster)
+        server.kill()  # and its worker is gone: no orphan keeps serving the port
+        assert psutil.pid_exists(postmaster), "PostgreSQL survives a SIGKILL of serve"
+        server = PlainServerProcess(log, "--data-dir", str(data), port=server.port)
+        server.env = env
+        server.start(timeout=90)
+        assert httpx.get(f"{server.url}/threads", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert _postmaster_pid(data / "pg") == postmaster, "the restarted serve adopted it"
+        server.stop()
+        assert server.proc.returncode == 0
+        deadline = time.monotonic() + 15
+        while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "PostgreSQL was left running after a clean stop"
+            time.sleep(0.2)
+    finally:
+        server.stop()
+        pid = _postmaster_pid(data / "pg")
+        if pid and psutil.pid_exists(pid):
             os.kill(pid, signal.SIGTERM)
 
 

@@ -21,8 +21,9 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 
 from recall_server import demo
 
-READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads"}
-WRITE_TOOLS = {"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign", "recall_set_status"}
+READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall"}
+WRITE_TOOLS = {"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign", "recall_set_status",
+               "recall_remember"}
 TRANSPORTS = ["stdio", "http"]
 
 @asynccontextmanager
@@ -194,6 +195,45 @@ def test_writes_and_pages_through_the_tools(base_url: str, api_key: str) -> None
             assert text(await s.call_tool("recall_read", {"id": report["id"], "start": 0, "end": 4})) == "retry"
 
     run(work())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_agent_remembers_and_recalls_a_memory_by_namespace_and_key(
+    transport: str, base_url: str, api_key: str, read_key: str
+) -> None:
+    user = uid("thr")[4:]  # a fresh segment
+
+    async def work() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str, dict[str, Any]]:
+        async with session(transport, base_url, api_key) as s:
+            async def ok(name: str, **args: Any) -> dict[str, Any]:
+                return view(await s.call_tool(name, args))
+
+            first = await ok("recall_remember", namespace=["users", user], key="tone", value={"tone": "casual"},
+                             summary="prefers a casual tone", kind="preference", tags={"src": "chat"},
+                             confirmed="user", sources=[])
+            second = await ok("recall_remember", namespace=f"users/{user}", key="tone", value={"tone": "formal"},
+                              summary="now prefers a formal tone", kind="preference")
+            current = await ok("recall_recall", namespace=f"users/{user}", key="tone")
+            missing = text(await s.call_tool("recall_recall", {"namespace": ["users", user], "key": "nothing"}))
+            listed = await ok("recall_recall", namespace=["users", user])
+            assert first["version"] == 1 and second["supersedes"]["id"] == first["id"]
+            return second, current, listed, missing, await ok("recall_get", id=first["id"])
+
+    second, current, listed, missing, old = run(work())
+    assert current["id"] == second["id"] and current["value"] == {"tone": "formal"} and current["version"] == 2
+    assert current["summary"] == "now prefers a formal tone" and current["kind"] == "preference"
+    assert [(m["key"], m["value"]) for m in listed["data"]] == [("tone", {"tone": "formal"})]  # never the old one
+    assert missing == f"404 Not Found: No memory 'nothing' in namespace users/{user} exists."
+    assert old["status"] == "superseded" and old["value"] == {"tone": "casual"} and old["tags"] == {"src": "chat"}
+
+    async def as_reader() -> tuple[dict[str, Any], CallToolResult]:
+        async with session(transport, base_url, read_key) as s:
+            return (view(await s.call_tool("recall_recall", {"namespace": ["users", user], "key": "tone"})),
+                    await s.call_tool("recall_remember", {"namespace": ["users", user], "key": "tone", "value": 1}))
+
+    read, refused = run(as_reader())
+    assert read["id"] == second["id"]
+    assert refused.isError and text(refused).startswith("403 Forbidden: This key has read scope")
 
 
 def test_a_read_key_calling_a_write_tool_gets_the_forbidden_problem(base_url: str, read_key: str) -> None:

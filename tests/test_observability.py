@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -15,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from faults import PostgresProxy
 from helpers import Graph, ServerProcess, assert_problem, uid
@@ -68,17 +68,8 @@ def wait_for_pool(url: str, idle: int) -> None:
 
 
 def worker_pids(server: PlainServerProcess) -> set[int]:
-    """uvicorn's worker processes: the server's children that run multiprocessing's spawn_main."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == server.proc.pid and b"spawn_main" in cmdline:
-            pids.add(int(entry.name))
-    return pids
+    """The HTTP server's worker processes: the serve process's children."""
+    return {child.pid for child in psutil.Process(server.proc.pid).children()}
 
 
 def worker_of(request_id: str) -> str:
@@ -234,7 +225,7 @@ def test_workers_replaced_on_reload_leave_the_pool_gauges_but_keep_their_request
     for _ in range(10):
         response = httpx.get(f"{url}/threads/{uid('thr')}", headers={"Authorization": f"Bearer {api_key}"})
         assert response.status_code == 404
-    two_workers.proc.send_signal(signal.SIGHUP)  # uvicorn replaces each worker, then retires the old one
+    two_workers.proc.send_signal(signal.SIGHUP)  # granian replaces each worker, then retires the old one
     deadline = time.monotonic() + 60
     while len(new := worker_pids(two_workers)) != 2 or new & old:
         assert time.monotonic() < deadline, (old, new)
@@ -286,9 +277,10 @@ def test_serve_wipes_a_given_metrics_directory_and_removes_the_one_it_made(datab
         server.stop()
     assert given.is_dir(), "a directory the operator chose stays"
 
-    temp = Path(tempfile.gettempdir())
+    temp = tmp_path / "tmp"  # its own TMPDIR: other servers on this machine make recall-metrics-* too
+    temp.mkdir()
     before = set(temp.glob("recall-metrics-*"))
-    server = ServerProcess(database_url, tmp_path / "own.log", RECALL_WORKERS=workers).start()
+    server = ServerProcess(database_url, tmp_path / "own.log", RECALL_WORKERS=workers, TMPDIR=str(temp)).start()
     try:
         made = set(temp.glob("recall-metrics-*")) - before
         assert len(made) == 1, made

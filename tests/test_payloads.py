@@ -121,3 +121,19 @@ def test_the_same_id_in_two_tenants_serves_each_its_own_bytes(two_workers: Serve
     finally:
         for c in clients:
             c.close()
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "image/svg+xml", "application/json", "text/plain"])
+def test_payloads_and_bodies_are_inert_in_a_browser(client: httpx.Client, graph: Graph, content_type: str) -> None:
+    """Stored HTML or SVG must never run on the API's origin: nosniff, a sandbox CSP, and a download."""
+    script = "<script>alert(document.cookie)</script>"
+    trigger = graph.trigger(payload=script, content_type=content_type)["id"]
+    worker, thread = graph.worker()["id"], graph.thread()["id"]
+    report = graph.report(worker, thread, body=script, content_type=content_type)["id"]
+    for path in (f"/triggers/{trigger}/payload", f"/reports/{report}/body"):
+        for extra in ({}, {"Range": "bytes=0-3"}):
+            r = client.get(path, headers=extra)
+            assert r.status_code in (200, 206)
+            assert r.headers["x-content-type-options"] == "nosniff"
+            assert r.headers["content-security-policy"] == "default-src 'none'; sandbox"
+            assert r.headers["content-disposition"] == "attachment"

@@ -48,3 +48,10 @@ def test_the_python_client_snippet_reaches_the_payment_timeout(base_url: str, ap
 def test_the_langgraph_snippet_loads_the_tools_and_invokes_one(base_url: str, api_key: str, story: None) -> None:
     out = run_snippet(snippet("MultiServerMCPClient"), base_url, api_key)
     assert '"id":"thr_pr_412"' in out and "wkr_77a0" in out
+
+
+def test_the_langgraph_store_snippet_puts_and_gets_a_memory(base_url: str, api_key: str) -> None:
+    code = snippet("RecallStore")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 5
+    out = run_snippet(code, base_url, api_key)
+    assert out.startswith("{'tone': 'casual'} [") and "'tone'" in out.split("]")[0].split("[", 1)[1]

@@ -8,6 +8,7 @@ newest first and only the newest few hundred of them, however long the history i
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,26 @@ def stored(data: bytes, budget: int) -> tuple[int, bytes]:
     return len(data), data if len(data) <= budget else data[:spill.PREVIEW_BYTES]
 
 
+def stored_tail(data: bytes, budget: int) -> bytes:
+    """The tail fetch_trigger/fetch_report read: the last PREVIEW_BYTES when only a prefix is the head."""
+    return b"" if len(data) <= budget else data[-spill.PREVIEW_BYTES:]
+
+
+SKIP = re.compile(r"(?s)(.*)\n…\[([\d,]+) bytes skipped\]…\n(.*)")
+
+
+def assert_preview(data: bytes, preview: str, content_type: str) -> None:
+    """A prefix of the content; or, for text, its head and its tail with the exact count skipped between."""
+    assert len(preview.encode()) <= spill.PREVIEW_BYTES
+    text = data.decode("utf-8", errors="ignore")
+    if text.startswith(preview):
+        return
+    assert content_type.startswith("text/"), "only text previews skip"
+    head, skipped, tail = SKIP.fullmatch(preview).groups()
+    assert head and tail and text.startswith(head) and text.endswith(tail)
+    assert len(head.encode()) + int(skipped.replace(",", "")) + len(tail.encode()) == len(data)
+
+
 def worst_links(prefix: str) -> list[Link]:
     return [Link(id=longest_id(prefix, i), summary=EMOJI * 200) for i in range(MAX_LINKS)]
 
@@ -65,6 +86,7 @@ def trigger_row(data: bytes = b"hello", budget: int = spill.DEFAULT_BUDGET, *, c
     row = TriggerRow(
         id="trg_a", source="github.check_run", thread_id=None, summary="CI failed", content_type=content_type,
         size=content_size, head=head, occurred_at=AT, created_at=AT, neighbours=neighbours or [],
+        tail=stored_tail(data, budget),
     )
     return msgspec.structs.replace(row, **fields)
 
@@ -74,7 +96,7 @@ def report_row(data: bytes = b"hello", budget: int = spill.DEFAULT_BUDGET, *, co
     content_size, head = stored(data, budget)
     row = ReportRow(
         id="rpt_a", worker_id="wkr_a", thread_id="thr_a", summary="Fixed it", content_type=content_type,
-        size=content_size, head=head, created_at=AT, refs=refs or [],
+        size=content_size, head=head, created_at=AT, refs=refs or [], tail=stored_tail(data, budget),
     )
     return msgspec.structs.replace(row, **fields)
 
@@ -160,8 +182,7 @@ def assert_content(view: Any, field: str, data: bytes, href: str, content_type: 
     assert pointer.href == href
     assert pointer.bytes == len(data)
     assert pointer.content_type == content_type
-    assert data.decode("utf-8", errors="ignore").startswith(pointer.preview)
-    assert len(pointer.preview.encode()) <= spill.PREVIEW_BYTES
+    assert_preview(data, pointer.preview, content_type)
     assert href in pointer.hint
 
 
@@ -368,7 +389,10 @@ def test_trigger_payload_bigger_than_the_budget_spills_with_a_full_pointer(conte
     view = spill.trigger_view(trigger_row(data, content_type=content_type), spill.DEFAULT_BUDGET)
     assert "payload" not in wire(view)
     assert_content(view, "payload", data, "/triggers/trg_a/payload", content_type)
-    assert view.spilled.payload.preview == data[:spill.PREVIEW_BYTES].decode()
+    if content_type == "application/json":  # JSON: the head (its structure); text: head and tail
+        assert view.spilled.payload.preview == data[:spill.PREVIEW_BYTES].decode()
+    else:
+        assert SKIP.fullmatch(view.spilled.payload.preview)
     assert view.spilled.payload.hint
 
 
@@ -393,7 +417,8 @@ def test_a_preview_cut_inside_a_character_is_still_a_prefix_of_the_text() -> Non
     data = ("ab" + EMOJI).encode() * 2_000  # 6-byte units: 512 bytes ends inside an emoji
     view = spill.trigger_view(trigger_row(data), spill.DEFAULT_BUDGET)
     preview = view.spilled.payload.preview
-    assert preview and data.decode().startswith(preview)
+    assert preview and "\ufffd" not in preview
+    assert_preview(data, preview, "text/plain")
 
 
 def test_spilled_bytes_is_the_full_size_not_the_preview_length() -> None:
@@ -404,7 +429,7 @@ def test_spilled_bytes_is_the_full_size_not_the_preview_length() -> None:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("content_type", [TEXT_TYPE, JSON_TYPE], ids=["text", "json"])
-def test_worst_case_content_bigger_than_the_budget_is_spilled_with_a_prefix_preview(
+def test_worst_case_content_bigger_than_the_budget_is_spilled_with_a_preview(
     budget: int, content_type: str
 ) -> None:
     trigger = worst_trigger(budget, content_type)
@@ -414,7 +439,8 @@ def test_worst_case_content_bigger_than_the_budget_is_spilled_with_a_prefix_prev
         (spill.report_view(report, budget).spilled.body, report, f"/reports/{report.id}/body"),
     ]:
         assert (pointer.href, pointer.bytes, pointer.content_type) == (href, row.size, content_type)
-        assert row.head.decode("utf-8", errors="ignore").startswith(pointer.preview)
+        data = msgspec.json.encode([EMOJI * budget]) if spill.is_json(content_type) else (EMOJI * budget).encode()
+        assert_preview(data, pointer.preview, content_type)
 
 
 # ---- thread events: the most recent, in ascending order --------------------------------------
@@ -473,3 +499,42 @@ def test_a_small_worker_shows_every_thread_and_report() -> None:
     assert view.threads == row.threads
     assert view.reports == row.reports
     assert wire(view)["reports"] == [{"id": "rpt_a", "summary": "fixed", "refs": ["trg_a"]}]
+
+
+# ---- text previews show the head and the tail -------------------------------------------------
+
+
+def test_a_spilled_text_preview_shows_the_end_of_a_log_where_failures_are() -> None:
+    data = b"".join(f"PASSED test_{i}\n".encode() for i in range(5_000)) + b"=== 1 failed: payment timeout ===\n"
+    pointer = spill.trigger_view(trigger_row(data), spill.DEFAULT_BUDGET).spilled.payload
+    assert pointer.preview.startswith("PASSED test_0\n")
+    assert pointer.preview.endswith("=== 1 failed: payment timeout ===\n")
+    head, skipped, tail = SKIP.fullmatch(pointer.preview).groups()
+    assert int(skipped.replace(",", "")) == len(data) - len(head.encode()) - len(tail.encode())
+    assert len(pointer.preview.encode()) <= spill.PREVIEW_BYTES
+
+
+def test_a_json_preview_stays_a_prefix() -> None:
+    data = msgspec.json.encode({"log": ["line"] * 5_000, "end": "failure"})
+    pointer = spill.trigger_view(trigger_row(data, content_type="application/json"), spill.DEFAULT_BUDGET)
+    assert data.decode().startswith(pointer.spilled.payload.preview)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget=budgets, text=st.text(min_size=1, max_size=200), repeat=st.integers(1, 400),
+       tail=st.text(max_size=300), links=st.integers(0, MAX_LINKS))
+def test_any_text_preview_fits_the_budget_and_is_head_plus_tail(
+    budget: int, text: str, repeat: int, tail: str, links: int
+) -> None:
+    data = (text * repeat + tail).encode()
+    neighbours = [Link(id=longest_id("trg", i), summary=EMOJI * 200) for i in range(links)]
+    for view, field in [
+        (spill.trigger_view(trigger_row(data, budget, neighbours=neighbours), budget), "payload"),
+        (spill.report_view(report_row(data, budget, refs=neighbours), budget), "body"),
+    ]:
+        assert size(view) <= budget
+        body = wire(view)
+        if field in body:
+            assert body[field] == data.decode()
+        else:
+            assert_preview(data, getattr(view.spilled, field).preview, "text/plain")

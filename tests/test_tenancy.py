@@ -349,3 +349,33 @@ def test_the_benchmark_ceiling_routes_are_not_part_of_the_server(base_url: str) 
     """The ceilings read tenant `bench` without a key: they live in bench/ceiling_app.py, never in the server."""
     for path in ("/bench/constant", "/bench/pk/thr_b1"):
         assert_problem(httpx.get(base_url + path), 404)
+
+
+def _content_cache(base_url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(base_url + "/metrics", timeout=30).text
+    return {s.labels["result"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "recall_content_cache_total"}
+
+
+def test_the_content_cache_never_answers_one_tenant_with_anothers_entry(as_key, base_url: str) -> None:
+    """Same ID, same bytes in two tenants: B's first read goes to the database for B's own bytes.
+
+    With a cache keyed by ID alone, B's read sent A's cached SHA-256 and was answered from A's
+    entry (a hit): B could time whether A's trg_X holds bytes B guessed.
+    """
+    a, b = as_key("a_write"), as_key("b_write")
+    trigger, payload = uid("trg"), {"secret": "the same bytes in both tenants"}
+    for c in (a, b):
+        assert c.post("/triggers", json={"id": trigger, "source": "t", "summary": "s", "payload": payload}
+                      ).status_code == 201
+    for _ in range(2):
+        assert a.get(f"/triggers/{trigger}/payload").json() == payload  # A's entry is cached
+    before = _content_cache(base_url)
+    assert b.get(f"/triggers/{trigger}/payload").json() == payload
+    after = _content_cache(base_url)
+    assert after.get("miss", 0) == before.get("miss", 0) + 1 and after.get("hit", 0) == before.get("hit", 0), \
+        "tenant B's first read was served from tenant A's cache entry"
+    assert b.get(f"/triggers/{trigger}/payload").json() == payload
+    assert _content_cache(base_url).get("hit", 0) == after.get("hit", 0) + 1, "B's own entry is used from then on"

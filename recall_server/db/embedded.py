@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import warnings
 from pathlib import Path
+from typing import Any
 
 DATABASE = "recall"
 
@@ -22,6 +24,7 @@ def start(data_dir: Path) -> str:
 
     data_dir.mkdir(parents=True, exist_ok=True)
     _forget_dead_postmaster(data_dir / "pg")
+    _forget_dead_handles(data_dir / "pg", pgserver.PostgresServer._lock)
     server = pgserver.get_server(data_dir / "pg", cleanup_mode="stop")
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
     if "(1 row)" not in exists:
@@ -30,6 +33,33 @@ def start(data_dir: Path) -> str:
         except subprocess.CalledProcessError:  # a concurrent starter created it first
             pass
     return server.get_uri(database=DATABASE)
+
+
+def _forget_dead_handles(pgdata: Path, lock: Any) -> None:
+    """Drop the processes that died without saying so from pgserver's list of the cluster's users.
+
+    pgserver stops PostgreSQL when the last process in `.handle_pids.json` exits. A SIGKILLed
+    serve never removes itself, so the serve that adopted its PostgreSQL was never the last one,
+    and a clean stop left PostgreSQL running as an orphan. (Taken under pgserver's own lock.)
+    """
+    import psutil
+
+    path = pgdata / ".handle_pids.json"
+    with lock:
+        try:
+            pids = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        alive = [pid for pid in pids if _running(psutil, pid)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+
+
+def _running(psutil: Any, pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _forget_dead_postmaster(pgdata: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -38,6 +39,14 @@ async def _reset(conn: asyncpg.Connection) -> None:
     """
     if conn.is_in_transaction():
         await conn.execute("ROLLBACK")
+
+
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether the connection is closed; a proxy asyncpg already released (closing it) counts as closed."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True
 
 
 class Database:
@@ -94,18 +103,28 @@ class Database:
             raise self._unavailable("unreachable", "The database is unavailable; retry shortly.") from None
         finally:
             self.waiting -= 1
+        broken = False  # timed out or lost: not worth a ROLLBACK round trip to a server that may be stalled
         try:
             yield conn
         except asyncio.TimeoutError:
+            broken = True
             raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
-        except (*_UNREACHABLE, asyncpg.InterfaceError) as exc:
-            if isinstance(exc, asyncpg.InterfaceError) and not conn.is_closed():
+        except (*_UNREACHABLE, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+            if isinstance(exc, asyncpg.InterfaceError) and not _closed(conn):
                 raise  # a programming error on a live connection is a bug (500), not an outage
+            # InternalClientError ("another operation is in progress"): the protocol state of a
+            # connection whose backend was terminated under it; the connection is unusable.
+            broken = True
             # Connections opened before an outage are dead: replace them all, not one request at a time.
             await self.pool.expire_connections()
             raise self._unavailable("unreachable", "The database connection was lost; retry shortly.") from None
         finally:
-            try:
+            # asyncpg may already have closed and released it (a timed-out ROLLBACK or reset terminates
+            # the connection); then any call on the proxy, terminate() included, raises InterfaceError,
+            # which used to replace the 503 with a 500.
+            with contextlib.suppress(asyncpg.InterfaceError):
+                if broken:
+                    conn.terminate()  # close the socket now; the pool opens a fresh connection when needed
+            with contextlib.suppress(Exception):  # a failed reset: asyncpg terminated it, nothing to hand back
                 await self.pool.release(conn, timeout=self.timeout)
-            except Exception:  # a broken connection is closed by the pool; nothing to hand back
-                conn.terminate()
+

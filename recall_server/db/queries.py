@@ -10,6 +10,7 @@ opened, for the `tenant` it bound.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 import asyncpg
 import msgspec
@@ -30,11 +31,13 @@ from recall_server.models import (
     ThreadIndexEntry,
 )
 from recall_server.rows import (
+    BacklinkRow,
     Content,
     Labels,
     MemoryRow,
     Outcome,
     ReportRow,
+    SearchRow,
     Stored,
     ThreadRow,
     TriggerRow,
@@ -224,6 +227,8 @@ _TRIGGER = keyed("""
       octet_length(tr.payload) AS size,
       CASE WHEN octet_length(tr.payload) <= $4 THEN tr.payload
            ELSE substring(tr.payload FROM 1 FOR $5) END AS head,
+      CASE WHEN octet_length(tr.payload) <= $4 THEN ''::bytea
+           ELSE substring(tr.payload FROM octet_length(tr.payload) - $5 + 1) END AS tail,
       tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
       recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
@@ -241,7 +246,7 @@ async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_ma
         return tenant, None
     return tenant, TriggerRow(
         id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
         occurred_at=row["occurred_at"], created_at=row["created_at"],
         neighbours=_links.decode(row["neighbours"]), **_labels(row),
     )
@@ -250,6 +255,8 @@ async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_ma
 _REPORT = keyed("""
     SELECT r.id, r.worker_id, r.thread_id, r.summary, r.content_type, octet_length(r.body) AS size,
       CASE WHEN octet_length(r.body) <= $4 THEN r.body ELSE substring(r.body FROM 1 FOR $5) END AS head,
+      CASE WHEN octet_length(r.body) <= $4 THEN ''::bytea
+           ELSE substring(r.body FROM octet_length(r.body) - $5 + 1) END AS tail,
       r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
                                 ORDER BY rr.position), '[]')
@@ -266,7 +273,7 @@ async def fetch_report(conn: Conn, cred: Credential, report_id: str, inline_max:
         return tenant, None
     return tenant, ReportRow(
         id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
         created_at=row["created_at"], refs=_links.decode(row["refs"]), **_labels(row),
     )
 
@@ -935,8 +942,12 @@ _tags = msgspec.json.Decoder(dict[str, str])
 _MEMORY_COLUMNS = """
     m.id, m.namespace, m.key, m.kind, m.summary, m.content_type, octet_length(m.value) AS size,
     CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
+    CASE WHEN octet_length(m.value) <= $4 THEN ''::bytea
+         ELSE substring(m.value FROM octet_length(m.value) - $5 + 1) END AS tail,
     m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
     m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+    CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                   WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
     CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
     CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
@@ -952,9 +963,10 @@ _MEMORY_CURRENT = keyed(f"""
 def _memory_row(row: asyncpg.Record) -> MemoryRow:
     return MemoryRow(
         id=row["id"], namespace=row["namespace"], key=row["key"], kind=row["kind"], summary=row["summary"],
-        content_type=row["content_type"], size=row["size"], head=row["head"], tags=_tags.decode(row["tags"]),
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
+        tags=_tags.decode(row["tags"]),
         confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
-        sources=_links.decode(row["sources"]),
+        sources=_links.decode(row["sources"]), chain_created_at=row["chain_created_at"],
         supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
         superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
         **_labels(row),
@@ -994,6 +1006,7 @@ class _MemoryKey(msgspec.Struct):
     tags: dict[str, str]
     confirmed: str
     created_at: datetime
+    chain_created_at: datetime | None  # version 1's, on later versions
     expires_at: datetime | None
     text: str | None  # the value, when it is small enough to show in the list
 
@@ -1004,6 +1017,8 @@ _MEMORIES = keyed("""
     SELECT coalesce(json_agg(x ORDER BY x.namespace, x.key), '[]') AS memories FROM (
       SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
              m.created_at, m.expires_at,
+             CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                            WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
              CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
@@ -1303,3 +1318,147 @@ async def object_reads(conn: Conn, cred: Credential, kind: str, object_id: str, 
     if row is None:
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _reads(row["reads"])
+
+# ---- search and backlinks (issue 14) -------------------------------------------------------
+# Search: one statement behind the key check. recall_search_hits (schema.sql: why it runs as the owner)
+# finds the page's IDs in the bound tenant with the GIN indexes, filtered like the lists (live only,
+# labels, created_at window), ranked by ts_rank (normalization 0: it depends on the row and the query
+# only, never on the rest of the corpus) rounded to a numeric, so the keyset (score, created_at, id)
+# compares exactly and pages are stable while objects are added. Each hit's summary and snippet are
+# then read here, as recall_app under the tenant policy (a hit it cannot see drops out); ts_headline
+# reads the row's text again, for the page's rows only.
+
+SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_search_text in schema.sql)
+
+_HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
+             "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
+
+_SEARCH = keyed(f"""
+    SELECT coalesce(json_agg(json_build_object(
+             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet)
+           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+    JOIN LATERAL (
+      SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet FROM threads x
+       WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")} FROM workers x
+       WHERE h.hit_kind = 'worker' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")}
+        FROM triggers x WHERE h.hit_kind = 'trigger' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}
+        FROM reports x WHERE h.hit_kind = 'report' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+    ) s ON true
+""")
+
+
+_search_rows = msgspec.json.Decoder(list[SearchRow])
+
+
+async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], status: str | None, labels: Labels,
+                 since: datetime | None, until: datetime | None, after: tuple[Decimal, datetime, str] | None,
+                 limit: int) -> tuple[str, list[SearchRow]]:
+    """The key's tenant, and its live objects matching `text`, best first then newest (keyset on
+    (score, created_at, id), the score exact as a decimal string)."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
+        after[0] if after else None, after[1] if after else None, after[2] if after else None,
+        status, limit,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _search_rows.decode(row["hits"])
+
+
+# Backlinks: per kind of the linked-to object, the relations that can point at it. Each branch walks an
+# index on (tenant_id, <link column>, <linking id>) in ID order from the cursor's position and stops
+# after a page (no sort of every link: a trigger cited 10,000 times costs what one cited 50 times does);
+# the page is keyset on (relation, id), both immutable, so paging is exactly-once while links are
+# added. Linking objects that are gone are left out.
+
+
+def _after(relation: str, column: str) -> str:
+    """Only rows past the cursor ($4 relation, $5 id): none if it is past this relation, else IDs above $5."""
+    return (f"coalesce($4::text <= '{relation}', true) "
+            f"AND {column} > (CASE WHEN $4::text = '{relation}' THEN $5::text ELSE '' END)")
+
+
+def _branch(relation: str, kind: str, linking: str, select_from: str, where: str) -> str:
+    return (f"(SELECT DISTINCT '{relation}'::text AS relation, {linking} AS id, '{kind}'::text AS kind, "
+            f"x.summary FROM {select_from} WHERE {where} AND {_after(relation, linking)} "
+            f"AND NOT recall_is_gone(x.deleted_at, x.expires_at) ORDER BY 2 LIMIT $6)")
+
+
+_BACKLINK_BRANCHES = {
+    "cites": [_branch("cites", "report", "rr.report_id",
+                      "report_refs rr JOIN reports x ON x.tenant_id = rr.tenant_id AND x.id = rr.report_id",
+                      "rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id")],
+    "neighbour": [_branch("neighbour", "trigger", "nb.trigger_id",
+                          "trigger_neighbours nb JOIN triggers x ON x.tenant_id = nb.tenant_id AND x.id = nb.trigger_id",
+                          "nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id")],
+    "event": [_branch("event", "thread", "e.thread_id",
+                      "thread_events e JOIN threads x ON x.tenant_id = e.tenant_id AND x.id = e.thread_id",
+                      "e.tenant_id = o.tenant_id AND e.ref = o.id")],
+    "owner": [_branch("owner", "thread", "ow.thread_id",
+                      "thread_owners ow JOIN threads x ON x.tenant_id = ow.tenant_id AND x.id = ow.thread_id",
+                      "ow.tenant_id = o.tenant_id AND ow.worker_id = o.id")],
+    "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id"),
+               _branch("thread", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id")],
+    "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.worker_id = o.id")],
+}
+BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
+    "trigger": ["cites", "neighbour", "event"],
+    "thread": ["event", "thread"],
+    "worker": ["event", "owner", "worker"],
+    "report": ["event"],
+    "memory": ["event"],  # a note may point at a memory
+}
+_BACKLINKS = {
+    kind: keyed(f"""
+        SELECT recall_is_gone(o.deleted_at, o.expires_at) AS gone,
+          (SELECT coalesce(json_agg(json_build_object('relation', b.relation, 'id', b.id, 'type', b.kind,
+                                                      'summary', b.summary) ORDER BY b.relation, b.id), '[]')
+             FROM (SELECT * FROM ({' UNION ALL '.join(b for r in relations for b in _BACKLINK_BRANCHES[r])}) u
+                    ORDER BY u.relation, u.id LIMIT $6) b) AS links
+        FROM {ids.PLURAL[kind]} o WHERE o.tenant_id = auth.tenant AND o.id = $3
+    """)
+    for kind, relations in BACKLINK_RELATIONS.items()
+}
+
+
+_backlink_rows = msgspec.json.Decoder(list[BacklinkRow])
+
+
+async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, after: tuple[str, str] | None,
+                    limit: int) -> tuple[str, State, list[BacklinkRow]]:
+    """The key's tenant, the object's state, and the live objects linking to it in (relation, id) order."""
+    tenant, row = await tenancy.fetch(conn, cred, _BACKLINKS[kind], object_id,
+                                      after[0] if after else None, after[1] if after else None, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _backlink_rows.decode(row["links"])
+
+
+async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
+    """Places where the search index still holds terms of this ID's content, or of what was filed on it
+    (verify-erasure). An erased row's generated vector is empty."""
+    rows = await conn.fetch(
+        """
+        SELECT place FROM (
+          SELECT 'triggers: the search index still has terms of ' || id AS place FROM triggers
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'reports: the search index still has terms of ' || id FROM reports
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'workers: the search index still has terms of ' || id FROM workers
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+          UNION ALL SELECT 'threads: the search index still has terms of ' || id FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+        ) found ORDER BY place
+        """,
+        tenant, object_id,
+    )
+    return [r[0] for r in rows]

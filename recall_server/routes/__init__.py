@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from litestar import Request, Response
 from litestar.di import NamedDependency
-from litestar.exceptions import SerializationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter, Parameter
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp, Empty, Receive, Scope, Send
 
-from recall_server import auth, content, spill
+from recall_server import auth, content, jsonbody, spill
 from recall_server.auth import Credential
-from recall_server.errors import PROBLEM_JSON
+from recall_server.errors import PROBLEM_JSON, BadRequest
 from recall_server.models import ProblemBody
 from recall_server.rows import Content, Labels, Outcome
 from recall_server.service import Recall
@@ -30,10 +30,10 @@ Limit = Annotated[int, Parameter(ge=1, le=500, description="Page size.")]
 Cursor = Annotated[
     str | None,
     Parameter(description="Opaque cursor from a previous page's next_cursor.", max_length=512,
-              pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"),
+              pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z"),
 ]
 
-_LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})$"
+_LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})\Z"
 
 _DESCRIPTIONS = {
     400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",
@@ -43,6 +43,7 @@ _DESCRIPTIONS = {
     409: "The ID exists with a different body, or is retired; or a request with this Idempotency-Key is in flight.",
     410: "The object was deleted or has expired; its ID is retired.",
     413: "The request body is larger than the configured limit.",
+    415: "A JSON body not sent as application/json (or +json); or grep of content that is not text or JSON.",
     416: "The byte range cannot be satisfied.",
     422: "The body names a wrong-kind or missing (dangling) ID, or the Idempotency-Key was used for another request.",
     503: "The database is unavailable or overloaded; retry after Retry-After seconds.",
@@ -50,7 +51,9 @@ _DESCRIPTIONS = {
 
 
 def problems(*statuses: int) -> dict[int, ResponseSpec]:
-    """OpenAPI entries for the problem+json errors a route can return."""
+    """OpenAPI entries for the problem+json errors a route can return (415 wherever a body is, i.e. 413)."""
+    if 413 in statuses:
+        statuses = (*statuses, 415)
     return {
         status: ResponseSpec(
             data_container=ProblemBody, media_type=PROBLEM_JSON, description=_DESCRIPTIONS[status],
@@ -78,10 +81,12 @@ class Caller(Request[Any, Any, Any]):
         return self.scope["state"]["credential"]
 
     async def json(self) -> Any:
-        try:
-            return await super().json()
-        except RecursionError:  # JSON nested too deeply to decode is a client error, not a 500
-            raise SerializationException("JSON is nested too deeply") from None
+        """The body as JSON: 415 unless sent as application/json or +json; 400 when it is not JSON,
+        nests too deeply or repeats a key (jsonbody.decode)."""
+        if self._json is Empty:
+            jsonbody.require_json(self.headers.get("content-type"))
+            self._json = jsonbody.decode(await self.body())
+        return self._json
 
 
 class RequireKey:
@@ -101,6 +106,28 @@ class RequireKey:
         await self.app(scope, receive, send)
 
 
+class WholeNumbers:
+    """Middleware of the protected routes: `budget` and `limit` are written as whole numbers (digits)
+    or the request is a 400. Litestar would take 1e6 or 4096.0 for an int and run with it."""
+
+    NAMES = ("budget", "limit")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query: bytes = scope.get("query_string", b"")
+        if query and (b"budget" in query or b"limit" in query):
+            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, errors="replace"):
+                if name in self.NAMES and not _DIGITS.match(value):
+                    raise BadRequest(f"Query parameter {name} must be a whole number of at most 7 digits, "
+                                     f"not {value[:40]!r}.")
+        await self.app(scope, receive, send)
+
+
+_DIGITS = re.compile(r"^[0-9]{1,7}\Z")
+
+
 def labels(
     app_id: Annotated[str | None, Parameter(description="Only objects with this app_id (`*`: any).", pattern=_LABEL)] = None,
     agent_id: Annotated[str | None, Parameter(description="Only objects with this agent_id (`*`: any).", pattern=_LABEL)] = None,
@@ -115,7 +142,7 @@ LabelFilter = NamedDependency[Labels]  # injected as `labels`
 
 IdempotencyKey = Annotated[
     str | None,
-    HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+\Z",
               description="Retries with the same key and request replay the first outcome (24 h by default)."),
 ]
 
@@ -139,6 +166,7 @@ def paged(request: Request[Any, Any, Any], page: Any) -> Response[Any]:
 
 
 def serve_content(request: Request[Any, Any, Any], found: Content) -> Response[bytes]:
+    """A payload or body as stored, under its own content type, made inert for a browser (content.INERT)."""
     served = content.serve(
         found.data, found.sha256,
         if_none_match=request.headers.get("if-none-match"),

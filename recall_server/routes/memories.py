@@ -29,7 +29,7 @@ from recall_server.routes import (
     serve_content,
 )
 
-NAMESPACE = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}$"
+NAMESPACE = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}\Z"
 NamespaceParam = Annotated[str, Parameter(
     pattern=NAMESPACE, max_length=520, description="A namespace as its segments joined by '/', e.g. users/u1.")]
 Prefix = Annotated[str | None, Parameter(
@@ -56,7 +56,7 @@ async def create_memory(
 @get("/memories/current", responses=problems(400, 401, 404, 410, 503), operation_id="GetCurrentMemory")
 async def get_current_memory(
     request: Caller, namespace: NamespaceParam,
-    key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")],
+    key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\Z")],
     budget: Budget = spill.DEFAULT_BUDGET,
 ) -> MemoryView:
     """The current version of (namespace, key): 404 if it never had one, 410 if it was deleted or expired."""

@@ -30,10 +30,10 @@ from msgspec import Struct
 
 from recall_server.errors import BadRequest
 
-EVENT_PATTERN = r"^[a-z_]{1,64}$"
-DELIVERY_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
-_EVENT = re.compile(EVENT_PATTERN.replace("$", r"\Z"))
-_DELIVERY = re.compile(DELIVERY_PATTERN.replace("$", r"\Z"))
+EVENT_PATTERN = r"^[a-z_]{1,64}\Z"
+DELIVERY_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
+_EVENT = re.compile(EVENT_PATTERN)
+_DELIVERY = re.compile(DELIVERY_PATTERN)
 KEY_MAX = 40  # owner_repo; with gh_, _issue_ and a 12-digit number the ID body stays within 64
 _SHORT = 31
 _MAX_NUMBER = 10**12

@@ -12,8 +12,8 @@ import hmac
 import re
 import secrets
 
-HOOK_ID_PATTERN = r"^hk_[A-Za-z0-9_-]{32}$"
-_HOOK_ID = re.compile(HOOK_ID_PATTERN.replace("$", r"\Z"))
+HOOK_ID_PATTERN = r"^hk_[A-Za-z0-9_-]{32}\Z"
+_HOOK_ID = re.compile(HOOK_ID_PATTERN)
 _SIGNATURE = re.compile(r"^sha256=([0-9a-fA-F]{64})\Z")
 _BLOCK = 64  # SHA-256's block size: keys are padded (or first hashed) to it
 

@@ -1,0 +1,416 @@
+"""RecallStore: a LangGraph BaseStore kept in recall-server's memories, over the HTTP API through the client.
+
+    store = RecallStore()                  # or RecallStore("http://host:8000", "rk_...")
+    graph = builder.compile(store=store)   # nodes take `store: BaseStore`; tenancy comes from the key
+
+Mapping (each op is written once, as a generator of client calls, and driven by the sync client for
+`batch` or the async one for `abatch`; as in InMemoryStore, a batch's reads answer first and its puts, the
+last per (namespace, key), are applied after them):
+
+- GetOp       -> GET /memories/current (a 404 or 410 is None); a spilled value is read from its value link.
+- PutOp       -> POST /memories: a new version of (namespace, key) supersedes the current one. Recall keeps
+                 superseded versions readable by ID (GET /memories/{id}/versions); the store never returns them.
+                 `ttl` (minutes) becomes the memory's ttl in whole seconds (rounded up); reads do not refresh
+                 it (`refresh_ttl` is ignored). `index` is ignored (no embeddings).
+  value None  -> DELETE /memories/{id} of the current version: every version of (namespace, key) is erased
+                 (LangGraph keeps no versions; recall erases them all, and a later put starts a new chain).
+- SearchOp    -> GET /memories?namespace=<prefix>, paged with cursors; `filter` string equalities are pushed down
+                 as value_contains (PostgreSQL @>) and every filter (operators $eq $ne $gt $gte $lt $lte
+                 included) is then applied here with LangGraph's own comparison, so results equal
+                 InMemoryStore's; `offset`/`limit` are applied here. Order: (namespace, key), not insertion
+                 order. `query`: see `_ranked` (a client-side term match until GET /search is used).
+- ListNamespacesOp -> GET /memories/namespaces (a literal prefix/suffix pushed down); "*" wildcards and
+                 several conditions are matched here; sorted as LangGraph sorts tuples, then offset/limit.
+
+Namespaces: recall's segments are 1-64 of [A-Za-z0-9_-], 1-8 of them. A label is encoded exactly and
+reversibly: each character outside [A-Za-z0-9_-], and the "_" of a literal "_-", becomes "_-" + the
+lowercase hex of its UTF-8 bytes + "-" (so "user 1" is stored as "user_-20-1"; "user_1" and "my-app" are
+stored as they are). A namespace of more than 8 labels or a label longer than 64 once encoded is a ValueError.
+Item.created_at is when version 1 of the pair's chain was written, updated_at when the current version was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import msgspec
+
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+    )
+except ImportError as missing:  # an optional extra: the server and client do not need it
+    raise ImportError("RecallStore needs langgraph: pip install 'recall-server[langgraph]'") from missing
+try:
+    from langgraph.store.base import validate_op_namespace
+except ImportError:
+    validate_op_namespace = None  # type: ignore[assignment]
+
+from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
+from recall_server.models import MemoryIndexEntry, MemoryView
+
+MAX_SEGMENTS = 8
+MAX_SEGMENT_CHARS = 64
+PAGE = 500  # memories and namespaces read per request while searching or listing
+GET_BUDGET = 65_536  # a get answers values up to about this size in one request (larger ones: a second, for the value)
+_PLAIN = re.compile(r"[A-Za-z0-9_-]")
+_ESCAPE = re.compile(r"_-([0-9a-f]+)-")
+
+# A step of an op: a function of the client that returns a value (sync) or an awaitable (async).
+Call = Callable[[Any], Any]
+Steps = Generator[Call, Any, Any]
+
+
+# ---- namespaces ----------------------------------------------------------------------------------
+
+
+def encode_label(label: str) -> str:
+    """One LangGraph namespace label as one recall segment (exact, reversible; see the module docstring)."""
+    out: list[str] = []
+    for i, ch in enumerate(label):
+        literal_marker = ch == "_" and label[i + 1:i + 2] == "-"
+        if _PLAIN.fullmatch(ch) and not literal_marker:
+            out.append(ch)
+        else:
+            out.append(f"_-{ch.encode().hex()}-")
+    return "".join(out)
+
+
+def decode_label(segment: str) -> str:
+    """The label a segment encodes. A segment not written by this store (an "_-" that is no escape) is kept as is."""
+    def one(match: re.Match[str]) -> str:
+        hexed = match.group(1)
+        try:
+            char = bytes.fromhex(hexed).decode()
+        except ValueError:
+            return match.group(0)
+        return char if len(char) == 1 else match.group(0)
+
+    return _ESCAPE.sub(one, segment)
+
+
+def encode_namespace(namespace: tuple[str, ...]) -> list[str]:
+    """A LangGraph namespace as recall segments; ValueError when recall cannot hold it."""
+    if not 1 <= len(namespace) <= MAX_SEGMENTS:
+        raise ValueError(f"recall namespaces have 1-{MAX_SEGMENTS} labels, got {len(namespace)}: {namespace!r}")
+    segments = [encode_label(label) for label in namespace]
+    for label, segment in zip(namespace, segments):
+        if not 1 <= len(segment) <= MAX_SEGMENT_CHARS:
+            raise ValueError(f"namespace label {label!r} is {len(segment)} characters once encoded for recall "
+                             f"({segment!r}); recall holds 1-{MAX_SEGMENT_CHARS}")
+    return segments
+
+
+def decode_namespace(segments: list[str]) -> tuple[str, ...]:
+    return tuple(decode_label(s) for s in segments)
+
+
+# ---- filters (LangGraph's semantics, applied to what recall returns) -----------------------------
+
+
+def _compare(value: Any, wanted: Any) -> bool:
+    """LangGraph's filter comparison (langgraph.store.memory): nested dicts match key by key, lists exactly,
+    operator dicts ($eq $ne $gt $gte $lt $lte) by operator."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_operator(value, op, operand) for op, operand in wanted.items())
+        return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, (list, tuple)):
+        return (isinstance(value, (list, tuple)) and len(value) == len(wanted)
+                and all(_compare(a, b) for a, b in zip(value, wanted)))
+    return bool(value == wanted)
+
+
+def _operator(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return bool(value == operand)
+    if op == "$ne":
+        return bool(value != operand)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        if value is None:
+            return False
+        a, b = float(value), float(operand)
+        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
+    raise ValueError(f"Unsupported filter operator: {op}")
+
+
+def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    return not filter or all(_compare(value.get(k), v) for k, v in filter.items())
+
+
+def _pushable(wanted: Any) -> bool:
+    """Whether `{key: wanted}` means exactly what JSON containment (@>) means: strings, and objects of them.
+    Numbers are not (True == 1 here, not in JSON), nor None (a missing key matches it here), nor lists (exact
+    here, containment in @>): those are checked here only."""
+    if isinstance(wanted, dict):
+        return bool(wanted) and all(not k.startswith("$") and _pushable(v) for k, v in wanted.items())
+    return isinstance(wanted, str)
+
+
+def value_contains(filter: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The part of a filter recall can apply itself (a superset of the matches; the rest is checked here)."""
+    pushed = {k: v for k, v in (filter or {}).items() if _pushable(v)}
+    return pushed or None
+
+
+def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+def _literal_part(condition: MatchCondition) -> tuple[str, ...]:
+    """The labels before the first "*" (a prefix) or after the last one (a suffix): what recall can match."""
+    path = tuple(condition.path)
+    if condition.match_type == "prefix":
+        return path[:path.index("*")] if "*" in path else path
+    cut = len(path) - path[::-1].index("*") if "*" in path else 0
+    return path[cut:]
+
+
+# ---- the store -----------------------------------------------------------------------------------
+
+
+class RecallStore(BaseStore):
+    """A LangGraph BaseStore on recall-server memories. `kind` is the kind every put writes (fact by default)."""
+
+    supports_ttl = True
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
+        self.url, self.key, self.run, self.kind = url, key, run, kind
+        self._client, self._aclient = client, aclient
+        self._given_aclient = aclient is not None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def client(self) -> RecallClient:
+        if self._client is None:
+            self._client = RecallClient(self.url, self.key, run=self.run)
+        return self._client
+
+    @property
+    def aclient(self) -> AsyncRecallClient:
+        """The async client for the running event loop: its pooled connections belong to one loop, and a store
+        may outlive a loop (each asyncio.run of a graph has its own)."""
+        loop = asyncio.get_running_loop()
+        if not self._given_aclient and (self._aclient is None or self._aclient_loop is not loop):
+            self._aclient = AsyncRecallClient(self.url, self.key, run=self.run)
+            self._aclient_loop = loop
+        assert self._aclient is not None
+        return self._aclient
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+
+    def __enter__(self) -> RecallStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- batch: reads first, then the batch's puts (the last per (namespace, key) wins), as InMemoryStore
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        answers, puts = self._plan(ops)
+        results = [_run(steps, lambda call: call(self.client)) for steps in answers]
+        for steps in puts:
+            _run(steps, lambda call: call(self.client))
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        answers, puts = self._plan(ops)
+        results = [await self._adrive(steps) for steps in answers]
+        for steps in puts:
+            await self._adrive(steps)
+        return results
+
+    def _plan(self, ops: Iterable[Op]) -> tuple[list[Steps], list[Steps]]:
+        """One step generator per op, in order (a put answers None), and the deduplicated puts."""
+        ops = list(ops)
+        reads: list[Steps] = []
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for op in ops:
+            _validate(op)
+            if isinstance(op, GetOp):
+                reads.append(self._get(op))
+            elif isinstance(op, SearchOp):
+                reads.append(self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                reads.append(self._list_namespaces(op))
+            elif isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = op
+                reads.append(_none())
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
+        return reads, [self._put(op) for op in puts.values()]
+
+    async def _adrive(self, steps: Steps) -> Any:
+        """`_run`, awaited: each step's result (or exception) goes back into the op."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = await call(self.aclient)
+                except Exception as exc:  # handed to the op, which may expect it (a miss)
+                    call = steps.throw(exc)
+                else:
+                    call = steps.send(result)
+        except StopIteration as done:
+            return done.value
+
+    # ---- ops, each written once as steps --------------------------------------------------------
+
+    def _get(self, op: GetOp) -> Steps:
+        try:
+            segments = encode_namespace(tuple(op.namespace))
+        except ValueError:
+            return None  # recall cannot hold it, so it was never put
+        try:
+            view: MemoryView = yield lambda c: c.current_memory(segments, op.key, GET_BUDGET)
+        except (NotFound, Gone):
+            return None
+        value = view.value
+        if value is msgspec.UNSET:  # spilled: larger than the view's budget
+            value = msgspec.json.decode((yield lambda c: c.memory_value(view.id)))
+        return Item(value=value, key=view.key, namespace=decode_namespace(view.namespace),
+                    created_at=view.chain_created_at or view.created_at, updated_at=view.created_at)
+
+    def _put(self, op: PutOp) -> Steps:
+        segments = encode_namespace(tuple(op.namespace))
+        if op.value is None:
+            try:
+                view = yield lambda c: c.current_memory(segments, op.key, 4096)
+            except (NotFound, Gone):
+                return None
+            yield lambda c: c.delete_memory(view.id)
+            return None
+        ttl = None if op.ttl is None else max(1, math.ceil(op.ttl * 60))
+        yield lambda c: c.remember(namespace=segments, key=op.key, kind=self.kind, value=dict(op.value), ttl=ttl)
+        return None
+
+    def _search(self, op: SearchOp) -> Steps:
+        prefix = tuple(op.namespace_prefix)
+        if len(prefix) > MAX_SEGMENTS:
+            return []
+        try:
+            namespace = encode_namespace(prefix) if prefix else None
+        except ValueError:
+            return []
+        pushed = value_contains(op.filter)
+        found: list[SearchItem] = []
+        skip, want = max(op.offset, 0), op.limit
+        cursor = None
+        while op.query is not None or len(found) < skip + want:
+            page = yield lambda c, cursor=cursor: c.list_memories(namespace=namespace, value_contains=pushed,
+                                                                  cursor=cursor, limit=PAGE)
+            for entry in page.data:
+                item = yield from self._search_item(entry)
+                if item is not None and _matches(item.value, op.filter):
+                    found.append(item)
+            if not page.has_more:
+                break
+            cursor = page.next_cursor
+        if op.query is not None:
+            found = _ranked(op.query, found)
+        return found[skip:skip + want]
+
+    def _search_item(self, entry: MemoryIndexEntry) -> Steps:
+        value = entry.value
+        if value is msgspec.UNSET:  # larger than a list entry carries inline
+            value = msgspec.json.decode((yield lambda c: c.memory_value(entry.id)))
+        if not isinstance(value, dict):  # not a LangGraph item (written through the API): not a store item
+            return None
+        return SearchItem(namespace=decode_namespace(entry.namespace), key=entry.key, value=value,
+                          created_at=entry.chain_created_at or entry.created_at, updated_at=entry.created_at)
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> Steps:
+        conditions = tuple(op.match_conditions or ())
+        prefixes = [c for c in conditions if c.match_type == "prefix"]
+        suffixes = [c for c in conditions if c.match_type == "suffix"]
+        exact = len(prefixes) <= 1 and len(suffixes) <= 1 and all("*" not in c.path for c in conditions)
+        try:
+            prefix = encode_namespace(_literal_part(prefixes[0])) if prefixes and _literal_part(prefixes[0]) else None
+            suffix = encode_namespace(_literal_part(suffixes[0])) if suffixes and _literal_part(suffixes[0]) else None
+        except ValueError:
+            return []  # longer than recall holds: nothing can match
+        depth = op.max_depth if exact and op.max_depth is not None and op.max_depth <= MAX_SEGMENTS else None
+        found: set[tuple[str, ...]] = set()
+        cursor = None
+        while True:
+            page = yield lambda c, cursor=cursor: c.memory_namespaces(prefix=prefix, suffix=suffix, max_depth=depth,
+                                                                      cursor=cursor, limit=PAGE)
+            for segments in page.data:
+                namespace = decode_namespace(segments)
+                if exact or all(_namespace_matches(c, namespace) for c in conditions):
+                    found.add(namespace if op.max_depth is None else namespace[:op.max_depth])
+            if not page.has_more:
+                break
+            cursor = page.next_cursor
+        return sorted(found)[op.offset:op.offset + op.limit]
+
+
+def _ranked(query: str, items: list[SearchItem]) -> list[SearchItem]:
+    """The seam for `SearchOp.query`: until the store switches to the server's GET /search, a client-side
+    match. Score = the share of the query's words found (case-insensitive) in the value's JSON text; items with
+    no word found are dropped; best first, (namespace, key) order among equals."""
+    words = [w for w in re.findall(r"\w+", query.lower())]
+    if not words:
+        return items
+    scored = []
+    for item in items:
+        text = msgspec.json.encode(item.value).decode().lower()
+        score = sum(w in text for w in words) / len(words)
+        if score > 0:
+            item.score = score
+            scored.append(item)
+    return sorted(scored, key=lambda i: -(i.score or 0))  # stable: keeps (namespace, key) order among equals
+
+
+def _none() -> Steps:
+    return None
+    yield  # a generator that makes no call
+
+
+def _run(steps: Steps, call_with: Callable[[Call], Any]) -> Any:
+    """Drive one op's steps with a blocking client: each step's result (or exception) goes back into the op."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                result = call_with(call)
+            except Exception as exc:
+                call = steps.throw(exc)
+            else:
+                call = steps.send(result)
+    except StopIteration as done:
+        return done.value
+
+
+def _validate(op: Op) -> None:
+    """LangGraph's own label checks for ops passed straight to batch (no empty label, no '.')."""
+    if validate_op_namespace is not None:  # older langgraph: its BaseStore methods check before batching
+        validate_op_namespace(op)
+
+
+__all__ = ["RecallStore", "decode_label", "encode_label", "value_contains"]

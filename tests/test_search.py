@@ -1,0 +1,359 @@
+"""GET /search and GET /ids/{id}/backlinks against a live server: find a starting ID, then walk back along links."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from helpers import Graph, assert_problem, cli, create_key, uid
+
+
+def word() -> str:
+    """A token no other test uses, so a search sees only this test's objects."""
+    return "w" + uuid.uuid4().hex[:12]
+
+
+def hits(client: httpx.Client, **params: object) -> list[dict]:
+    r = client.get("/search", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def ids_of(found: list[dict]) -> list[str]:
+    return [h["id"] for h in found]
+
+
+# ---- search -----------------------------------------------------------------------------------
+
+
+def test_search_finds_words_of_a_summary_a_payload_and_a_report_body(client: httpx.Client, graph: Graph) -> None:
+    a, b, c = word(), word(), word()
+    thread = graph.thread(summary=f"flaky {a} checkout")
+    trigger = graph.trigger(content_type="text/plain", payload="PASSED x\n" * 500 + f"FAILED {b} timeout\n")
+    worker = graph.worker()
+    report = graph.report(worker["id"], thread["id"], body=f"Investigated: the {c} call times out.")
+    assert ids_of(hits(client, q=a)) == [thread["id"]]
+    assert ids_of(hits(client, q=b)) == [trigger["id"]]
+    assert ids_of(hits(client, q=c)) == [report["id"]]
+    hit = hits(client, q=b)[0]
+    assert hit["type"] == "trigger" and hit["href"] == f"/triggers/{trigger['id']}" and hit["score"] > 0
+    assert f"**{b}**" in hit["snippet"] and "\n" not in hit["snippet"]
+
+
+def test_search_ranks_the_best_match_first(client: httpx.Client, graph: Graph) -> None:
+    w = word()
+    in_content = graph.trigger(summary="unrelated", content_type="text/plain", payload=f"{w} once\n")
+    in_summary = graph.trigger(summary=f"{w} in the summary, {w} again", content_type="text/plain", payload="-")
+    assert ids_of(hits(client, q=w)) == [in_summary["id"], in_content["id"]]
+
+
+def test_search_matches_only_whole_web_search_queries(client: httpx.Client, graph: Graph) -> None:
+    a, b = word(), word()
+    both = graph.thread(summary=f"{a} {b}")
+    only_a = graph.thread(summary=f"{a} alone")
+    assert set(ids_of(hits(client, q=a))) == {both["id"], only_a["id"]}
+    assert ids_of(hits(client, q=f"{a} {b}")) == [both["id"]]
+    assert ids_of(hits(client, q=f"{a} -{b}")) == [only_a["id"]]
+
+
+def test_every_filter_narrows(client: httpx.Client, graph: Graph) -> None:
+    w = word()
+    open_thread = graph.thread(summary=w, status="open", app_id="app-a", agent_id="ag-1", run_id="r-1")
+    closed_thread = graph.thread(summary=w, status="closed")
+    trigger = graph.trigger(summary=w, app_id="app-b")
+    worker = graph.worker(summary=w, run_id="r-2")
+    report = graph.report(worker["id"], open_thread["id"], summary=w, agent_id="ag-2")
+    everything = {open_thread["id"], closed_thread["id"], trigger["id"], worker["id"], report["id"]}
+    assert set(ids_of(hits(client, q=w))) == everything
+    assert set(ids_of(hits(client, q=w, type="thread"))) == {open_thread["id"], closed_thread["id"]}
+    assert set(ids_of(hits(client, q=w, type=["worker", "report"]))) == {worker["id"], report["id"]}
+    assert ids_of(hits(client, q=w, status="closed")) == [closed_thread["id"]]
+    assert ids_of(hits(client, q=w, app_id="app-b")) == [trigger["id"]]
+    assert ids_of(hits(client, q=w, agent_id="ag-2")) == [report["id"]]
+    assert ids_of(hits(client, q=w, run_id="r-1")) == [open_thread["id"]]
+    assert set(ids_of(hits(client, q=w, app_id="*"))) == everything
+    now = datetime.now(UTC)
+    assert hits(client, q=w, since=(now + timedelta(minutes=5)).isoformat()) == []
+    assert hits(client, q=w, until=(now - timedelta(hours=1)).isoformat()) == []
+    late = graph.thread(summary=w)
+    created = datetime.fromisoformat(late["created_at"])
+    assert ids_of(hits(client, q=w, since=created.isoformat())) == [late["id"]]
+    assert late["id"] not in ids_of(hits(client, q=w, until=created.isoformat()))
+
+
+def test_deleted_and_expired_objects_disappear_from_search_at_once(
+    client: httpx.Client, graph: Graph, sql
+) -> None:
+    w = word()
+    deleted = graph.trigger(summary=w, content_type="text/plain", payload=f"{w} body")
+    expiring = graph.thread(summary=w, ttl=3600)
+    kept = graph.worker(summary=w)
+    assert set(ids_of(hits(client, q=w))) == {deleted["id"], expiring["id"], kept["id"]}
+    assert client.delete(f"/triggers/{deleted['id']}").status_code == 204
+    sql("UPDATE threads SET expires_at = now() - interval '1 second' WHERE id = $1", expiring["id"])  # no sweep
+    assert ids_of(hits(client, q=w)) == [kept["id"]]
+    # and the deleted row keeps no terms in the index at all
+    assert sql("SELECT search = ''::tsvector FROM triggers WHERE id = $1", deleted["id"])[0][0] is True
+
+
+def test_another_tenants_objects_never_appear(
+    client: httpx.Client, graph: Graph, base_url: str, database_url: str
+) -> None:
+    w = word()
+    mine = graph.thread(summary=w)
+    other_key = create_key(database_url, f"search-{uuid.uuid4().hex[:8]}", "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as other:
+        theirs = Graph(other).thread(summary=w)
+        assert ids_of(hits(other, q=w)) == [theirs["id"]]
+    assert ids_of(hits(client, q=w)) == [mine["id"]]
+
+
+def test_pages_are_stable_while_objects_are_added(client: httpx.Client, graph: Graph) -> None:
+    w = word()
+    # Several objects at each of a few scores, so ties are broken by recency and ID across pages.
+    made = [graph.trigger(summary=" ".join([w] * (1 + i % 3)), payload={"n": i})["id"] for i in range(14)]
+    seen: list[str] = []
+    r = client.get("/search", params={"q": w, "limit": 3})
+    while True:
+        assert r.status_code == 200, r.text
+        page = r.json()
+        seen += ids_of(page["data"])
+        graph.trigger(summary=" ".join([w] * 3))  # a new best match arrives between pages
+        graph.trigger(summary=w)
+        if not page["has_more"]:
+            break
+        assert r.headers["link"].endswith('rel="next"')
+        r = client.get("/search", params={"q": w, "limit": 3, "cursor": page["next_cursor"]})
+    assert len(seen) == len(set(seen)), "nothing repeated"
+    assert set(made) <= set(seen), "nothing that existed was skipped"
+    scores = [h["score"] for h in hits(client, q=w, limit=100)]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_a_forged_or_foreign_cursor_is_a_400(client: httpx.Client, graph: Graph) -> None:
+    w = word()
+    for _ in range(3):
+        graph.thread(summary=w)
+    page = client.get("/search", params={"q": w, "limit": 1}).json()
+    assert_problem(client.get("/search", params={"q": word(), "cursor": page["next_cursor"]}), 400, "cursor")
+    body, mac = page["next_cursor"].split(".")
+    assert_problem(client.get("/search", params={"q": w, "cursor": f"{body}.{mac[:-2]}AA"}), 400, "cursor")
+    for score in ("sNaN", "NaN", "-Infinity", "1e999999", "x"):  # positions a forger might try: still 400s
+        forged = base64.urlsafe_b64encode(json.dumps([score, "2026-01-01T00:00:00Z", "thr_x"]).encode())
+        assert_problem(client.get("/search", params={"q": w, "cursor": f"{forged.decode().rstrip('=')}.{mac}"}),
+                       400, "cursor")
+
+
+def test_empty_blank_or_overlong_q_is_a_400_problem(client: httpx.Client) -> None:
+    assert_problem(client.get("/search"), 400)
+    assert_problem(client.get("/search", params={"q": ""}), 400)
+    assert_problem(client.get("/search", params={"q": "   "}), 400)
+    assert_problem(client.get("/search", params={"q": "x" * 257}), 400)
+    assert_problem(client.get("/search", params={"q": "x", "type": "nope"}), 400)
+    assert_problem(client.get("/search", params={"q": "x", "since": "yesterday"}), 400, "since")
+    assert client.get("/search", params={"q": "x" * 256}).status_code == 200
+    assert client.get("/search", params={"q": '"unbalanced -- or OR'}).status_code == 200
+
+
+def test_verify_erasure_checks_the_search_index(client: httpx.Client, graph: Graph, database_url: str) -> None:
+    w = word()
+    thread = graph.thread(summary=w)
+    trigger = graph.trigger(summary=w, thread_id=thread["id"], content_type="text/plain", payload=f"secret {w}")
+    live = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", trigger["id"]],
+                          env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
+    assert live.returncode == 1 and f"triggers: the search index still has terms of {trigger['id']}" in live.stdout
+    assert client.delete(f"/threads/{thread['id']}").status_code == 204  # erases what was filed on it too
+    assert "erased" in cli(database_url, "verify-erasure", thread["id"])
+    assert "erased" in cli(database_url, "verify-erasure", trigger["id"])
+    assert hits(client, q=w) == []
+
+
+# ---- backlinks -----------------------------------------------------------------------------
+
+
+def backlinks(client: httpx.Client, object_id: str, **params: object) -> list[tuple[str, str]]:
+    r = client.get(f"/ids/{object_id}/backlinks", params=params)
+    assert r.status_code == 200, r.text
+    return [(b["relation"], b["id"]) for b in r.json()["data"]]
+
+
+def test_backlinks_name_every_object_linking_to_an_id_and_how(client: httpx.Client, graph: Graph) -> None:
+    worker = graph.worker()
+    thread = graph.thread()
+    assert client.post(f"/threads/{thread['id']}/owners", json={"worker_id": worker["id"]}).status_code == 201
+    cited = graph.trigger(thread_id=thread["id"])
+    neighbour_of = graph.trigger(neighbours=[cited["id"]])
+    report = graph.report(worker["id"], thread["id"], refs=[cited["id"]])
+    assert backlinks(client, cited["id"]) == [
+        ("cites", report["id"]), ("event", thread["id"]), ("neighbour", neighbour_of["id"])]
+    assert backlinks(client, thread["id"]) == sorted([("thread", cited["id"]), ("thread", report["id"])])
+    assert backlinks(client, worker["id"]) == [("event", thread["id"]), ("owner", thread["id"]),
+                                               ("worker", report["id"])]
+    assert backlinks(client, report["id"]) == [("event", thread["id"])]
+    entry = client.get(f"/ids/{cited['id']}/backlinks").json()["data"][0]
+    assert entry == {"id": report["id"], "type": "report", "relation": "cites", "summary": "a report",
+                     "href": f"/reports/{report['id']}"}
+
+
+def test_every_view_links_to_its_backlinks(client: httpx.Client, graph: Graph) -> None:
+    worker = graph.worker()
+    thread = graph.thread()
+    trigger = graph.trigger()
+    report = graph.report(worker["id"], thread["id"])
+    for obj in (worker, thread, trigger, report):
+        href = obj["links"]["backlinks"]
+        assert href == f"/ids/{obj['id']}/backlinks"
+        assert client.get(href).status_code == 200
+
+
+def test_backlinks_of_a_gone_linker_drop_out_and_of_a_gone_target_are_410(client: httpx.Client, graph: Graph) -> None:
+    target = graph.trigger()
+    linker = graph.trigger(neighbours=[target["id"]])
+    assert backlinks(client, target["id"]) == [("neighbour", linker["id"])]
+    assert client.delete(f"/triggers/{linker['id']}").status_code == 204
+    assert backlinks(client, target["id"]) == []
+    assert client.delete(f"/triggers/{target['id']}").status_code == 204
+    assert_problem(client.get(f"/ids/{target['id']}/backlinks"), 410, target["id"])
+
+
+def test_backlinks_miss_like_ids_do(client: httpx.Client, graph: Graph, base_url: str, database_url: str) -> None:
+    assert_problem(client.get(f"/ids/{uid('trg')}/backlinks"), 404)
+    assert_problem(client.get("/ids/nonsense/backlinks"), 404, "nonsense")
+    mine = graph.thread()
+    other_key = create_key(database_url, f"backlinks-{uuid.uuid4().hex[:8]}", "read")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as other:
+        unknown = other.get(f"/ids/{uid('thr')}/backlinks")
+        foreign = other.get(f"/ids/{mine['id']}/backlinks")
+    assert_problem(foreign, 404)
+    assert foreign.json()["detail"] == unknown.json()["detail"].replace(unknown.json()["id"], mine["id"])
+
+
+def test_backlink_paging_is_exactly_once_under_concurrent_writes(client: httpx.Client, graph: Graph) -> None:
+    thread = graph.thread()
+    worker = graph.worker()
+    target = graph.trigger()
+    existing = {graph.report(worker["id"], thread["id"], refs=[target["id"]])["id"] for _ in range(12)}
+    existing |= {graph.trigger(neighbours=[target["id"]])["id"] for _ in range(6)}
+    stop = threading.Event()
+
+    def write() -> None:
+        with httpx.Client(base_url=str(client.base_url), headers=dict(client.headers)) as writer:
+            g = Graph(writer)
+            while not stop.is_set():
+                g.report(worker["id"], thread["id"], refs=[target["id"]])
+                g.trigger(neighbours=[target["id"]])
+
+    writers = [threading.Thread(target=write) for _ in range(2)]
+    for t in writers:
+        t.start()
+    try:
+        seen: list[tuple[str, str]] = []
+        params: dict[str, object] = {"limit": 4}
+        while True:
+            r = client.get(f"/ids/{target['id']}/backlinks", params=params)
+            assert r.status_code == 200, r.text
+            page = r.json()
+            seen += [(b["relation"], b["id"]) for b in page["data"]]
+            if not page["has_more"]:
+                break
+            params["cursor"] = page["next_cursor"]
+    finally:
+        stop.set()
+        for t in writers:
+            t.join()
+    assert len(seen) == len(set(seen)), "nothing repeated"
+    assert existing <= {i for _, i in seen}, "nothing that existed was skipped"
+    assert seen == sorted(seen), "in (relation, id) order"
+
+
+def test_the_search_function_sees_only_the_bound_tenant_and_nothing_without_one(
+    graph: Graph, database_url: str
+) -> None:
+    """recall_search_hits runs as the owner (to use the GIN indexes under RLS): it must take its tenant
+    from the binding the key check made, never from anywhere else, and find nothing when none is bound."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db.pool import as_app_role
+
+    w = word()
+    mine = graph.thread(summary=w)["id"]
+    args = (w, ["thread"], None, None, None, None, None, None, None, None, None, 10)
+    call = "SELECT hit_id FROM recall_search_hits($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+
+    async def run() -> tuple[list, list, list]:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            unbound = await conn.fetch(call, *args)
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', 'default', true)")
+                bound = await conn.fetch(call, *args)
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', 'someone-else', true)")
+                other = await conn.fetch(call, *args)
+            return unbound, bound, other
+        finally:
+            await conn.close()
+
+    unbound, bound, other = asyncio.run(run())
+    assert unbound == [] and other == []
+    assert [r[0] for r in bound] == [mine]
+
+
+def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, sql) -> None:
+    """Why recall_search_hits runs as the owner: as recall_app under RLS, `search @@ query` cannot be an
+    index condition (the operator is not leakproof) even with sequential scans disabled; through the
+    function each table's branch is a GIN index scan."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db.pool import as_app_role
+    from recall_server.ids import PREFIX
+
+    w = word()
+    tenant = f"gin-{uuid.uuid4().hex[:8]}"
+    sql("INSERT INTO tenants (id) VALUES ($1)", tenant)
+    for kind, table, columns, values in [  # enough rows that a scan of the tenant costs more than the index
+        ("thread", "threads", "title, summary, status", "'t', 'bulk thread ' || g, 'open'"),
+        ("worker", "workers", "name, summary", "'w', 'bulk worker ' || g"),
+        ("trigger", "triggers", "source, summary, content_type, payload, payload_sha256, occurred_at",
+         "'s', 'bulk trigger ' || g, 'text/plain', '\\x', '\\x', now()"),
+    ]:
+        sql(f"INSERT INTO {table} (tenant_id, id, {columns}, request_hash) SELECT $1, "
+            f"'{PREFIX[kind]}_bulk' || g, {values}, '\\x' FROM generate_series(1, 3000) g", tenant)
+    sql("UPDATE triggers SET summary = $2 WHERE tenant_id = $1 AND id = 'trg_bulk7'", tenant, w)
+    for table in ("threads", "workers", "triggers", "reports"):
+        sql(f"ANALYZE {table}")
+    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search"]
+
+    async def run() -> tuple[int, str]:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_seqscan = off")
+                await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
+                hits = await conn.fetch(
+                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report'], NULL,"
+                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
+                assert [h[0] for h in hits] == ["trg_bulk7"]
+                scans = await conn.fetchval(
+                    "SELECT sum(pg_stat_get_xact_numscans(oid)) FROM pg_class WHERE relname = ANY($1)", indexes)
+                plan = "\n".join(r[0] for r in await conn.fetch(
+                    "EXPLAIN SELECT id FROM triggers WHERE tenant_id = $1 "
+                    "AND search @@ websearch_to_tsquery('simple', $2)", tenant, w))
+            return scans, plan
+        finally:
+            await conn.close()
+
+    scans, direct = asyncio.run(run())
+    assert scans >= 3, "each kind's branch scanned its GIN index"
+    assert "triggers_search" not in direct, "RLS now lets @@ use the index: recall_search_hits need not be the owner's"
