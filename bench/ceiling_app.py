@@ -1,6 +1,6 @@
 """The benchmark's ceilings as their own tiny app, run next to the real server and never part of it.
 
-    python bench/ceiling_app.py serve --port PORT [--workers N]      (DATABASE_URL: the owner's DSN)
+    python bench/ceiling_app.py serve --port PORT [--workers N] [--http granian|uvicorn]   (DATABASE_URL: the owner's DSN)
 
 GET /constant      the HTTP ceiling: the same framework, ASGI server, worker count and observability
                    wrapper as `recall-server serve`, no database.
@@ -103,13 +103,34 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--http", choices=["granian", "uvicorn"], default=os.environ.get("BENCH_HTTP", "granian"),
+                        help="granian: the server `recall-server serve` runs (default); uvicorn: to compare")
     args = parser.parse_args()
-    import uvicorn
+    here = Path(__file__).resolve().parent
+    if args.http == "uvicorn":
+        import uvicorn
 
-    # The same server settings as `recall-server serve` (recall_server/cli.py).
-    uvicorn.run("ceiling_app:from_env", factory=True, host=args.host, port=args.port, workers=args.workers,
-                loop="uvloop", http="httptools", log_level="warning", access_log=False, proxy_headers=False,
-                server_header=False, app_dir=str(Path(__file__).resolve().parent))
+        uvicorn.run("ceiling_app:from_env", factory=True, host=args.host, port=args.port, workers=args.workers,
+                    loop="uvloop", http="httptools", log_level="warning", access_log=False, proxy_headers=False,
+                    server_header=False, app_dir=str(here))
+        return
+    # The same server and settings as `recall-server serve` (recall_server/cli.py _granian).
+    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
+    from granian.server import Server
+
+    from recall_server.config import Settings
+
+    settings = Settings()
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")]))
+    Server(
+        "ceiling_app:from_env", factory=True, interface=Interfaces.ASGI, address=args.host, port=args.port,
+        workers=args.workers, loop=Loops.uvloop, http=HTTPModes.http1, websockets=False,
+        backpressure=settings.max_connections,
+        http1_settings=HTTP1Settings(header_read_timeout=int(settings.header_timeout * 1000),
+                                     max_buffer_size=settings.max_header_bytes),
+        log_access=False, workers_kill_timeout=10,
+    ).serve()
 
 
 if __name__ == "__main__":
