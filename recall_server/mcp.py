@@ -198,7 +198,7 @@ def _register(server: RecallMCP) -> None:
     @server.tool(description="Full-text search for an ID to start from, best first: each hit's id, type, summary, "
                              "snippet (and thread_id for a trigger or report). Only when you hold no ID: then follow "
                              "IDs with recall_get. Whole words, web search syntax (\"exact phrase\", or, -word).")
-    async def recall_search(query: str, type: Annotated[list[str] | None, Field(
+    async def recall_search(query: str, type: Annotated[list[str] | str | None, Field(
                                 description="Only these kinds: trigger, thread, worker, report, memory.")] = None,
                             status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
                             since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,

@@ -164,7 +164,7 @@ def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
     async def search() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(transport, base_url, api_key) as s:
             return (view(await s.call_tool("recall_search", {"query": "PaymentGatewayError test_retry_charge"})),
-                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "type": ["report"]})),
+                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "type": "report"})),
                     view(await s.call_tool("recall_search", {"query": '"payment timeout"', "limit": 1})))
 
     found, reports, first = run(search())
@@ -172,7 +172,7 @@ def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
     assert (hit["id"], hit["type"], hit["thread_id"]) == ("trg_8f21", "trigger", "thr_pr_412")
     assert "**PaymentGatewayError**" in hit["snippet"] and hit["summary"].startswith("CI failed on PR #412")
     assert set(hit) == {"id", "type", "summary", "snippet", "thread_id"}, "compact: no href, no score"
-    assert [(h["id"], h["thread_id"]) for h in reports["hits"]] == [("rpt_412a", "thr_pr_412")]
+    assert [(h["id"], h["thread_id"]) for h in reports["hits"]] == [("rpt_412a", "thr_pr_412")]  # type as a string
     assert len(first["hits"]) == 1 and first["next_cursor"]
 
 
@@ -398,3 +398,21 @@ def test_mcp_works_on_a_two_worker_server(database_url: str, api_key: str, tmp_p
         assert run(sessions()) == ["merged"] * 6
     finally:
         server.stop()
+
+
+def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_url: str, api_key: str,
+                                                                           story: None) -> None:
+    word = f"m{uid('thr')[4:16].lower()}"
+
+    async def work() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with session("http", base_url, api_key) as s:
+            memory = view(await s.call_tool("recall_remember", {
+                "namespace": ["mcp", word], "key": "lesson", "value": {"lesson": f"{word}: retry charge() with backoff"},
+                "summary": "retry payments with backoff", "sources": ["trg_8f21"]}))
+            found = view(await s.call_tool("recall_search", {"query": word, "type": ["memory"]}))
+            links = view(await s.call_tool("recall_backlinks", {"id": "trg_8f21", "limit": 500}))
+            return memory, found, links
+
+    memory, found, links = run(work())
+    assert [(h["id"], h["type"]) for h in found["hits"]] == [(memory["id"], "memory")]
+    assert ("source", memory["id"], "memory") in {(b["relation"], b["id"], b["type"]) for b in links["links"]}
