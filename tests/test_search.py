@@ -327,26 +327,30 @@ def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, s
         ("worker", "workers", "name, summary", "'w', 'bulk worker ' || g"),
         ("trigger", "triggers", "source, summary, content_type, payload, payload_sha256, occurred_at",
          "'s', 'bulk trigger ' || g, 'text/plain', '\\x', '\\x', now()"),
+        ("memory", "memories", "namespace, key, pair, kind, summary, content_type, value, value_sha256, confirmed, "
+         "chain, version, current", "'bulk', 'k' || g, sha256(g::text::bytea), 'fact', 'bulk memory ' || g, "
+         "'application/json', '{}', '\\x', 'user', 'mem_bulk' || g, 1, true"),
     ]:
         sql(f"INSERT INTO {table} (tenant_id, id, {columns}, request_hash) SELECT $1, "
             f"'{PREFIX[kind]}_bulk' || g, {values}, '\\x' FROM generate_series(1, 3000) g", tenant)
     sql("UPDATE triggers SET summary = $2 WHERE tenant_id = $1 AND id = 'trg_bulk7'", tenant, w)
-    for table in ("threads", "workers", "triggers", "reports"):
+    sql("UPDATE memories SET summary = $2 WHERE tenant_id = $1 AND id = 'mem_bulk9'", tenant, w)
+    for table in ("threads", "workers", "triggers", "reports", "memories"):
         sql(f"ANALYZE {table}")
-    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search"]
+    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search", "memories_search"]
 
-    async def run() -> tuple[int, str]:
+    async def run() -> tuple[dict[str, int], str]:
         conn = await asyncpg.connect(as_app_role(database_url))
         try:
             async with conn.transaction():
                 await conn.execute("SET LOCAL enable_seqscan = off")
                 await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
                 hits = await conn.fetch(
-                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report'], NULL,"
-                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
-                assert [h[0] for h in hits] == ["trg_bulk7"]
-                scans = await conn.fetchval(
-                    "SELECT sum(pg_stat_get_xact_numscans(oid)) FROM pg_class WHERE relname = ANY($1)", indexes)
+                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report', 'memory'],"
+                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
+                assert sorted(h[0] for h in hits) == ["mem_bulk9", "trg_bulk7"]
+                scans = dict(await conn.fetch(
+                    "SELECT relname, pg_stat_get_xact_numscans(oid) FROM pg_class WHERE relname = ANY($1)", indexes))
                 plan = "\n".join(r[0] for r in await conn.fetch(
                     "EXPLAIN SELECT id FROM triggers WHERE tenant_id = $1 "
                     "AND search @@ websearch_to_tsquery('simple', $2)", tenant, w))
@@ -355,7 +359,8 @@ def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, s
             await conn.close()
 
     scans, direct = asyncio.run(run())
-    assert scans >= 3, "each kind's branch scanned its GIN index"
+    assert sum(scans.values()) >= 4, "each kind's branch scanned its GIN index"
+    assert scans["memories_search"] >= 1, "the memory branch too"
     assert "triggers_search" not in direct, "RLS now lets @@ use the index: recall_search_hits need not be the owner's"
 
 
