@@ -527,10 +527,8 @@ class Recall:
     # ---- API keys (admin scope, within the caller's tenant) ---------------------------
 
     async def own_key(self, cred: Credential) -> KeyView:
-        async with tenancy.session(self.db, cred, "read") as (conn, tenant):
-            found = await q.key(conn, tenant, cred.key_id)
-        assert found is not None  # the session just authenticated it
-        return found
+        async with self.db.connection() as conn:
+            return await q.own_key(conn, cred)
 
     async def create_key(self, cred: Credential, req: CreateKey) -> NewKey:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):

@@ -382,12 +382,16 @@ async def list_keys(conn: Conn, tenant: str | None) -> list[KeyView]:
     return [KeyView(*r) for r in rows]
 
 
-async def key(conn: Conn, tenant: str, key_id: str) -> KeyView | None:
-    row = await conn.fetchrow(
-        "SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys WHERE tenant_id = $1 AND id = $2",
-        tenant, key_id,
-    )
-    return None if row is None else KeyView(*row)
+_OWN_KEY = keyed("""
+    SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys WHERE tenant_id = auth.tenant AND id = $3
+""")
+
+
+async def own_key(conn: Conn, cred: Credential) -> KeyView:
+    """The key a request carries, in one statement with its own check (401 if it is not valid)."""
+    _, row = await tenancy.fetch(conn, cred, _OWN_KEY, cred.key_id)
+    assert row is not None  # the key check just found it
+    return KeyView(*row[1:])
 
 
 async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
