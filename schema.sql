@@ -263,7 +263,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS memories_supersedes ON memories (tenant_id, su
 CREATE UNIQUE INDEX IF NOT EXISTS memories_chain ON memories (tenant_id, chain, version);
 CREATE INDEX IF NOT EXISTS memories_by_pair ON memories (tenant_id, pair);
 
--- Provenance: the IDs (of any kind) a memory was learned from. Indexed by source for backlinks.
+-- Provenance: the IDs (of any kind) a memory was learned from. Indexed by (source, memory) for backlinks:
+-- a page of the memories citing one ID is an index range in memory ID order.
 CREATE TABLE IF NOT EXISTS memory_sources (
     tenant_id text NOT NULL,
     memory_id text NOT NULL,
@@ -272,7 +273,8 @@ CREATE TABLE IF NOT EXISTS memory_sources (
     PRIMARY KEY (tenant_id, memory_id, position),
     FOREIGN KEY (tenant_id, memory_id) REFERENCES memories (tenant_id, id)
 );
-CREATE INDEX IF NOT EXISTS memory_sources_by_source ON memory_sources (tenant_id, source_id);
+DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the index below covers it
+CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
 ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_scratchpad_ttl interval DEFAULT interval '7 days'
@@ -965,10 +967,18 @@ ALTER TABLE reports ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS
     || setweight(to_tsvector('simple'::regconfig, coalesce(app_id, '') || ' ' || coalesce(agent_id, '') || ' '
                              || coalesce(run_id, '')), 'B')
     || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, body, 65536)), 'C') ELSE ''::tsvector END) STORED;
+-- A memory: only its current version is searchable (a superseded one's vector is empty, so superseding
+-- costs no to_tsvector of the old value); A summary and key, B namespace segments and labels, C value.
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL AND current THEN
+    setweight(to_tsvector('simple'::regconfig, summary || ' ' || key), 'A')
+    || setweight(to_tsvector('simple'::regconfig, replace(namespace, '/', ' ') || ' ' || coalesce(app_id, '') || ' '
+                             || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, value, 65536)), 'C') ELSE ''::tsvector END) STORED;
 CREATE INDEX IF NOT EXISTS threads_search ON threads USING gin (search);
 CREATE INDEX IF NOT EXISTS workers_search ON workers USING gin (search);
 CREATE INDEX IF NOT EXISTS triggers_search ON triggers USING gin (search);
 CREATE INDEX IF NOT EXISTS reports_search ON reports USING gin (search);
+CREATE INDEX IF NOT EXISTS memories_search ON memories USING gin (search);
 -- GIN batches inserts in a pending list that every search scans sequentially, up to
 -- gin_pending_list_limit (4 MB by default): after a burst of ingest that cost ~80 ms a search on the
 -- bench store, ~5 ms once flushed. A small limit keeps batching for writes and bounds the scan.
@@ -976,6 +986,7 @@ ALTER INDEX threads_search SET (gin_pending_list_limit = 256);
 ALTER INDEX workers_search SET (gin_pending_list_limit = 256);
 ALTER INDEX triggers_search SET (gin_pending_list_limit = 256);
 ALTER INDEX reports_search SET (gin_pending_list_limit = 256);
+ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
 
 -- Backlinks: each relation's lookup by the linked-to ID is an index scan, in keyset order.
 CREATE INDEX IF NOT EXISTS report_refs_by_trigger ON report_refs (tenant_id, trigger_id, report_id);
@@ -1023,6 +1034,12 @@ BEGIN
         UNION ALL
         SELECT 'report'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM reports x
          WHERE 'report' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND NOT recall_is_gone(x.deleted_at, x.expires_at)
+           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
+           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
+        UNION ALL  -- current versions only: a superseded one never comes back (its vector is empty too)
+        SELECT 'memory'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM memories x
+         WHERE 'memory' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND x.current
+           AND NOT recall_is_gone(x.deleted_at, x.expires_at)
            AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
            AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
     ) h

@@ -29,6 +29,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 import httpx
@@ -37,6 +38,9 @@ import msgspec
 from recall_server import config, errors, ids
 from recall_server.models import (
     AssignOwner,
+    Backlink,
+    BacklinkPage,
+    CreateHook,
     CreateKey,
     CreateMemory,
     CreateNote,
@@ -46,7 +50,10 @@ from recall_server.models import (
     CreateWorker,
     Event,
     EventPage,
+    GrepResult,
     Health,
+    HookList,
+    HookView,
     KeyList,
     KeyView,
     MemoryIndexEntry,
@@ -55,11 +62,16 @@ from recall_server.models import (
     MemoryVersionPage,
     MemoryView,
     NamespacePage,
+    NewHook,
     NewKey,
+    Read,
+    ReadPage,
     ReportIndexEntry,
     ReportPage,
     ReportView,
     Resolved,
+    SearchHit,
+    SearchPage,
     ThreadIndexEntry,
     ThreadPage,
     ThreadView,
@@ -199,8 +211,9 @@ class _Call(NamedTuple):
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
-    for t in (Event, EventPage, Health, KeyList, KeyView, MemoryPage, MemoryVersionPage, MemoryView, NamespacePage,
-              NewKey, ReportPage, ReportView, Resolved, ThreadPage, ThreadView, TriggerView, WorkerView)
+    for t in (BacklinkPage, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
+              MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, ReportPage, ReportView, Resolved,
+              SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
 _RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
@@ -233,6 +246,11 @@ def _tags(tags: dict[str, str] | list[str] | None) -> list[str] | None:
 
 def _value_contains(value: dict[str, Any] | str | None) -> str | None:
     return value if value is None or isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def _moment(value: datetime | str | None) -> str | None:
+    """A `since`/`until` bound: a datetime (with its offset) as RFC 3339, a string as given."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _body(struct: msgspec.Struct | None, kind: type[msgspec.Struct], fields: dict[str, Any]) -> bytes:
@@ -465,6 +483,73 @@ class _Operations:
         """Erase every version of the memory's (namespace, key); a later write starts a new chain."""
         return self._run(_Call("DELETE", f"/memories/{memory_id}", None))
 
+    # ---- finding and navigating: search, backlinks, grep ------------------------------------------
+
+    def search(self, q: str, *, type: str | list[str] | None = None, status: str | None = None,
+               app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+               since: datetime | str | None = None, until: datetime | str | None = None, cursor: str | None = None,
+               limit: int | None = None, run: str | None = None) -> SearchPage:
+        """A page of live objects matching q (web search syntax), best first: IDs to start hopping from.
+        `type`: one kind or several (trigger, thread, worker, report, memory); since/until bound created_at."""
+        params = _query(q=q, type=[type] if isinstance(type, str) else type, status=status, app_id=app_id,
+                        agent_id=agent_id, run_id=run_id, since=_moment(since), until=_moment(until), cursor=cursor,
+                        limit=limit)
+        return self._run(_Call("GET", "/search", SearchPage, params, run=run))
+
+    def backlinks(self, object_id: str, cursor: str | None = None, limit: int | None = None, *,
+                  run: str | None = None) -> BacklinkPage:
+        """A page of the live objects that link to this ID, and how (relation), in (relation, id) order."""
+        return self._run(_Call("GET", f"/ids/{object_id}/backlinks", BacklinkPage, _query(cursor=cursor, limit=limit),
+                               run=run))
+
+    def grep(self, object_id: str, pattern: str, regex: bool = False, context: int = 0, max: int | None = None, *,
+             run: str | None = None) -> GrepResult:
+        """Matching lines of a trigger's payload or a report's body (by the ID's prefix); see grep_payload."""
+        path = f"/reports/{object_id}/body/grep" if ids.kind_of(object_id) == "report" \
+            else f"/triggers/{object_id}/payload/grep"
+        params = _query(pattern=pattern, regex="true" if regex else None, context=context or None, max=max)
+        return self._run(_Call("GET", path, GrepResult, params, run=run))
+
+    def grep_payload(self, trigger_id: str, pattern: str, regex: bool = False, context: int = 0,
+                     max: int | None = None, *, run: str | None = None) -> GrepResult:
+        """Matching lines of the payload (a literal pattern, or RE2 with regex=True), `context` lines around
+        each, at most `max` matches: line numbers, byte offsets and a Range for each."""
+        params = _query(pattern=pattern, regex="true" if regex else None, context=context or None, max=max)
+        return self._run(_Call("GET", f"/triggers/{trigger_id}/payload/grep", GrepResult, params, run=run))
+
+    def grep_body(self, report_id: str, pattern: str, regex: bool = False, context: int = 0,
+                  max: int | None = None, *, run: str | None = None) -> GrepResult:
+        """Matching lines of the report's body (as grep_payload)."""
+        params = _query(pattern=pattern, regex="true" if regex else None, context=context or None, max=max)
+        return self._run(_Call("GET", f"/reports/{report_id}/body/grep", GrepResult, params, run=run))
+
+    # ---- the recall trace -------------------------------------------------------------------------
+
+    def run_reads(self, run_id: str, cursor: str | None = None, limit: int | None = None) -> ReadPage:
+        """A page of the run's reads in the order they were made (older than the settle horizon). There is
+        always a next_cursor: poll with it to tail a live run."""
+        return self._run(_Call("GET", f"/runs/{run_id}/reads", ReadPage, _query(cursor=cursor, limit=limit)))
+
+    def object_reads(self, object_id: str, cursor: str | None = None, limit: int | None = None) -> ReadPage:
+        """A page of the traced reads of this ID, each naming its run (served for a deleted one too)."""
+        return self._run(_Call("GET", f"/ids/{object_id}/reads", ReadPage, _query(cursor=cursor, limit=limit)))
+
+    # ---- webhook endpoints (admin scope) ----------------------------------------------------------
+
+    def create_hook(self, source: str = "github", label: str = "") -> NewHook:
+        """A webhook endpoint in the caller's tenant; the only time its secret is shown. Not retried once
+        it may have been sent, as create_key: a retry would make a second hook."""
+        return self._run(_Call("POST", "/admin/hooks", NewHook,
+                               body=msgspec.json.encode(CreateHook(source=source, label=label)),  # type: ignore[arg-type]
+                               replayable=False))
+
+    def list_hooks(self) -> HookList:
+        return self._run(_Call("GET", "/admin/hooks", HookList))
+
+    def revoke_hook(self, hook_id: str) -> HookView:
+        """Revoke a hook: its deliveries get 404 from the next one on."""
+        return self._run(_Call("DELETE", f"/admin/hooks/{hook_id}", HookView))
+
     # ---- keys and health -------------------------------------------------------------------------
 
     def create_key(self, scope: str, label: str = "") -> NewKey:
@@ -590,6 +675,46 @@ class RecallClient(_Operations):
                 return
             cursor = page.next_cursor
 
+    def iter_search(self, q: str, *, limit: int = 100, run: str | None = None, **filters: Any) -> Iterator[SearchHit]:
+        """Every hit once, best first (filters as search)."""
+        cursor = None
+        while True:
+            page = self.search(q, cursor=cursor, limit=limit, run=run, **filters)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_backlinks(self, object_id: str, *, limit: int = 500, run: str | None = None) -> Iterator[Backlink]:
+        """Every live object linking to this ID once, in (relation, id) order."""
+        cursor = None
+        while True:
+            page = self.backlinks(object_id, cursor, limit, run=run)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_run_reads(self, run_id: str, after: str | None = None, *, limit: int = 500) -> Iterator[Read]:
+        """Every settled read of the run once, in order, from cursor `after` (the start by default)."""
+        cursor = after
+        while True:
+            page = self.run_reads(run_id, cursor, limit)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def iter_object_reads(self, object_id: str, after: str | None = None, *, limit: int = 500) -> Iterator[Read]:
+        """Every settled read of the ID once, in order."""
+        cursor = after
+        while True:
+            page = self.object_reads(object_id, cursor, limit)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
     def close(self) -> None:
         self.http.close()
 
@@ -697,6 +822,50 @@ class AsyncRecallClient(_Operations):
             page = await self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters)
             for namespace in page.data:
                 yield namespace
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_search(self, q: str, *, limit: int = 100, run: str | None = None,
+                          **filters: Any) -> AsyncIterator[SearchHit]:
+        cursor = None
+        while True:
+            page = await self.search(q, cursor=cursor, limit=limit, run=run, **filters)
+            for hit in page.data:
+                yield hit
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_backlinks(self, object_id: str, *, limit: int = 500,
+                             run: str | None = None) -> AsyncIterator[Backlink]:
+        cursor = None
+        while True:
+            page = await self.backlinks(object_id, cursor, limit, run=run)
+            for link in page.data:
+                yield link
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_run_reads(self, run_id: str, after: str | None = None, *,
+                             limit: int = 500) -> AsyncIterator[Read]:
+        cursor = after
+        while True:
+            page = await self.run_reads(run_id, cursor, limit)
+            for read in page.data:
+                yield read
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def iter_object_reads(self, object_id: str, after: str | None = None, *,
+                                limit: int = 500) -> AsyncIterator[Read]:
+        cursor = after
+        while True:
+            page = await self.object_reads(object_id, cursor, limit)
+            for read in page.data:
+                yield read
             if not page.has_more:
                 return
             cursor = page.next_cursor

@@ -60,18 +60,20 @@ def load(base: str, key: str) -> None:
 
 
 def recall(base: str, key: str, echo: Callable[[str], None]) -> str:
-    """From the thread ID alone, three GETs reach the CI log line: thread, owner worker, cited payload."""
+    """From the thread ID alone, three GETs reach the CI log line: thread, owner worker, and a grep of
+    the cited payload (its matching line and byte range, not the 40 KB log)."""
 
     def get(path: str) -> Any:
         status, text = call(base, key, "GET", path)
         echo(f"GET {path} -> {status} ({len(text)} bytes)")
-        return text.decode() if path.endswith(("/payload", "/body")) else json.loads(text)
+        return json.loads(text)
 
     thread = get("/threads/thr_pr_412")
     worker = get(f"/workers/{thread['owner_workers'][0]['id']}")
     cited = next(r["refs"][0] for r in worker["reports"] if r.get("refs"))
-    log = get(f"/triggers/{cited}/payload")
-    return next(line for line in log.splitlines() if "payment timeout" in line)
+    found = get(f"/triggers/{cited}/payload/grep?pattern=payment+timeout")
+    match = found["matches"][0]
+    return next(line["text"] for line in match["lines"] if line["number"] == match["line"])
 
 
 def run(base: str, key: str, echo: Callable[[str], None]) -> None:

@@ -30,15 +30,17 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
-from recall_server import errors
+from recall_server import __version__, errors
 from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError
 from recall_server.models import ReportView, TriggerView
 from recall_server.observability import ObservabilityMiddleware
 
 INSTRUCTIONS = (
     "Recall memory of long-running work. Start from a thread ID (thr_...) with recall_get, then follow the IDs its "
-    "view shows (owner workers wkr_, triggers trg_, reports rpt_) with recall_get. Large content is spilled behind "
-    "a pointer with a preview: read it with recall_read (or the resource link) only when the preview is not enough. "
+    "view shows (owner workers wkr_, triggers trg_, reports rpt_) with recall_get. Holding no ID, recall_search "
+    "finds one to start from; recall_backlinks walks back from an ID to what cites it. Large content is spilled "
+    "behind a pointer with a preview: grep it with recall_read and a pattern first; read it whole (or a byte range) "
+    "only when the matching lines are not enough. "
     "Memories (mem_) you keep between runs are addressed by namespace and key: recall_recall reads the current one "
     "(or lists a namespace), recall_remember writes a new version."
 )
@@ -128,6 +130,9 @@ class RecallMCP(FastMCP):
 
     def __init__(self, local: Binding | None = None, **settings: Any) -> None:
         super().__init__(name="recall", instructions=INSTRUCTIONS, **settings)
+        # serverInfo.version: this server's, not the SDK's. Without it the SDK looks its own package
+        # version up in importlib.metadata on every stateless /mcp request (5% of one in a profile).
+        self._mcp_server.version = __version__
         self._local = local
         _register(self)
 
@@ -172,15 +177,57 @@ def _register(server: RecallMCP) -> None:
     async def recall_events(thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
         return await _answer(client().list_events(thread_id, cursor, limit))
 
-    @server.tool(description="The full payload of a trigger (trg_) or body of a report (rpt_), or bytes start-end "
-                             "of it. Only when recall_get shows it spilled and the preview is not enough.")
+    @server.tool(description="A spilled trigger payload (trg_) or report body (rpt_). With a pattern: only the "
+                             "matching lines, each with its line number and a byte range (grep first, it reads "
+                             "little); without: the content, or bytes start-end of it (e.g. a match's range).")
     async def recall_read(id: Id, start: Annotated[int | None, Field(ge=0, description="First byte.")] = None,
                           end: Annotated[int | None, Field(ge=0, description="Last byte (inclusive).")] = None,
+                          pattern: Annotated[str | None, Field(
+                              description="Answer only the lines matching this (literal unless regex).")] = None,
+                          regex: Annotated[bool, Field(description="pattern is an RE2 regular expression.")] = False,
+                          context: Annotated[int, Field(ge=0, le=10, description="Lines around each match.")] = 0,
+                          max: Annotated[int | None, Field(ge=1, le=100, description="Most matches (20).")] = None,
                           ) -> CallToolResult:
+        if pattern is not None:
+            if start is not None or end is not None:
+                return _failed("Give a pattern or a byte range (start, end), not both.")
+            return await _answer(client().grep(id, pattern, regex, context, max))
+
         async def read() -> str:
             return _readable(id, await client().read(id, start, end))
 
         return await _answer(read())
+
+    @server.tool(description="Full-text search for an ID to start from, best first: each hit's id, type, summary, "
+                             "snippet (and thread_id for a trigger or report). Only when you hold no ID: then follow "
+                             "IDs with recall_get. Whole words, web search syntax (\"exact phrase\", or, -word).")
+    async def recall_search(query: str, type: Annotated[list[str] | str | None, Field(
+                                description="Only these kinds: trigger, thread, worker, report, memory.")] = None,
+                            status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
+                            since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
+                            until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
+                            cursor: CursorArg = None,
+                            limit: Annotated[int | None, Field(ge=1, le=100, description="Hits (default 10).")] = None,
+                            ) -> CallToolResult:
+        async def found() -> dict[str, Any]:
+            page = await client().search(query, type=type, status=status, since=since, until=until, cursor=cursor,
+                                         limit=limit or 10)
+            hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
+                     **({"thread_id": h.thread_id} if h.thread_id else {})} for h in page.data]
+            return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {})}
+
+        return await _answer(found())
+
+    @server.tool(description="What links to an ID, and how: reports citing a trigger (cites), threads whose log "
+                             "names it (event), triggers naming it as a neighbour, threads it owns (owner), what was "
+                             "filed on a thread (thread) or by a worker (worker), memories learned from it (source).")
+    async def recall_backlinks(id: Id, cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+        async def found() -> dict[str, Any]:
+            page = await client().backlinks(id, cursor, limit)
+            links = [{"id": b.id, "type": b.type, "relation": b.relation, "summary": b.summary} for b in page.data]
+            return {"links": links, **({"next_cursor": page.next_cursor} if page.has_more else {})}
+
+        return await _answer(found())
 
     @server.tool(description="Index of threads, newest first, filtered by status, owner worker and labels. Use it "
                              "only when you have no thread ID to start from.")

@@ -492,15 +492,16 @@ class ReadPage(Struct):
 # ---- search, backlinks, grep (issue 14) ------------------------------------------------------
 
 
-class SearchHit(Struct):
+class SearchHit(Struct, omit_defaults=True):
     """An object whose text matches the query: an ID to hop from."""
 
     id: AnyId
-    type: Literal["trigger", "thread", "worker", "report"]
+    type: Literal["trigger", "thread", "worker", "report", "memory"]
     summary: str
     href: str
     score: float  # ts_rank, rounded to 6 decimals; ties are broken by recency, then ID
     snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
+    thread_id: ThreadId | None = None  # a trigger's or report's thread: the next hop (omitted for the other kinds)
 
 
 class SearchPage(Struct):
@@ -513,8 +514,8 @@ class Backlink(Struct):
     """An object that links to the requested ID, and how (see README: relations)."""
 
     id: AnyId
-    type: Literal["trigger", "thread", "worker", "report"]
-    relation: Literal["cites", "neighbour", "event", "owner", "thread", "worker"]
+    type: Literal["trigger", "thread", "worker", "report", "memory"]
+    relation: Literal["cites", "neighbour", "event", "owner", "thread", "worker", "source"]
     summary: str
     href: str
 

@@ -96,6 +96,7 @@ class MemoryRow(Struct):
     version: int
     created_at: Timestamp
     sources: list[Link]
+    tail: bytes = b""  # as TriggerRow.tail
     chain_created_at: Timestamp | None = None  # version 1's created_at, on later versions
     supersedes: Link | None = None
     superseded_by: Link | None = None
@@ -104,7 +105,6 @@ class MemoryRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
-    tail: bytes = b""  # as TriggerRow.tail
 
 
 class Labels(Struct, frozen=True):
@@ -155,6 +155,7 @@ class SearchRow(Struct):
     created_at: datetime
     snippet: str | None
     position: str
+    thread_id: str | None = None  # a trigger's or report's thread
 
 
 class BacklinkRow(Struct):

@@ -308,7 +308,7 @@ class Recall:
         has_more = len(hits) > limit
         hits = hits[:limit]
         data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
-                          snippet=_one_line(h.snippet or h.summary)) for h in hits]
+                          snippet=_one_line(h.snippet or h.summary), thread_id=h.thread_id) for h in hits]
         last = hits[-1] if hits else None
         next_cursor = pager.next(tenant, [Decimal(last.position), last.created_at, last.id]) if has_more and last \
             else None
@@ -561,10 +561,8 @@ class Recall:
     # ---- API keys (admin scope, within the caller's tenant) ---------------------------
 
     async def own_key(self, cred: Credential) -> KeyView:
-        async with tenancy.session(self.db, cred, "read") as (conn, tenant):
-            found = await q.key(conn, tenant, cred.key_id)
-        assert found is not None  # the session just authenticated it
-        return found
+        async with self.db.connection() as conn:
+            return await q.own_key(conn, cred)
 
     async def create_key(self, cred: Credential, req: CreateKey) -> NewKey:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):

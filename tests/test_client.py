@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -17,14 +18,24 @@ from recall_server import demo, errors
 from recall_server import client as rc
 from recall_server.client import RecallClient
 from recall_server.models import (
+    Backlink,
+    BacklinkPage,
     Event,
     EventPage,
+    GrepResult,
+    HookList,
+    HookView,
     MemoryPage,
     MemoryVersionPage,
     MemoryView,
     NamespacePage,
+    NewHook,
+    Read,
+    ReadPage,
     ReportView,
     Resolved,
+    SearchHit,
+    SearchPage,
     ThreadPage,
     ThreadView,
     TriggerView,
@@ -187,6 +198,92 @@ def test_memories_through_the_client(recall: RecallClient) -> None:
     assert miss.value.extra == {"namespace": [root, "u9"], "key": "tone"}
     with pytest.raises(rc.BadRequest):
         recall.current_memory(["not a segment"], "tone")
+
+
+# ---- search, backlinks, grep, the trace, hooks -----------------------------------------------------
+
+
+def test_search_backlinks_and_grep_through_the_client(recall: RecallClient, base_url: str, api_key: str) -> None:
+    demo.load(base_url, api_key)
+    page = recall.search("PaymentGatewayError")
+    assert isinstance(page, SearchPage) and all(isinstance(h, SearchHit) for h in page.data)
+    [hit] = page.data
+    assert (hit.id, hit.type, hit.thread_id) == ("trg_8f21", "trigger", "thr_pr_412")
+    assert "**paymentgatewayerror**" in hit.snippet.lower()
+    assert {h.id for h in recall.search('"payment timeout"', type=["trigger", "report"]).data} >= {
+        "trg_8f21", "rpt_412a"}
+    assert recall.search('"payment timeout"', type="thread").data == []
+
+    word = uid("thr")[4:].lower()
+    made = [recall.create_trigger(source="test", summary=f"{word} {i}", payload="-").id for i in range(5)]
+    first = recall.search(word, limit=2)
+    assert len(first.data) == 2 and first.has_more and first.next_cursor
+    assert sorted(h.id for h in recall.iter_search(word, limit=2)) == sorted(made)
+    assert [h.id for h in recall.iter_search(word, since=datetime.now(UTC) + timedelta(minutes=5))] == []
+    assert len(list(recall.iter_search(word, until=datetime.now(UTC) + timedelta(minutes=5)))) == 5
+
+    links = recall.backlinks("trg_8f21")
+    assert isinstance(links, BacklinkPage) and all(isinstance(b, Backlink) for b in links.data)
+    assert {(b.relation, b.id) for b in links.data} >= {("cites", "rpt_412a"), ("event", "thr_pr_412")}
+    assert [(b.relation, b.id) for b in recall.iter_backlinks("trg_8f21", limit=1)] == [
+        (b.relation, b.id) for b in links.data]
+    with pytest.raises(rc.NotFound):
+        recall.backlinks(uid("trg"))
+
+    found = recall.grep_payload("trg_8f21", "payment timeout")
+    assert isinstance(found, GrepResult) and found.bytes == len(demo.ci_log().encode())
+    [match] = found.matches
+    assert match.line == 201 and "payment timeout after 30s" in match.lines[0].text
+    first_byte, last_byte = (int(n) for n in match.range.removeprefix("bytes=").split("-"))
+    assert recall.read_payload("trg_8f21", first_byte, last_byte).decode().rstrip("\n") == match.lines[0].text
+    around = recall.grep_payload("trg_8f21", r"payment\s+timeout", regex=True, context=1, max=1)
+    assert [line.number for line in around.matches[0].lines] == [200, 201, 202]
+    assert recall.grep_payload("trg_8f21", "payment\\s+timeout").matches == []  # literal without regex
+    assert recall.grep("trg_8f21", "payment timeout") == found
+    body = recall.grep_body("rpt_412a", "timeout")
+    assert body.matches[0].line == 1 and recall.grep("rpt_412a", "timeout") == body
+    with pytest.raises(rc.BadRequest):
+        recall.grep_payload("trg_8f21", "(", regex=True)
+
+
+def test_the_trace_pages_through_the_client(base_url: str, api_key: str) -> None:
+    demo.load(base_url, api_key)
+    run = f"client-{uid('thr')[4:]}"
+    with RecallClient(base_url, api_key, run=run) as traced:
+        traced.get("thr_pr_412")
+        traced.get("wkr_77a0")
+        traced.read_payload("trg_8f21")
+    with RecallClient(base_url, api_key) as recall:
+        deadline = time.monotonic() + 20
+        while len(reads := list(recall.iter_run_reads(run, limit=1))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.3)  # reads show once they are older than the settle horizon (2 flush intervals)
+        assert all(isinstance(r, Read) for r in reads)
+        assert [(r.object_id, r.status) for r in reads] == [
+            ("thr_pr_412", 200), ("wkr_77a0", 200), ("trg_8f21", 200)]
+        page = recall.run_reads(run, limit=2)
+        assert isinstance(page, ReadPage) and page.has_more and page.next_cursor
+        assert recall.run_reads(run, page.next_cursor).data == reads[2:]
+        assert run in {r.run for r in recall.iter_object_reads("wkr_77a0")}
+        assert isinstance(recall.object_reads("wkr_77a0", limit=1), ReadPage)
+        assert recall.run_reads(f"never-{run}").data == []  # a run is a label: no reads is an empty page
+        with pytest.raises(rc.NotFound):
+            recall.object_reads(uid("wkr"))
+
+
+def test_hooks_admin_through_the_client(base_url: str, database_url: str) -> None:
+    tenant = f"hooks-{uid('thr')[4:12].lower()}"
+    with RecallClient(base_url, create_key(database_url, tenant, "admin")) as admin:
+        made = admin.create_hook(label="payments")
+        assert isinstance(made, NewHook) and made.secret and made.url == f"/hooks/github/{made.id}"
+        listed = admin.list_hooks()
+        assert isinstance(listed, HookList) and [h.id for h in listed.data] == [made.id]
+        assert listed.data[0].revoked_at is None and listed.data[0].label == "payments"
+        revoked = admin.revoke_hook(made.id)
+        assert isinstance(revoked, HookView) and revoked.revoked_at is not None
+        with pytest.raises(rc.NotFound):
+            admin.revoke_hook("hk_" + "A" * 32)
+    with RecallClient(base_url, create_key(database_url, tenant, "write")) as writer, pytest.raises(rc.Forbidden):
+        writer.create_hook()
 
 
 # ---- problems as exceptions ----------------------------------------------------------------------
@@ -405,5 +502,18 @@ def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -
             await client.delete_memory(made.id)
             with pytest.raises(rc.Gone):
                 await client.current_memory([root], "k")
+            assert [h.id async for h in client.iter_search("PaymentGatewayError")] == ["trg_8f21"]
+            assert (await client.search("PaymentGatewayError", type="trigger")).data[0].thread_id == "thr_pr_412"
+            assert ("cites", "rpt_412a") in {(b.relation, b.id) async for b in client.iter_backlinks("trg_8f21")}
+            assert (await client.backlinks("trg_8f21", limit=1)).has_more
+            assert (await client.grep_payload("trg_8f21", "payment timeout")).matches[0].line == 201
+            assert (await client.grep_body("rpt_412a", "timeout")).matches[0].line == 1
+            assert (await client.grep("trg_8f21", "payment timeout", context=1)).matches[0].lines[0].number == 200
+            assert isinstance(await client.run_reads("no-such-run"), ReadPage)
+            assert [r async for r in client.iter_run_reads("no-such-run")] == []
+            assert isinstance(await client.object_reads("trg_8f21"), ReadPage)
+            assert isinstance([r async for r in client.iter_object_reads("trg_8f21")], list)
+            with pytest.raises(rc.Forbidden):  # a write key: the hook routes want admin
+                await client.list_hooks()
 
     asyncio.run(go())

@@ -21,7 +21,8 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 
 from recall_server import demo
 
-READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall"}
+READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
+              "recall_backlinks"}
 WRITE_TOOLS = {"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign", "recall_set_status",
                "recall_remember"}
 TRANSPORTS = ["stdio", "http"]
@@ -116,6 +117,107 @@ def test_why_did_pr_412_fail_is_answered_from_the_thread_in_three_calls(
     line, calls = run(recall())
     assert calls <= 3
     assert "FAILED payments/test_client.py::test_retry_charge" in line and "after 30s" in line
+
+
+def result_bytes(result: CallToolResult) -> int:
+    """What a tool result puts in the model's context: its text, and any other content as JSON."""
+    return sum(len(c.text.encode()) if c.type == "text" else len(c.model_dump_json(exclude_none=True).encode())
+               for c in result.content)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_why_did_pr_412_fail_in_three_calls_grepping_the_log_reads_under_4_kb(
+    transport: str, base_url: str, api_key: str, story: None
+) -> None:
+    """From thr_pr_412 alone: the thread, its owner worker, then recall_read of the cited trigger with a pattern.
+    Every byte the tools answered is counted: the 41 KB log itself is never read."""
+    async def recall() -> tuple[dict[str, Any], list[str], list[int]]:
+        async with session(transport, base_url, api_key) as s:
+            names: list[str] = []
+            sizes: list[int] = []
+
+            async def call(name: str, **args: Any) -> dict[str, Any]:
+                result = await s.call_tool(name, args)
+                names.append(name)
+                sizes.append(result_bytes(result))
+                return view(result)
+
+            thread = await call("recall_get", id="thr_pr_412")
+            worker = await call("recall_get", id=thread["owner_workers"][0]["id"])
+            cited = next(r["refs"][0] for r in worker["reports"] if r.get("refs"))
+            return await call("recall_read", id=cited, pattern="payment timeout"), names, sizes
+
+    found, names, sizes = run(recall())
+    assert len(names) <= 3 and names[-1] == "recall_read"
+    [match] = found["matches"]
+    assert match["lines"][0]["text"] == (
+        "FAILED payments/test_client.py::test_retry_charge - PaymentGatewayError: payment timeout after 30s")
+    assert match["line"] == 201
+    assert sum(sizes) < 4096, f"tool results of {sizes} bytes"
+    print(f"PR #412 over MCP ({transport}): {len(names)} calls, {sum(sizes)} bytes of tool results {sizes}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
+    transport: str, base_url: str, api_key: str, story: None
+) -> None:
+    async def search() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with session(transport, base_url, api_key) as s:
+            return (view(await s.call_tool("recall_search", {"query": "PaymentGatewayError test_retry_charge"})),
+                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "type": "report"})),
+                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "limit": 1})))
+
+    found, reports, first = run(search())
+    [hit] = found["hits"]
+    assert (hit["id"], hit["type"], hit["thread_id"]) == ("trg_8f21", "trigger", "thr_pr_412")
+    assert "**PaymentGatewayError**" in hit["snippet"] and hit["summary"].startswith("CI failed on PR #412")
+    assert set(hit) == {"id", "type", "summary", "snippet", "thread_id"}, "compact: no href, no score"
+    assert [(h["id"], h["thread_id"]) for h in reports["hits"]] == [("rpt_412a", "thr_pr_412")]  # type as a string
+    assert len(first["hits"]) == 1 and first["next_cursor"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recall_backlinks_of_the_failing_trigger_include_the_report_citing_it(
+    transport: str, base_url: str, api_key: str, story: None
+) -> None:
+    async def links() -> tuple[dict[str, Any], str]:
+        async with session(transport, base_url, api_key) as s:
+            return (view(await s.call_tool("recall_backlinks", {"id": "trg_8f21"})),
+                    text(await s.call_tool("recall_backlinks", {"id": "trg_nobody_cites"})))
+
+    found, miss = run(links())
+    assert {(b["relation"], b["id"], b["type"]) for b in found["links"]} >= {
+        ("cites", "rpt_412a", "report"), ("event", "thr_pr_412", "thread")}
+    assert next(b for b in found["links"] if b["id"] == "rpt_412a")["summary"].startswith("CI red on payments")
+    assert miss == "404 Not Found: No trigger with ID trg_nobody_cites exists."
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recall_read_with_a_pattern_answers_the_matching_lines_not_the_content(
+    transport: str, base_url: str, api_key: str, story: None
+) -> None:
+    async def read() -> tuple[CallToolResult, CallToolResult, CallToolResult, str, str]:
+        async with session(transport, base_url, api_key) as s:
+            grep = await s.call_tool("recall_read", {"id": "trg_8f21", "pattern": "payment timeout"})
+            around = await s.call_tool("recall_read", {"id": "trg_8f21", "pattern": r"payment\s+time\w+",
+                                                       "regex": True, "context": 1})
+            body = await s.call_tool("recall_read", {"id": "rpt_412a", "pattern": "timeout"})
+            both = text(await s.call_tool("recall_read", {"id": "trg_8f21", "pattern": "x", "start": 0}))
+            bad = text(await s.call_tool("recall_read", {"id": "trg_8f21", "pattern": "(", "regex": True}))
+            return grep, around, body, both, bad
+
+    grep, around, body, both, bad = run(read())
+    log = demo.ci_log().encode()
+    found = view(grep)
+    [match] = found["matches"]
+    assert match["line"] == 201 and "payment timeout after 30s" in match["lines"][0]["text"]
+    first, last = (int(n) for n in match["range"].removeprefix("bytes=").split("-"))
+    assert log[first:last + 1].decode().rstrip("\n") == match["lines"][0]["text"]
+    assert found["bytes"] == len(log) and result_bytes(grep) * 50 < len(log), "far fewer bytes than the payload"
+    assert [line["number"] for line in view(around)["matches"][0]["lines"]] == [200, 201, 202]
+    assert view(body)["matches"][0]["line"] == 1
+    assert both == "Give a pattern or a byte range (start, end), not both."
+    assert bad.startswith("400 Bad Request")
 
 
 def test_a_tool_answers_with_the_very_view_the_api_serves_under_the_same_budget(
@@ -296,3 +398,21 @@ def test_mcp_works_on_a_two_worker_server(database_url: str, api_key: str, tmp_p
         assert run(sessions()) == ["merged"] * 6
     finally:
         server.stop()
+
+
+def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_url: str, api_key: str,
+                                                                           story: None) -> None:
+    word = f"m{uid('thr')[4:16].lower()}"
+
+    async def work() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with session("http", base_url, api_key) as s:
+            memory = view(await s.call_tool("recall_remember", {
+                "namespace": ["mcp", word], "key": "lesson", "value": {"lesson": f"{word}: retry charge() with backoff"},
+                "summary": "retry payments with backoff", "sources": ["trg_8f21"]}))
+            found = view(await s.call_tool("recall_search", {"query": word, "type": ["memory"]}))
+            links = view(await s.call_tool("recall_backlinks", {"id": "trg_8f21", "limit": 500}))
+            return memory, found, links
+
+    memory, found, links = run(work())
+    assert [(h["id"], h["type"]) for h in found["hits"]] == [(memory["id"], "memory")]
+    assert ("source", memory["id"], "memory") in {(b["relation"], b["id"], b["type"]) for b in links["links"]}

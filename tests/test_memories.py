@@ -4,7 +4,6 @@ concurrent writers, retrieval of current versions only, expiry and deletion at o
 from __future__ import annotations
 
 import re
-
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -177,8 +176,9 @@ def test_a_large_value_spills_and_is_served_whole_with_etag_and_range(client: ht
     assert "value" not in mem
     spilled = mem["spilled"]["value"]
     assert spilled["href"] == f"/memories/{mem['id']}/value" and spilled["bytes"] == len(text)
-    first, last = re.split(r"\n…\[[\d,]+ bytes skipped\]…\n", spilled["preview"])
-    assert text.startswith(first) and text.endswith(last) and first and last  # a text preview: head and tail
+    head, skipped, tail = re.fullmatch(r"(?s)(.*)\n…\[([\d,]+) bytes skipped\]…\n(.*)", spilled["preview"]).groups()
+    assert head and tail and text.startswith(head) and text.endswith(tail), "a text preview shows both ends"
+    assert len(head.encode()) + int(skipped.replace(",", "")) + len(tail.encode()) == len(text)
     assert len(client.get(f"/memories/{mem['id']}").content) <= 4096
 
     full = client.get(spilled["href"])

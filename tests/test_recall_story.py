@@ -111,4 +111,8 @@ def test_loading_the_story_twice_changes_nothing(base_url: str, api_key: str, cl
 def test_demo_prints_the_recalled_line(base_url: str, api_key: str) -> None:
     lines: list[str] = []
     demo.run(base_url, api_key, lines.append)
-    assert "payment timeout" in lines[-1]
+    assert lines[-1].startswith("found: FAILED") and "payment timeout after 30s" in lines[-1]
+    hops = [line for line in lines if line.startswith("GET ")]
+    assert len(hops) == 3 and hops[-1].startswith("GET /triggers/trg_8f21/payload/grep")
+    read = sum(int(line.rsplit("(", 1)[1].split()[0]) for line in hops)
+    assert read < 4096, lines  # the views and the one matching line, not the 40 KB log

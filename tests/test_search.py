@@ -327,26 +327,30 @@ def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, s
         ("worker", "workers", "name, summary", "'w', 'bulk worker ' || g"),
         ("trigger", "triggers", "source, summary, content_type, payload, payload_sha256, occurred_at",
          "'s', 'bulk trigger ' || g, 'text/plain', '\\x', '\\x', now()"),
+        ("memory", "memories", "namespace, key, pair, kind, summary, content_type, value, value_sha256, confirmed, "
+         "chain, version, current", "'bulk', 'k' || g, sha256(g::text::bytea), 'fact', 'bulk memory ' || g, "
+         "'application/json', '{}', '\\x', 'user', 'mem_bulk' || g, 1, true"),
     ]:
         sql(f"INSERT INTO {table} (tenant_id, id, {columns}, request_hash) SELECT $1, "
             f"'{PREFIX[kind]}_bulk' || g, {values}, '\\x' FROM generate_series(1, 3000) g", tenant)
     sql("UPDATE triggers SET summary = $2 WHERE tenant_id = $1 AND id = 'trg_bulk7'", tenant, w)
-    for table in ("threads", "workers", "triggers", "reports"):
+    sql("UPDATE memories SET summary = $2 WHERE tenant_id = $1 AND id = 'mem_bulk9'", tenant, w)
+    for table in ("threads", "workers", "triggers", "reports", "memories"):
         sql(f"ANALYZE {table}")
-    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search"]
+    indexes = ["threads_search", "workers_search", "triggers_search", "reports_search", "memories_search"]
 
-    async def run() -> tuple[int, str]:
+    async def run() -> tuple[dict[str, int], str]:
         conn = await asyncpg.connect(as_app_role(database_url))
         try:
             async with conn.transaction():
                 await conn.execute("SET LOCAL enable_seqscan = off")
                 await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
                 hits = await conn.fetch(
-                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report'], NULL,"
-                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
-                assert [h[0] for h in hits] == ["trg_bulk7"]
-                scans = await conn.fetchval(
-                    "SELECT sum(pg_stat_get_xact_numscans(oid)) FROM pg_class WHERE relname = ANY($1)", indexes)
+                    "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report', 'memory'],"
+                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
+                assert sorted(h[0] for h in hits) == ["mem_bulk9", "trg_bulk7"]
+                scans = dict(await conn.fetch(
+                    "SELECT relname, pg_stat_get_xact_numscans(oid) FROM pg_class WHERE relname = ANY($1)", indexes))
                 plan = "\n".join(r[0] for r in await conn.fetch(
                     "EXPLAIN SELECT id FROM triggers WHERE tenant_id = $1 "
                     "AND search @@ websearch_to_tsquery('simple', $2)", tenant, w))
@@ -355,5 +359,117 @@ def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, s
             await conn.close()
 
     scans, direct = asyncio.run(run())
-    assert scans >= 3, "each kind's branch scanned its GIN index"
+    assert sum(scans.values()) >= 4, "each kind's branch scanned its GIN index"
+    assert scans["memories_search"] >= 1, "the memory branch too"
     assert "triggers_search" not in direct, "RLS now lets @@ use the index: recall_search_hits need not be the owner's"
+
+
+# ---- memories in search and backlinks --------------------------------------------------------
+
+
+def remember(client: httpx.Client, namespace: list[str], key: str, value: object, **kw: object) -> dict:
+    r = client.post("/memories", json={"namespace": namespace, "key": key, "value": value, **kw})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_search_finds_a_memory_by_its_value_summary_key_and_namespace(client: httpx.Client) -> None:
+    in_value, in_text, in_summary, in_key, in_space = word(), word(), word(), word(), word()
+    json_memory = remember(client, ["s", in_space], f"k-{in_key}", {"note": f"prefers {in_value} tables"},
+                           summary=f"a {in_summary} preference")
+    text_memory = remember(client, ["s", word()], "k", "x\n" * 100 + f"uses {in_text} daily",
+                           content_type="text/plain")
+    for w in (in_value, in_summary, in_key, in_space):
+        assert ids_of(hits(client, q=w)) == [json_memory["id"]], w
+    assert ids_of(hits(client, q=in_text)) == [text_memory["id"]]
+    hit = hits(client, q=in_value, type="memory")[0]
+    assert hit["type"] == "memory" and hit["href"] == f"/memories/{json_memory['id']}"
+    assert f"**{in_value}**" in hit["snippet"] and "thread_id" not in hit
+    assert hits(client, q=in_value, type="trigger") == []
+
+
+def test_only_the_current_version_of_a_memory_is_ever_found(client: httpx.Client, sql) -> None:
+    old_word, new_word, both = word(), word(), word()
+    space = ["s", word()]
+    first = remember(client, space, "k", {"v": f"{old_word} {both}"})
+    second = remember(client, space, "k", {"v": f"{new_word} {both}"})
+    assert hits(client, q=old_word) == [], "a superseded version never comes back"
+    assert ids_of(hits(client, q=both)) == [second["id"]]
+    assert ids_of(hits(client, q=new_word)) == [second["id"]]
+    assert sql("SELECT search = ''::tsvector FROM memories WHERE id = $1", first["id"])[0][0] is True
+
+
+def test_deleted_and_expired_memories_disappear_from_search_at_once(client: httpx.Client, sql) -> None:
+    w = word()
+    deleted = remember(client, ["s", word()], "k", {"v": w})
+    expiring = remember(client, ["s", word()], "k", {"v": w}, ttl=3600)
+    kept = remember(client, ["s", word()], "k", {"v": w})
+    assert set(ids_of(hits(client, q=w))) == {deleted["id"], expiring["id"], kept["id"]}
+    assert client.delete(f"/memories/{deleted['id']}").status_code == 204
+    sql("UPDATE memories SET expires_at = now() - interval '1 second' WHERE id = $1", expiring["id"])  # no sweep
+    assert ids_of(hits(client, q=w)) == [kept["id"]]
+    assert sql("SELECT search = ''::tsvector FROM memories WHERE id = $1", deleted["id"])[0][0] is True
+
+
+def test_another_tenants_memories_never_appear(client: httpx.Client, base_url: str, database_url: str) -> None:
+    w = word()
+    mine = remember(client, ["s", word()], "k", {"v": w})
+    other_key = create_key(database_url, f"search-{uuid.uuid4().hex[:8]}", "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as other:
+        theirs = remember(other, ["s", word()], "k", {"v": w})
+        assert ids_of(hits(other, q=w)) == [theirs["id"]]
+        assert ids_of(hits(other, q=w, type="memory")) == [theirs["id"]]
+    assert ids_of(hits(client, q=w)) == [mine["id"]]
+
+
+def test_verify_erasure_checks_a_memorys_search_terms(client: httpx.Client, database_url: str) -> None:
+    w = word()
+    memory = remember(client, ["s", word()], "k", {"v": w})
+    live = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", memory["id"]],
+                          env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
+    assert live.returncode == 1 and f"memories: the search index still has terms of {memory['id']}" in live.stdout
+    assert client.delete(f"/memories/{memory['id']}").status_code == 204
+    assert "erased" in cli(database_url, "verify-erasure", memory["id"])
+
+
+def test_a_current_memory_citing_an_id_is_its_backlink(client: httpx.Client, graph: Graph) -> None:
+    trigger = graph.trigger()
+    thread = graph.thread()
+    space = ["s", word()]
+    first = remember(client, space, "k", {"v": 1}, sources=[trigger["id"], thread["id"]], summary="learned")
+    assert backlinks(client, trigger["id"]) == [("source", first["id"])]
+    assert backlinks(client, thread["id"]) == [("source", first["id"])]
+    entry = client.get(f"/ids/{trigger['id']}/backlinks").json()["data"][0]
+    assert entry == {"id": first["id"], "type": "memory", "relation": "source", "summary": "learned",
+                     "href": f"/memories/{first['id']}"}
+    second = remember(client, space, "k", {"v": 2}, sources=[trigger["id"], first["id"]])
+    assert backlinks(client, trigger["id"]) == [("source", second["id"])], "the superseded version drops out"
+    assert backlinks(client, thread["id"]) == []
+    assert backlinks(client, first["id"]) == [("source", second["id"])], "a memory can cite a memory"
+    other = remember(client, ["s", word()], "k", {"v": 3}, sources=[trigger["id"]])
+    assert backlinks(client, trigger["id"]) == sorted([("source", second["id"]), ("source", other["id"])])
+    assert client.delete(f"/memories/{other['id']}").status_code == 204
+    assert backlinks(client, trigger["id"]) == [("source", second["id"])], "a deleted memory drops out"
+
+
+def test_a_memory_view_links_to_its_backlinks_and_its_notes_are_backlinks(client: httpx.Client,
+                                                                          graph: Graph) -> None:
+    memory = remember(client, ["s", word()], "k", {"v": 1})
+    assert memory["links"]["backlinks"] == f"/ids/{memory['id']}/backlinks"
+    thread = graph.thread()
+    graph_note = client.post(f"/threads/{thread['id']}/events", json={"summary": "see", "ref": memory["id"]})
+    assert graph_note.status_code == 201, graph_note.text
+    assert backlinks(client, memory["id"]) == [("event", thread["id"])]
+
+
+def test_another_tenants_memory_citing_the_same_id_is_never_a_backlink(
+    client: httpx.Client, graph: Graph, base_url: str, database_url: str
+) -> None:
+    other_key = create_key(database_url, f"backlinks-{uuid.uuid4().hex[:8]}", "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other_key}"}) as other:
+        theirs = Graph(other).trigger()
+        remember(other, ["s", word()], "k", {"v": 1}, sources=[theirs["id"]])
+        # the same ID in my tenant (IDs are per tenant)
+        mine = graph.trigger(id=theirs["id"])
+        assert backlinks(other, theirs["id"]) != []
+    assert backlinks(client, mine["id"]) == []

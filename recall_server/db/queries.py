@@ -481,12 +481,16 @@ async def list_keys(conn: Conn, tenant: str | None) -> list[KeyView]:
     return [KeyView(*r) for r in rows]
 
 
-async def key(conn: Conn, tenant: str, key_id: str) -> KeyView | None:
-    row = await conn.fetchrow(
-        "SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys WHERE tenant_id = $1 AND id = $2",
-        tenant, key_id,
-    )
-    return None if row is None else KeyView(*row)
+_OWN_KEY = keyed("""
+    SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys WHERE tenant_id = auth.tenant AND id = $3
+""")
+
+
+async def own_key(conn: Conn, cred: Credential) -> KeyView:
+    """The key a request carries, in one statement with its own check (401 if it is not valid)."""
+    _, row = await tenancy.fetch(conn, cred, _OWN_KEY, cred.key_id)
+    assert row is not None  # the key check just found it
+    return KeyView(*row[1:])
 
 
 async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
@@ -1336,23 +1340,30 @@ _HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), 
 _SEARCH = keyed(f"""
     SELECT coalesce(json_agg(json_build_object(
              'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
-             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet)
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
+             'thread_id', s.thread_id)
            ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
     FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
     JOIN LATERAL (
-      SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet FROM threads x
-       WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet, NULL AS thread_id
+        FROM threads x WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
-      SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")} FROM workers x
+      SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")}, NULL FROM workers x
        WHERE h.hit_kind = 'worker' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
       SELECT x.summary, {_HEADLINE.format(
-          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")}
+          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")},
+             x.thread_id
         FROM triggers x WHERE h.hit_kind = 'trigger' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
       SELECT x.summary, {_HEADLINE.format(
-          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}
+          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}, x.thread_id
         FROM reports x WHERE h.hit_kind = 'report' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || x.key || ' — ' || replace(x.namespace, '/', ' ') || ' — ' "
+               f"|| recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
+        FROM memories x WHERE h.hit_kind = 'memory' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
     ) s ON true
 """)
 
@@ -1409,13 +1420,17 @@ _BACKLINK_BRANCHES = {
     "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id"),
                _branch("thread", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id")],
     "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.worker_id = o.id")],
+    # a memory's sources: only current versions (a superseded one is history, not a link to follow)
+    "source": [_branch("source", "memory", "ms.memory_id",
+                       "memory_sources ms JOIN memories x ON x.tenant_id = ms.tenant_id AND x.id = ms.memory_id",
+                       "ms.tenant_id = o.tenant_id AND ms.source_id = o.id AND x.current")],
 }
 BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
-    "trigger": ["cites", "neighbour", "event"],
-    "thread": ["event", "thread"],
-    "worker": ["event", "owner", "worker"],
-    "report": ["event"],
-    "memory": ["event"],  # a note may point at a memory
+    "trigger": ["cites", "neighbour", "event", "source"],
+    "thread": ["event", "thread", "source"],
+    "worker": ["event", "owner", "worker", "source"],
+    "report": ["event", "source"],
+    "memory": ["event", "source"],
 }
 _BACKLINKS = {
     kind: keyed(f"""
@@ -1457,6 +1472,10 @@ async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list
            WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
           UNION ALL SELECT 'threads: the search index still has terms of ' || id FROM threads
            WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+          UNION ALL SELECT 'memories: the search index still has terms of ' || id FROM memories
+           WHERE tenant_id = $1 AND search <> ''::tsvector
+             AND (id = $2 OR (pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+                              AND recall_is_gone(deleted_at, expires_at)))
         ) found ORDER BY place
         """,
         tenant, object_id,

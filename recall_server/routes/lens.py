@@ -11,7 +11,7 @@ from recall_server import grep
 from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
 
-Kind = Literal["trigger", "thread", "worker", "report"]
+Kind = Literal["trigger", "thread", "worker", "report", "memory"]
 SearchLimit = Annotated[int, Parameter(ge=1, le=100, description="Page size (each hit carries a snippet).")]
 Moment = Annotated[str | None, Parameter(max_length=64, description="RFC 3339 date-time with an offset (created_at bound).")]
 Pattern = Annotated[str, Parameter(min_length=1, max_length=grep.MAX_PATTERN,
@@ -35,7 +35,8 @@ async def search(
     cursor: Cursor = None,
     limit: SearchLimit = 20,
 ) -> Response[SearchPage]:
-    """Live objects whose title, summary, name, source, labels or content (first 64 KiB) match q: best first."""
+    """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
+    labels or content (first 64 KiB) match q: best first."""
     return paged(request, await request.recall.search(request.cred, q, kinds, status, labels, since, until, cursor,
                                                       limit))
 
@@ -44,7 +45,8 @@ async def search(
 async def list_backlinks(
     object_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50
 ) -> Response[BacklinkPage]:
-    """Every live object that links to this ID, and how (cites, neighbour, event, owner, thread, worker)."""
+    """Every live object that links to this ID, and how (cites, neighbour, event, owner, thread, worker,
+    source: a current memory learned from it)."""
     return paged(request, await request.recall.backlinks(request.cred, object_id, cursor, limit))
 
 
