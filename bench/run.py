@@ -235,6 +235,10 @@ def seed_memories(url: str, key: str) -> None:
                 assert r.status_code in (200, 201), r.text
 
 
+MCP_RECALL_GET = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "recall_get", "arguments": {"id": "thr_b7"}}})
+
+
 def webhook_deliveries(wrk: Wrk, url: str, owner: str) -> dict:
     """Signed GitHub check_run deliveries (the published example, ~14 KB) for 500 pull requests of one
     repository, each with a fresh delivery GUID: a trigger filed on a PR thread per request."""
@@ -340,6 +344,11 @@ def main() -> None:
         "get_thread": lambda: wrk.run(url, threads),
         # the same reads, each recorded in the recall trace (X-Recall-Run): what tracing costs
         "get_thread_traced": lambda: wrk.run(url, threads, headers={"X-Recall-Run": "bench-run"}),
+        # one thread read as a plain GET and as the MCP tool recall_get over streamable HTTP (/mcp,
+        # stateless: one JSON-RPC tools/call per request, no initialize): what the MCP surface costs
+        "get_thread_b7": lambda: wrk.run(url, ["/threads/thr_b7"]),
+        "mcp_recall_get_b7": lambda: wrk.run(url, ["/mcp"], method="POST", body=MCP_RECALL_GET,
+                                             headers={"Accept": "application/json, text/event-stream"}),
         "get_worker": lambda: wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)]),
         "get_trigger": lambda: wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)]),
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
@@ -392,6 +401,21 @@ def main() -> None:
             s[f"open_three_hops_{pct}pct"] = open_loop(url, key, lambda i: chains[i % len(chains)], rate / 3,
                                                        args.duration)
 
+    # Search before the write scenarios: their rows (ingest_4k_log's "PASSED ... in 3.05s" lines) would
+    # make the rare words common. With --home, a store that already ran them has them too.
+    log("search and backlinks")
+    if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
+        s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
+    if want("search_payload"):  # a word only the 41 KB payload holds: one hit, its snippet from 41 KB of text
+        s["search_payload"] = wrk.run(url, ["/search?q=passed"])
+    if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
+        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
+    if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in
+        cite_heavily(owner)
+        deep = codec.encode("bench\0backlinks\0trg_b7", ["cites", "rpt_b5000"])
+        s["backlinks_cited_10k"] = wrk.run(url, ["/ids/trg_b7/backlinks?limit=50",
+                                                 f"/ids/trg_b7/backlinks?limit=50&cursor={deep}"])
+
     log("ingest")
     payload_40k = json.dumps({"source": "bench.ingest", "summary": "ingest 40 KB", "payload": "x" * 40960})
     if want("ingest_40k"):
@@ -409,19 +433,6 @@ def main() -> None:
             "value": {"step": 1, "notes": "n" * 300}}))
     if want("webhook_deliveries"):
         s["webhook_deliveries"] = webhook_deliveries(wrk, url, owner)
-    log("search and backlinks")
-    if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
-        s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
-    if want("search_payload"):  # a word only the 41 KB payload holds: one hit, its snippet from 41 KB of text
-        s["search_payload"] = wrk.run(url, ["/search?q=passed"])
-    if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
-        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
-    if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in
-        cite_heavily(owner)
-        deep = codec.encode("bench\0backlinks\0trg_b7", ["cites", "rpt_b5000"])
-        s["backlinks_cited_10k"] = wrk.run(url, ["/ids/trg_b7/backlinks?limit=50",
-                                                 f"/ids/trg_b7/backlinks?limit=50&cursor={deep}"])
-
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
         if want("inline_size"):
             s["inline_size"] = {"events_10": len(c.get("/threads/thr_ten").content),
@@ -459,6 +470,7 @@ def main() -> None:
         paired = sorted(t / u for t, u in zip(s["get_thread_traced"]["rps_runs"], s["get_thread"]["rps_runs"]))
         ratios["get_thread_traced / get_thread, median of rounds"] = round(paired[len(paired) // 2], 3)
     ratios["get_thread / langgraph_peer"] = ratio("get_thread", "peer_langgraph_get_thread")
+    ratios["mcp_recall_get_b7 / get_thread_b7"] = ratio("mcp_recall_get_b7", "get_thread_b7")
     ratios["get_trigger / http_ceiling"] = ratio("get_trigger", "ceiling_http")
     ratios["get_payload_41k / http_ceiling"] = ratio("get_payload_41k", "ceiling_http")
     ratios["fetch_ceiling / db_ceiling"] = ratio("ceiling_fetch", "ceiling_db_pgbench")

@@ -33,7 +33,7 @@ from recall_server.rows import Content, Labels, Outcome
 from recall_server.service import Recall, _created, _encode_content, _expiry, _hash
 
 LIST_INLINE_BYTES = 2048  # a list entry carries its value when it is at most this long
-_SEGMENT = re.compile(SEGMENT.strip("^$"))
+_SEGMENT = re.compile(SEGMENT)
 _json = msgspec.json.encode
 
 
