@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -608,6 +608,15 @@ class RecallClient(_Operations):
         """Whether this key may write (write or admin scope); Unauthorized if it is no valid key."""
         return self.own_key().scope in ("write", "admin")
 
+    def _walk(self, fetch: Callable[[str | None], Any], cursor: str | None = None) -> Iterator[Any]:
+        """Every entry of every page once, from `cursor`, following next_cursor while has_more."""
+        while True:
+            page = fetch(cursor)
+            yield from page.data
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
     def iter_events(self, thread_id: str, after: str | None = None, follow: bool = False, *, limit: int = 500,
                     poll_interval: float = 1.0, run: str | None = None) -> Iterator[Event]:
         """Every event of the thread once, in seq order, from cursor `after` (the start by default);
@@ -624,96 +633,42 @@ class RecallClient(_Operations):
 
     def iter_threads(self, *, limit: int = 500, run: str | None = None, **filters: str | None) -> Iterator[ThreadIndexEntry]:
         """Every thread of the index (filters as list_threads), newest first."""
-        cursor = None
-        while True:
-            page = self.list_threads(cursor=cursor, limit=limit, run=run, **filters)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_threads(cursor=cursor, limit=limit, run=run, **filters), None)
 
     def iter_reports(self, worker_id: str, *, limit: int = 500, run: str | None = None,
                      **filters: str | None) -> Iterator[ReportIndexEntry]:
         """Every report the worker filed (filters as list_reports), newest first."""
-        cursor = None
-        while True:
-            page = self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters), None)
 
     def iter_memories(self, *, limit: int = 500, run: str | None = None, **filters: Any) -> Iterator[MemoryIndexEntry]:
         """Every current memory once, in (namespace, key) order (filters as list_memories)."""
-        cursor = None
-        while True:
-            page = self.list_memories(cursor=cursor, limit=limit, run=run, **filters)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_memories(cursor=cursor, limit=limit, run=run, **filters), None)
 
     def iter_memory_versions(self, memory_id: str, *, limit: int = 500,
                              run: str | None = None) -> Iterator[MemoryVersion]:
         """Every version of the memory's chain, newest first."""
-        cursor = None
-        while True:
-            page = self.memory_versions(memory_id, cursor, limit, run=run)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.memory_versions(memory_id, cursor, limit, run=run), None)
 
     def iter_memory_namespaces(self, *, limit: int = 500, run: str | None = None,
                                **filters: Any) -> Iterator[list[str]]:
         """Every namespace of current memories once, in order (filters as memory_namespaces)."""
-        cursor = None
-        while True:
-            page = self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters))
 
     def iter_search(self, q: str, *, limit: int = 100, run: str | None = None, **filters: Any) -> Iterator[SearchHit]:
         """Every hit once, best first (filters as search)."""
-        cursor = None
-        while True:
-            page = self.search(q, cursor=cursor, limit=limit, run=run, **filters)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.search(q, cursor=cursor, limit=limit, run=run, **filters), None)
 
     def iter_backlinks(self, object_id: str, *, limit: int = 500, run: str | None = None) -> Iterator[Backlink]:
         """Every live object linking to this ID once, in (relation, id) order."""
-        cursor = None
-        while True:
-            page = self.backlinks(object_id, cursor, limit, run=run)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.backlinks(object_id, cursor, limit, run=run), None)
 
     def iter_run_reads(self, run_id: str, after: str | None = None, *, limit: int = 500) -> Iterator[Read]:
         """Every settled read of the run once, in order, from cursor `after` (the start by default)."""
-        cursor = after
-        while True:
-            page = self.run_reads(run_id, cursor, limit)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.run_reads(run_id, cursor, limit), after)
 
     def iter_object_reads(self, object_id: str, after: str | None = None, *, limit: int = 500) -> Iterator[Read]:
         """Every settled read of the ID once, in order."""
-        cursor = after
-        while True:
-            page = self.object_reads(object_id, cursor, limit)
-            yield from page.data
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.object_reads(object_id, cursor, limit), after)
 
     def close(self) -> None:
         self.http.close()
@@ -755,6 +710,17 @@ class AsyncRecallClient(_Operations):
         """Whether this key may write (write or admin scope); Unauthorized if it is no valid key."""
         return (await self.own_key()).scope in ("write", "admin")
 
+    async def _walk(self, fetch: Callable[[str | None], Awaitable[Any]],
+                    cursor: str | None = None) -> AsyncIterator[Any]:
+        """Every entry of every page once, from `cursor`, following next_cursor while has_more."""
+        while True:
+            page = await fetch(cursor)
+            for entry in page.data:
+                yield entry
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
     async def iter_events(self, thread_id: str, after: str | None = None, follow: bool = False, *,
                           limit: int = 500, poll_interval: float = 1.0,
                           run: str | None = None) -> AsyncIterator[Event]:
@@ -770,105 +736,42 @@ class AsyncRecallClient(_Operations):
                     return
                 await asyncio.sleep(poll_interval)
 
-    async def iter_threads(self, *, limit: int = 500, run: str | None = None,
+    def iter_threads(self, *, limit: int = 500, run: str | None = None,
                            **filters: str | None) -> AsyncIterator[ThreadIndexEntry]:
-        cursor = None
-        while True:
-            page = await self.list_threads(cursor=cursor, limit=limit, run=run, **filters)
-            for entry in page.data:
-                yield entry
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_threads(cursor=cursor, limit=limit, run=run, **filters), None)
 
-    async def iter_reports(self, worker_id: str, *, limit: int = 500, run: str | None = None,
+    def iter_reports(self, worker_id: str, *, limit: int = 500, run: str | None = None,
                            **filters: str | None) -> AsyncIterator[ReportIndexEntry]:
-        cursor = None
-        while True:
-            page = await self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters)
-            for entry in page.data:
-                yield entry
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_reports(worker_id, cursor=cursor, limit=limit, run=run, **filters), None)
 
-    async def iter_memories(self, *, limit: int = 500, run: str | None = None,
+    def iter_memories(self, *, limit: int = 500, run: str | None = None,
                             **filters: Any) -> AsyncIterator[MemoryIndexEntry]:
         """Every current memory once, in (namespace, key) order (filters as list_memories)."""
-        cursor = None
-        while True:
-            page = await self.list_memories(cursor=cursor, limit=limit, run=run, **filters)
-            for entry in page.data:
-                yield entry
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.list_memories(cursor=cursor, limit=limit, run=run, **filters), None)
 
-    async def iter_memory_versions(self, memory_id: str, *, limit: int = 500,
+    def iter_memory_versions(self, memory_id: str, *, limit: int = 500,
                                    run: str | None = None) -> AsyncIterator[MemoryVersion]:
-        cursor = None
-        while True:
-            page = await self.memory_versions(memory_id, cursor, limit, run=run)
-            for version in page.data:
-                yield version
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.memory_versions(memory_id, cursor, limit, run=run), None)
 
-    async def iter_memory_namespaces(self, *, limit: int = 500, run: str | None = None,
+    def iter_memory_namespaces(self, *, limit: int = 500, run: str | None = None,
                                      **filters: Any) -> AsyncIterator[list[str]]:
-        cursor = None
-        while True:
-            page = await self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters)
-            for namespace in page.data:
-                yield namespace
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.memory_namespaces(cursor=cursor, limit=limit, run=run, **filters))
 
-    async def iter_search(self, q: str, *, limit: int = 100, run: str | None = None,
+    def iter_search(self, q: str, *, limit: int = 100, run: str | None = None,
                           **filters: Any) -> AsyncIterator[SearchHit]:
-        cursor = None
-        while True:
-            page = await self.search(q, cursor=cursor, limit=limit, run=run, **filters)
-            for hit in page.data:
-                yield hit
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.search(q, cursor=cursor, limit=limit, run=run, **filters), None)
 
-    async def iter_backlinks(self, object_id: str, *, limit: int = 500,
+    def iter_backlinks(self, object_id: str, *, limit: int = 500,
                              run: str | None = None) -> AsyncIterator[Backlink]:
-        cursor = None
-        while True:
-            page = await self.backlinks(object_id, cursor, limit, run=run)
-            for link in page.data:
-                yield link
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.backlinks(object_id, cursor, limit, run=run), None)
 
-    async def iter_run_reads(self, run_id: str, after: str | None = None, *,
+    def iter_run_reads(self, run_id: str, after: str | None = None, *,
                              limit: int = 500) -> AsyncIterator[Read]:
-        cursor = after
-        while True:
-            page = await self.run_reads(run_id, cursor, limit)
-            for read in page.data:
-                yield read
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.run_reads(run_id, cursor, limit), after)
 
-    async def iter_object_reads(self, object_id: str, after: str | None = None, *,
+    def iter_object_reads(self, object_id: str, after: str | None = None, *,
                                 limit: int = 500) -> AsyncIterator[Read]:
-        cursor = after
-        while True:
-            page = await self.object_reads(object_id, cursor, limit)
-            for read in page.data:
-                yield read
-            if not page.has_more:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: self.object_reads(object_id, cursor, limit), after)
 
     async def aclose(self) -> None:
         await self.http.aclose()
