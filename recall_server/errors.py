@@ -161,6 +161,19 @@ def unknown_key() -> Unauthorized:
     return Unauthorized("The API key is unknown or has been revoked.")
 
 
+def bad_signature() -> Unauthorized:
+    """A webhook delivery whose X-Hub-Signature-256 is missing, malformed or wrong."""
+    problem = Unauthorized("X-Hub-Signature-256 is missing, malformed, or not the HMAC-SHA256 of this body "
+                           "under the hook's secret.")
+    problem.headers = {"WWW-Authenticate": 'HMAC-SHA256 realm="recall-hooks", header="X-Hub-Signature-256"'}
+    return problem
+
+
+def unknown_hook(hook_id: str) -> NotFound:
+    """Unknown and revoked hooks are not told apart."""
+    return NotFound(f"No webhook {hook_id} exists (unknown or revoked).", id=hook_id)
+
+
 def gone(value: str) -> Gone:
     """A miss that is not a mistake: the object existed and was removed on purpose (or expired)."""
     return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)

@@ -16,7 +16,7 @@ import msgspec
 
 import anyio
 
-from recall_server import grep, ids, idempotency, ops, spill
+from recall_server import errors, grep, ids, idempotency, ops, spill
 from recall_server.auth import Credential
 from recall_server.content import ContentCache
 from recall_server.observability import CONTENT_CACHE
@@ -605,10 +605,10 @@ class Recall:
         (webhooks/github.py). A GUID seen before answers its first result and writes nothing.
         """
         if not signing.is_hook_id(hook_id):
-            raise tenancy.unknown_hook(hook_id)
+            raise errors.unknown_hook(hook_id)
         mac = signing.parse(signature)
         if mac is None:
-            raise tenancy.bad_signature()
+            raise errors.bad_signature()
         if event is None or not github.is_event(event):
             raise BadRequest("X-GitHub-Event must name the GitHub event (e.g. pull_request).")
         if delivery is None or not github.is_delivery(delivery):

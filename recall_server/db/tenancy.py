@@ -34,7 +34,7 @@ import asyncpg
 
 from recall_server.auth import SCOPES, Credential
 from recall_server.db.pool import Database
-from recall_server.errors import Forbidden, NotFound, Unauthorized, unknown_key
+from recall_server.errors import Forbidden, bad_signature, unknown_hook, unknown_key
 from recall_server.webhooks import signing
 
 KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
@@ -62,6 +62,12 @@ async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: obj
     return row[0], None if row[1] is None else row
 
 
+def _require_scope(granted: str, needed: str) -> None:
+    """403 unless the key's scope includes the one the operation needs."""
+    if SCOPES[granted] < SCOPES[needed]:
+        raise Forbidden(f"This key has {granted} scope; this operation needs {needed}.")
+
+
 def keyed_write(write: str, scope: str) -> str:
     """`write` (CTEs ending in one named `done`, for tenant `gate.tenant`, parameters from $3) as one
     statement behind the key check, writing only for a key with `scope`. Its row: the key's tenant, the
@@ -81,8 +87,7 @@ async def write(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str
     row = await conn.fetchrow(sql, cred.key_id, cred.secret_sha256, *args)
     if row is None:
         raise unknown_key()
-    if SCOPES[row[1]] < SCOPES[scope]:
-        raise Forbidden(f"This key has {row[1]} scope; this operation needs {scope}.")
+    _require_scope(row[1], scope)
     return row[0], None if row[2] is None else row
 
 
@@ -94,25 +99,12 @@ async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[t
         if found is None:
             raise unknown_key()
         tenant, granted = found
-        if SCOPES[granted] < SCOPES[scope]:
-            raise Forbidden(f"This key has {granted} scope; this operation needs {scope}.")
+        _require_scope(granted, scope)
         yield conn, tenant
 
 
 HOOK_CHECK = """SELECT set_config('app.tenant_id', h.tenant_id, true) AS tenant, h.source, h.mac
                 FROM recall_hook_verify($1, $2) h"""
-
-
-def bad_signature() -> Unauthorized:
-    problem = Unauthorized("X-Hub-Signature-256 is missing, malformed, or not the HMAC-SHA256 of this body "
-                           "under the hook's secret.")
-    problem.headers = {"WWW-Authenticate": 'HMAC-SHA256 realm="recall-hooks", header="X-Hub-Signature-256"'}
-    return problem
-
-
-def unknown_hook(hook_id: str) -> NotFound:
-    """Unknown and revoked hooks are not told apart."""
-    return NotFound(f"No webhook {hook_id} exists (unknown or revoked).", id=hook_id)
 
 
 @asynccontextmanager
