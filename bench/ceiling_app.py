@@ -7,6 +7,8 @@ GET /constant      the HTTP ceiling: the same framework, ASGI server, worker cou
 GET /pk/{id}       the stack's fetch ceiling: one primary-key SELECT of a thread row of tenant `bench`
                    through an asyncpg pool as recall_app (tenant bound in the same statement, as
                    every read of the server is), returned as JSON.
+GET /asgi/pk/{id}  the same fetch answered in plain ASGI in front of the framework, as the server's
+                   direct.DirectReads answers GET /threads/{id}: the fetch ceiling without the framework.
 GET /readyz        the pool answers (so recall_server.process.ServerProcess can start it).
 
 It reads tenant `bench` without a key, which is why it lives in bench/: recall_server has no route
@@ -25,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import msgspec
 from litestar import Litestar, Request, get
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
@@ -90,11 +93,33 @@ def create_app(app_dsn: str, pool_min: int, pool_max: int) -> Litestar:
                     openapi_config=None)
 
 
+class PlainFetch:
+    """GET /asgi/pk/{id} without the framework; everything else to it."""
+
+    PREFIX = "/asgi/pk/"
+
+    def __init__(self, app: Litestar) -> None:
+        self.app = app
+        self.encode = msgspec.json.Encoder().encode
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.PREFIX):
+            await self.app(scope, receive, send)
+            return
+        scope["path_template"] = "/asgi/pk/{thread_id}"
+        async with self.app.state.pool.acquire() as conn:
+            row = await conn.fetchrow(PK_SELECT, scope["path"][len(self.PREFIX):], TENANT)
+        status, body = (404, b'{"detail":"not found"}') if row is None else (200, self.encode(dict(row)))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def from_env() -> ObservabilityMiddleware:
     """The ASGI factory the worker processes import (the server wraps its app the same way)."""
     dsn = os.environ.get("RECALL_APP_DATABASE_URL") or as_app_role(os.environ["DATABASE_URL"])
-    return ObservabilityMiddleware(create_app(dsn, int(os.environ.get("RECALL_POOL_MIN", "2")),
-                                              int(os.environ.get("RECALL_POOL_MAX", "10"))))
+    return ObservabilityMiddleware(PlainFetch(create_app(dsn, int(os.environ.get("RECALL_POOL_MIN", "2")),
+                                                         int(os.environ.get("RECALL_POOL_MAX", "10")))))
 
 
 def main() -> None:

@@ -340,6 +340,8 @@ def main() -> None:
     compared = {
         "ceiling_http": lambda: wrk.run(ceilings.url, ["/constant"]),
         "ceiling_fetch": lambda: wrk.run(ceilings.url, [f"/pk/thr_b{i}" for i in range(1, 10001, 7)]),
+        # The same fetch without the framework, as direct.DirectReads serves GET /threads/{id} and /workers/{id}.
+        "ceiling_fetch_asgi": lambda: wrk.run(ceilings.url, [f"/asgi/pk/thr_b{i}" for i in range(1, 10001, 7)]),
         "ceiling_db_pgbench": lambda: pgbench(owner, args.connections, args.duration),
         "get_thread": lambda: wrk.run(url, threads),
         # the same reads, each recorded in the recall trace (X-Recall-Run): what tracing costs
@@ -461,6 +463,8 @@ def main() -> None:
 
     ratios["get_thread / fetch_ceiling"] = ratio("get_thread", "ceiling_fetch")
     ratios["get_worker / fetch_ceiling"] = ratio("get_worker", "ceiling_fetch")
+    ratios["get_thread / fetch_ceiling without the framework"] = ratio("get_thread", "ceiling_fetch_asgi")
+    ratios["get_worker / fetch_ceiling without the framework"] = ratio("get_worker", "ceiling_fetch_asgi")
     ratios["ingest_4k / fetch_ceiling"] = ratio("ingest_4k", "ceiling_fetch")
     ratios["append_hot_thread / fetch_ceiling"] = ratio("append_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")

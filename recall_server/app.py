@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import asyncpg
 from litestar import Litestar, Request, Response, Router, route
 from litestar.di import Provide
 from litestar.enums import HttpMethod
@@ -26,6 +25,7 @@ from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.mcp import HttpEndpoint
+from recall_server.direct import DirectReads
 from recall_server.head import HeadAsGet
 from recall_server.limits import BodyGuard
 from recall_server.observability import (
@@ -73,12 +73,7 @@ def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Probl
             if exc.status_code == 404:
                 detail = f"No route matches {request.method} {request.url.path}."
             return cls(detail, headers=dict(exc.headers or {}))
-    if isinstance(exc, asyncpg.PostgresError):
-        mapped = errors.from_sqlstate(exc.sqlstate, str(exc))
-        if mapped is not None:
-            return mapped
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return errors.Problem("An unexpected error occurred; it has been logged.")
+    return errors.as_problem(exc, request.method, request.url.path)
 
 
 def _problem_response(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
@@ -206,4 +201,4 @@ def from_env() -> ObservabilityMiddleware:
     """
     die_with_parent()
     settings = config.load()
-    return ObservabilityMiddleware(HeadAsGet(BodyGuard(create_app(settings), settings.body_timeout)))
+    return ObservabilityMiddleware(HeadAsGet(BodyGuard(DirectReads(create_app(settings)), settings.body_timeout)))

@@ -21,11 +21,14 @@ Anything else is a bug and becomes a logged 500 problem without internals in the
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
 
 from recall_server import ids
+
+log = logging.getLogger("recall_server")
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -192,3 +195,15 @@ def encode(problem: Problem, instance: str, request_id: str | None = None) -> by
     if request_id:
         body["request_id"] = request_id
     return msgspec.json.encode(body)
+
+
+def as_problem(exc: Exception, method: str, path: str) -> Problem:
+    """The problem for an exception that is not the framework's: ours as it is, a database error by its
+    SQLSTATE, anything else a logged 500 without internals in the body."""
+    if isinstance(exc, Problem):
+        return exc
+    mapped = from_sqlstate(getattr(exc, "sqlstate", None), str(exc))  # asyncpg.PostgresError carries it
+    if mapped is not None:
+        return mapped
+    log.exception("unhandled error on %s %s", method, path, exc_info=exc)
+    return Problem("An unexpected error occurred; it has been logged.")

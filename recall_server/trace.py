@@ -163,44 +163,56 @@ class Trace:
         return self._page(pager, tenant, rows, limit)
 
 
+def run_of(scope: dict[str, Any]) -> str | None:
+    """The run a GET joins (its X-Recall-Run header), None when it carries none; 400 when malformed."""
+    run = next((v for k, v in scope["headers"] if k == _RUN_HEADER), None)
+    if run is None:
+        return None
+    run = run.decode("latin-1")
+    if not _RUN.match(run):
+        raise BadRequest(f"{RUN_HEADER} must be 1-128 characters from [A-Za-z0-9._:-].", header=RUN_HEADER)
+    return run
+
+
+async def traced(trace: Trace, run: str, cred: Credential, object_id: str | None, route: str,
+                 scope: dict[str, Any], answer: Any, send: Any) -> None:
+    """Run `answer(send)`, then record the read: its status and the body bytes it sent (never a 401: a key
+    the database refused has no tenant to trace it in)."""
+    at_us = time.time_ns() // 1000
+    status, size = 500, 0
+
+    async def counting(message: dict[str, Any]) -> None:
+        nonlocal status, size
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            size += len(message.get("body", b""))
+        await send(message)
+
+    try:
+        await answer(counting)
+    finally:
+        if status != 401:
+            trace.record(cred, run, at_us, object_id, route, status, size, request_id(scope))
+
+
 class TraceReads:
     """Middleware of the protected routes (after RequireKey): records each GET that carries X-Recall-Run.
 
     A read without the header costs one scan of the headers; with it, a wrapped `send` that keeps the
-    status and counts the body bytes, and an append to the buffer at the end.
+    status and counts the body bytes, and an append to the buffer at the end. (direct.DirectReads
+    records the reads it answers itself with the same two functions.)
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["method"] != "GET":
+        run = run_of(scope) if scope["method"] == "GET" and scope["route_handler"].opt.get("trace", True) else None
+        if run is None:
             await self.app(scope, receive, send)
             return
-        run = next((v for k, v in scope["headers"] if k == _RUN_HEADER), None)
-        if run is None or not scope["route_handler"].opt.get("trace", True):
-            await self.app(scope, receive, send)
-            return
-        run = run.decode("latin-1")
-        if not _RUN.match(run):
-            raise BadRequest(f"{RUN_HEADER} must be 1-128 characters from [A-Za-z0-9._:-].", header=RUN_HEADER)
-        at_us = time.time_ns() // 1000
-        status, size = 500, 0
-
-        async def counting(message: dict[str, Any]) -> None:
-            nonlocal status, size
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                size += len(message.get("body", b""))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counting)
-        finally:
-            if status != 401:  # a key the database refused: no tenant to trace it in
-                params = scope.get("path_params")
-                scope["app"].state.trace.record(
-                    scope["state"]["credential"], run, at_us, next(iter(params.values())) if params else None,
-                    scope["path_template"], status, size, request_id(scope),
-                )
+        params = scope.get("path_params")
+        await traced(scope["app"].state.trace, run, scope["state"]["credential"],
+                     next(iter(params.values())) if params else None, scope["path_template"], scope,
+                     lambda counting: self.app(scope, receive, counting), send)
