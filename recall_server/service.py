@@ -18,6 +18,7 @@ import anyio
 
 from recall_server import errors, grep, ids, idempotency, ops, spill
 from recall_server.auth import Credential
+from recall_server.coalesce import Coalescer
 from recall_server.content import ContentCache
 from recall_server.observability import CONTENT_CACHE
 from recall_server.cursor import CursorCodec
@@ -144,6 +145,7 @@ class Recall:
         self.cursors = cursors
         self.idempotency_ttl = idempotency_ttl
         self.contents = ContentCache(content_cache_bytes)
+        self.triggers = Coalescer(self._ingest_many)  # concurrent plain triggers of one key: one statement
 
     # ---- shared steps ----------------------------------------------------------------
 
@@ -392,10 +394,15 @@ class Recall:
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
         if idempotency_key is None and not req.neighbours:  # the plain case: one statement
             sha = hashlib.sha256(payload).digest()
-            async with self.db.connection() as conn:
-                written = await q.ingest_at_once(conn, cred, trigger_id, req.source, req.thread_id, req.summary,
-                                                 content_type, payload, sha, _labels(req), h, occurred_at,
-                                                 req.external_id, expires_at)
+            if req.thread_id is None:  # shared with the key's other plain triggers arriving meanwhile
+                written = await self.triggers.submit((cred.key_id, cred.secret_sha256), cred, q.NewTrigger(
+                    trigger_id, req.source, req.summary, content_type, payload, sha, h, occurred_at, req.app_id,
+                    req.agent_id, req.run_id, req.external_id, expires_at))
+            else:
+                async with self.db.connection() as conn:
+                    written = await q.ingest_at_once(conn, cred, trigger_id, req.source, req.thread_id, req.summary,
+                                                     content_type, payload, sha, _labels(req), h, occurred_at,
+                                                     req.external_id, expires_at)
             if written is not None:
                 return _created(True, self._new_trigger_view(trigger_id, req, content_type, payload, *written),
                                 f"/triggers/{trigger_id}")
@@ -407,6 +414,10 @@ class Recall:
                             f"/triggers/{existing_id}")
 
         return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/triggers", req), operation)
+
+    async def _ingest_many(self, cred: Credential, triggers: list[q.NewTrigger]) -> list[Any]:
+        async with self.db.connection() as conn:
+            return await q.ingest_many(conn, cred, triggers)
 
     @staticmethod
     def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,

@@ -114,7 +114,7 @@ def _content(field: str, href: str, content_type: str, size: int, head: bytes, r
              tail: bytes = b"") -> tuple[Any, Any]:
     """Inline the content if all of it fits, else a spill pointer with the longest preview that fits."""
     key_cost = len(field) + 4  # ,"field":
-    if len(head) == size:
+    if len(head) == size and key_cost + size <= room.left:  # as JSON it is at least `size` bytes (escapes only add)
         inline: Any = msgspec.Raw(head) if is_json(content_type) else head.decode("utf-8")
         if room.take(key_cost + len(_encode(inline))):
             return inline, msgspec.UNSET

@@ -63,8 +63,16 @@ class Pair:
 
 def same(framework: httpx.Response, direct: httpx.Response) -> None:
     assert direct.status_code == framework.status_code, (direct.status_code, direct.text, framework.text)
-    assert direct.headers.multi_items() == framework.headers.multi_items()
+    assert headers(direct) == headers(framework)
     assert direct.content == framework.content
+
+
+def headers(response: httpx.Response) -> list[tuple[str, str]]:
+    """The headers in order; the methods of a framework 405's Allow as a set (two app instances list them in
+    different orders: `/workers/.` is `/workers/` once httpx removes the dot segment, a path DirectReads
+    never answers)."""
+    return [(k, ", ".join(sorted(v.split(", "))) if k == "allow" and response.status_code == 405 else v)
+            for k, v in response.headers.multi_items()]
 
 
 @pytest.fixture(scope="module")

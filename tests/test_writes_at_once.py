@@ -1,5 +1,6 @@
-"""The one-statement writes (queries.ingest_at_once, note_at_once): they write in the plain case and
-write nothing at all otherwise, so the service's transaction can answer the request exactly."""
+"""The one-statement writes (queries.ingest_at_once, note_at_once, and ingest_many for the plain triggers
+coalesce.py files together): they write in the plain case and write nothing at all otherwise, so the
+service's transaction can answer the request exactly."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from helpers import Graph, create_key, uid
 
-from recall_server import auth
+from recall_server import auth, config
+from recall_server.app import create_app
 from recall_server.db import queries
 from recall_server.db.pool import as_app_role
 from recall_server.errors import Forbidden
@@ -66,3 +69,76 @@ def test_a_read_key_is_refused_and_writes_nothing(database_url: str, graph: Grap
         run(database_url, reader, lambda conn, cred: queries.note_at_once(conn, cred, thread, "n", None))
     assert not sql("SELECT 1 FROM triggers WHERE id = $1", trigger)
     assert sql("SELECT last_seq FROM threads WHERE id = $1", thread)[0][0] == 0
+
+
+def many(*trigger_ids: str) -> Any:
+    return lambda conn, cred: queries.ingest_many(conn, cred, [
+        queries.NewTrigger(t, "test", "filed together", "text/plain", b"p", b"s" * 32, b"h", None, None, None, None,
+                           None, None) for t in trigger_ids])
+
+
+def test_plain_triggers_file_together_in_one_statement_or_not_at_all(database_url: str, api_key: str, graph: Graph,
+                                                                     sql) -> None:
+    first, second = uid("trg"), uid("trg")
+    written = run(database_url, api_key, many(first, second))
+    assert len(written) == 2 and all(w is not None for w in written)
+    assert {r[0] for r in sql("SELECT id FROM triggers WHERE id = ANY($1)", [first, second])} == {first, second}
+    taken, fresh = graph.trigger()["id"], uid("trg")
+    assert run(database_url, api_key, many(fresh, taken)) == [None, None]
+    assert not sql("SELECT 1 FROM triggers WHERE id = $1", fresh), "one taken ID undoes the whole statement"
+    reader = create_key(database_url, "default", "read")
+    with pytest.raises(Forbidden):
+        run(database_url, reader, many(fresh))
+    assert not sql("SELECT 1 FROM triggers WHERE id = $1", fresh)
+
+
+def test_concurrent_plain_triggers_of_one_key_share_statements(server: Any, database_url: str) -> None:
+    """In process, one pooled connection with a query logger: 24 triggers filed at once take fewer
+    statements than triggers, and every one of them is answered 201 with its own view."""
+    key = create_key(database_url, "default", "write")
+    app = create_app(config.Settings(database_url=database_url, pool_min=1, pool_max=1, sweep_interval=0))
+    inserts: list[str] = []
+
+    async def go() -> list[Any]:  # litestar's test client runs one request at a time: httpx's transport
+        async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
+            c.headers["Authorization"] = f"Bearer {key}"
+            async with app.state.recall.db.pool.acquire() as conn:  # the pool's only connection
+                conn.add_query_logger(lambda record: inserts.append(record.query)
+                                      if "INSERT INTO triggers" in record.query else None)
+            return await asyncio.gather(*(c.post("/triggers", json={"source": "test", "summary": f"t{i}",
+                                                                   "payload": f"payload {i}"}) for i in range(24)))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses] == [201] * 24
+    assert [r.json()["summary"] for r in responses] == [f"t{i}" for i in range(24)]
+    assert len({r.json()["id"] for r in responses}) == 24
+    assert len(inserts) < 24, f"{len(inserts)} statements for 24 triggers"
+
+
+def test_coalesced_triggers_keep_each_answer_exact(client: httpx.Client, base_url: str, database_url: str) -> None:
+    """Over HTTP, at once: a taken ID among the plain triggers, a wrong secret for a valid key ID, a read key.
+    Each is answered as it would be alone; nothing rides on another request's key."""
+    key = client.headers["authorization"][7:]
+    wrong_secret = key.split(".")[0] + "." + "A" * 43
+    reader = create_key(database_url, "default", "read")
+    same_id = uid("trg")
+    body = {"id": same_id, "source": "test", "summary": "twice", "payload": "p"}
+
+    async def go() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url) as c:
+            def post(k: str, json: dict[str, Any]) -> Any:
+                return c.post("/triggers", json=json, headers={"Authorization": f"Bearer {k}"})
+            return await asyncio.gather(
+                *(post(key, {"source": "test", "summary": f"t{i}", "payload": "p"}) for i in range(10)),
+                post(key, body), post(key, body), post(key, {**body, "summary": "other"}),
+                *(post(wrong_secret, {"source": "test", "summary": "forged", "payload": "p"}) for _ in range(3)),
+                post(reader, {"source": "test", "summary": "read key", "payload": "p"}))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses[:10]] == [201] * 10
+    assert sorted(r.status_code for r in responses[10:13]) in ([200, 201, 409], [201, 409, 409]), \
+        [r.text for r in responses[10:13]]
+    assert [r.status_code for r in responses[13:16]] == [401] * 3
+    assert responses[16].status_code == 403
+    stored = client.get(f"/triggers/{same_id}").json()
+    assert stored["summary"] in ("twice", "other")

@@ -762,6 +762,50 @@ async def ingest_at_once(conn: Conn, cred: Credential, trigger_id: str, source: 
     return None if row is None else (row["occurred_at"], row["created_at"], row["expires_at"])
 
 
+# Plain thread-less triggers of one key, filed together (coalesce.py): one statement, one commit.
+_INGEST_MANY = keyed_write(f"""
+    done AS (
+      INSERT INTO triggers ({_TRIGGER_COLUMNS})
+      SELECT gate.tenant, x.id, x.source, NULL, x.summary, x.content_type, x.payload, x.sha, x.hash,
+             coalesce(x.occurred_at, clock_timestamp()), x.app_id, x.agent_id, x.run_id, x.external_id, x.expires_at
+        FROM gate, unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::bytea[], $9::bytea[],
+                          $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[])
+             AS x(id, source, summary, content_type, payload, sha, hash, occurred_at, app_id, agent_id, run_id,
+                  external_id, expires_at)
+      RETURNING id, occurred_at, created_at, expires_at)
+""", "write")
+
+
+class NewTrigger(msgspec.Struct, array_like=True):
+    """A plain trigger to file with others (ingest_many): the columns of _INGEST_MANY's unnest, in order."""
+    id: str
+    source: str
+    summary: str
+    content_type: str
+    payload: bytes
+    sha: bytes
+    hash: bytes
+    occurred_at: datetime | None
+    app_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    external_id: str | None
+    expires_at: datetime | None
+
+
+async def ingest_many(conn: Conn, cred: Credential, triggers: list[NewTrigger]
+                      ) -> list[tuple[datetime, datetime, datetime | None] | None]:
+    """File thread-less triggers in one statement: each one's (occurred_at, created_at, expires_at); all None
+    when an ID or a delivery is taken (the statement is undone; each is then filed on its own)."""
+    columns = [list(column) for column in zip(*(msgspec.structs.astuple(t) for t in triggers), strict=True)]
+    try:
+        _, rows = await tenancy.write_many(conn, cred, "write", _INGEST_MANY, *columns)
+    except asyncpg.UniqueViolationError:  # the statement is undone: nothing was written
+        return [None] * len(triggers)
+    written = {row["id"]: (row["occurred_at"], row["created_at"], row["expires_at"]) for row in rows}
+    return [written[t.id] for t in triggers]
+
+
 _NOTE = keyed_write(f"""
     r AS (
       SELECT recall_is_gone(x.deleted_at, x.expires_at) AS gone, coalesce(x.deleted_at, x.expires_at) AS gone_at

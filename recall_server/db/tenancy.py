@@ -91,6 +91,16 @@ async def write(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str
     return row[0], None if row[2] is None else row
 
 
+async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
+                     ) -> tuple[str, list[asyncpg.Record]]:
+    """Run a `keyed_write` whose `done` writes many rows: (the key's tenant, the rows it wrote). 401 bad key, 403 scope."""
+    rows = await conn.fetch(sql, cred.key_id, cred.secret_sha256, *args)
+    if not rows:
+        raise unknown_key()
+    _require_scope(rows[0][1], scope)
+    return rows[0][0], [row for row in rows if row[2] is not None]
+
+
 @asynccontextmanager
 async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
     """A transaction bound to the key's tenant: (connection, tenant). 401 unknown/revoked key, 403 scope."""

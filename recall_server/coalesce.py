@@ -1,0 +1,75 @@
+"""Concurrent writes of one key coalesced into one statement: group commit, done by the application.
+
+A trigger filed on its own is one statement, one plan and one commit, and on the benchmark the
+commit and the per-statement work were most of its database time (`ingest_4k`: 1,700 statements/s
+one row each, 3,580 rows/s eight to a statement, pgbench on the same store). `Coalescer.submit`
+queues a write under its credential; while fewer than `parallel` statements of that credential are
+running, the queue is written at once, else it waits for the next free one and goes with whatever
+else queued meanwhile (at most `max_rows`). So a lone write waits for nothing, and under load the
+writes queue behind a running statement and share the next one.
+
+Each caller's answer comes after the statement that wrote its row committed, exactly as before.
+Only writes presenting the same credential (key ID and secret hash) share a statement: the key is
+checked once for all of them, so a request with a wrong secret can never ride on a valid one. If
+the statement fails, every write in it gets that exception (a bad key or scope is the same for all);
+`write_batch` reports a write it could not take (a taken ID: one duplicate undoes the statement) as
+None, and the caller answers that one on its own path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+WriteBatch = Callable[[Any, list[Any]], Awaitable[list[Any]]]
+
+
+class Coalescer:
+    """Queues per credential, and the statements in flight for each."""
+
+    def __init__(self, write_batch: WriteBatch, max_rows: int = 32, parallel: int = 2) -> None:
+        self.write_batch = write_batch
+        self.max_rows = max_rows
+        self.parallel = parallel
+        self.queues: dict[Hashable, list[tuple[Any, asyncio.Future[Any]]]] = {}
+        self.running: dict[Hashable, int] = {}
+        self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+
+    async def submit(self, key: Hashable, cred: Any, item: Any) -> Any:
+        """`item` written together with the other queued items of `key`: its result from `write_batch`."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.queues.setdefault(key, []).append((item, future))
+        if self.running.get(key, 0) < self.parallel:
+            self._start(key, cred)
+        return await future
+
+    def _start(self, key: Hashable, cred: Any) -> None:
+        queue = self.queues[key]
+        batch, queue[:] = queue[:self.max_rows], queue[self.max_rows:]
+        if not queue:
+            del self.queues[key]
+        self.running[key] = self.running.get(key, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._write(key, cred, batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _write(self, key: Hashable, cred: Any, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+        try:
+            results = await self.write_batch(cred, [item for item, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - every caller gets it; cancellation included
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():  # the caller may have gone (a client that hung up)
+                    future.set_result(result)
+        finally:
+            self.running[key] -= 1
+            if not self.running[key]:
+                del self.running[key]
+            if key in self.queues:  # what queued while this statement ran
+                self._start(key, cred)
