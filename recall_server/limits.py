@@ -61,8 +61,8 @@ class BodyGuard:
                 message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
             await send(message)
 
-        try:
-            await self.app(scope, bounded_receive, closing_send)
+        try:  # a request without a body can never answer before reading it: `send` needs no wrapper
+            await self.app(scope, bounded_receive, closing_send if unread else send)
         except Exception:
             if not state.get(CLIENT_GONE):
                 raise

@@ -94,8 +94,11 @@ class Database:
             raise self._unavailable("overloaded", "The server is at capacity; retry shortly.")
         self.waiting += 1
         try:
-            async with asyncio.timeout(self.timeout):  # not acquire(timeout=): that spawns a task per call
+            if self.pool.get_idle_size():  # one is free now: nothing to wait for, and no timer to arm
                 conn = await self.pool.acquire()
+            else:
+                async with asyncio.timeout(self.timeout):  # not acquire(timeout=): that spawns a task per call
+                    conn = await self.pool.acquire()
         except asyncio.TimeoutError:
             raise self._unavailable("timeout", "No database connection became free in time; retry shortly.") from None
         except _UNREACHABLE:
