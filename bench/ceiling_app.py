@@ -8,7 +8,7 @@ GET /pk/{id}       the stack's fetch ceiling: one primary-key SELECT of a thread
                    through an asyncpg pool as recall_app (tenant bound in the same statement, as
                    every read of the server is), returned as JSON.
 GET /asgi/pk/{id}  the same fetch answered in plain ASGI in front of the framework, as the server's
-                   direct.DirectReads answers GET /threads/{id}: the fetch ceiling without the framework.
+                   direct.Direct answers GET /threads/{id}: the fetch ceiling without the framework.
 GET /readyz        the pool answers (so recall_server.process.ServerProcess can start it).
 
 It reads tenant `bench` without a key, which is why it lives in bench/: recall_server has no route

@@ -340,7 +340,7 @@ def main() -> None:
     compared = {
         "ceiling_http": lambda: wrk.run(ceilings.url, ["/constant"]),
         "ceiling_fetch": lambda: wrk.run(ceilings.url, [f"/pk/thr_b{i}" for i in range(1, 10001, 7)]),
-        # The same fetch without the framework, as direct.DirectReads serves GET /threads/{id} and /workers/{id}.
+        # The same fetch without the framework, as direct.Direct serves GET /threads/{id} and /workers/{id}.
         "ceiling_fetch_asgi": lambda: wrk.run(ceilings.url, [f"/asgi/pk/thr_b{i}" for i in range(1, 10001, 7)]),
         "ceiling_db_pgbench": lambda: pgbench(owner, args.connections, args.duration),
         "get_thread": lambda: wrk.run(url, threads),

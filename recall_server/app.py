@@ -25,7 +25,7 @@ from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.mcp import HttpEndpoint
-from recall_server.direct import DirectReads
+from recall_server.direct import Direct
 from recall_server.head import HeadAsGet
 from recall_server.limits import BodyGuard
 from recall_server.observability import (
@@ -201,4 +201,5 @@ def from_env() -> ObservabilityMiddleware:
     """
     die_with_parent()
     settings = config.load()
-    return ObservabilityMiddleware(HeadAsGet(BodyGuard(DirectReads(create_app(settings)), settings.body_timeout)))
+    return ObservabilityMiddleware(HeadAsGet(BodyGuard(Direct(create_app(settings), settings.max_body_bytes),
+                                                    settings.body_timeout)))

@@ -1,16 +1,23 @@
-"""The two hottest reads, GET /threads/{id} and GET /workers/{id}, answered in plain ASGI.
+"""The hottest requests answered in plain ASGI: GET /threads/{id}, GET /workers/{id}, POST /triggers.
 
-An agent's recall is mostly these two fetches. Through the framework each paid ~60 µs of Python
-per request beyond the service call and the database (three middlewares, routing, parameter
-parsing and validation, the response pipeline): a third of the request's CPU on the benchmark
-(bench/README, "Direct reads"). `DirectReads` answers them itself, with the same service call, the
-same problem renderer and the same headers; tests/test_direct.py checks that its answers are the
-framework route's, byte for byte, over hits, misses, gone IDs, budgets and bad keys.
+An agent's recall is mostly the two fetches, and ingest is mostly plain triggers. Through the
+framework each paid Python per request beyond the service call and the database (three
+middlewares, routing, parameter and body extraction and validation, the response pipeline): on
+the benchmark, from the branch point to `Direct` (back to back, same store), get_thread 0.604 ->
+0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them itself, with the same
+service call, the same problem renderer and the same headers; tests/test_direct.py checks that its
+answers are the framework route's, byte for byte, over hits, misses, gone IDs, budgets, bad keys
+and generated bodies.
 
-It takes only the plain case and passes everything else to the framework unchanged: a query other
-than a single `budget=<digits>` within range (so every validation message stays the framework's),
-an ID holding `/`, any other method. A read with X-Recall-Run is traced exactly as trace.TraceReads
-traces the framework's (the same two functions), after the same 401 and 400 checks in the same order.
+It takes only the plain case and passes everything else to the framework unchanged:
+- a GET with a query other than a single `budget=<digits>` within range (so every validation
+  message stays the framework's), or an ID holding `/`. A read with X-Recall-Run is traced exactly
+  as trace.TraceReads traces the framework's (the same two functions), after the same 401 and 400
+  checks in the same order;
+- a POST /triggers with a query, an Idempotency-Key, no Content-Length or one over the limit, a
+  non-JSON media type, or a body that is not a valid CreateTrigger: the framework gets the request
+  with the body it was sent, and answers with its own messages. The key is checked first, as
+  RequireKey does, before the body is read.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from typing import Any
 
 import msgspec
 
-from recall_server import auth, errors, spill, trace
+from recall_server import auth, errors, jsonbody, spill, trace
+from recall_server.models import CreateTrigger
 from recall_server.observability import request_id
 
 _HEADERS = [(b"content-type", b"application/json")]
 
 
-class DirectReads:
+class Direct:
     """ASGI middleware in front of the framework app; `app.state.recall` is the service its lifespan made."""
 
     ROUTES = {  # first path segment -> (the framework's route template, the service method)
@@ -33,8 +41,9 @@ class DirectReads:
         "workers": ("/workers/{worker_id}", "get_worker"),
     }
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, max_body_bytes: int) -> None:
         self.app = app
+        self.max_body_bytes = max_body_bytes
         self.encode = msgspec.json.Encoder().encode
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -46,14 +55,54 @@ class DirectReads:
                 scope["path_template"] = route[0]  # what the access log and the metrics label it with
                 await self._answer(scope, send, route[0], route[1], object_id, budget)
                 return
+        elif (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/triggers"
+              and not scope["query_string"] and self._plain_body(scope["headers"])):
+            scope["path_template"] = "/triggers"
+            await self._create_trigger(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def _plain_body(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        """A JSON body of a stated length within the limit, and no Idempotency-Key (which takes the
+        transaction anyway)."""
+        found = dict(headers)
+        length = found.get(b"content-length", b"")
+        if b"idempotency-key" in found or b"transfer-encoding" in found or not length.isdigit() \
+                or int(length) > self.max_body_bytes:
+            return False
+        try:
+            jsonbody.require_json(found.get(b"content-type", b"").decode("latin-1"))
+        except errors.UnsupportedMediaType:
+            return False
+        return True
+
+    async def _create_trigger(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            cred = auth.parse(_authorization(scope))
+            body = await _read(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
+        except errors.Problem as problem:
+            await self._problem(scope, send, problem)
+            return
+        try:
+            req = msgspec.convert(jsonbody.decode(body), CreateTrigger)
+        except (errors.BadRequest, msgspec.ValidationError):  # the framework says what is wrong, its way
+            await self.app(scope, _replay(body, receive), send)
+            return
+        try:
+            outcome = await self.app.state.recall.create_trigger(cred, req, None)
+        except Exception as exc:
+            await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
+            return
+        headers = [(b"location", outcome.location.encode())] if outcome.location else []
+        if outcome.replayed:
+            headers.append((b"idempotent-replayed", b"true"))
+        await _send(send, outcome.status, [*headers, *_HEADERS], outcome.body or b"")
 
     async def _answer(self, scope: dict[str, Any], send: Any, route: str, method: str, object_id: str,
                       budget: int) -> None:
         """The view, or the problem the framework's error handler would render (app._problem_response)."""
         try:
-            authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-            cred = auth.parse(authorization)  # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
+            cred = auth.parse(_authorization(scope))  # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
             run = trace.run_of(scope)
         except errors.Problem as problem:
             await self._problem(scope, send, problem)
@@ -77,6 +126,29 @@ class DirectReads:
         headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in problem.headers.items()),
                    (b"content-type", errors.PROBLEM_JSON.encode())]
         await _send(send, problem.status, headers, errors.encode(problem, scope["path"], request_id(scope)))
+
+
+def _authorization(scope: dict[str, Any]) -> str | None:
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+
+
+async def _read(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """`receive` for the framework: the body already read, then whatever comes next (a disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replayed
 
 
 async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

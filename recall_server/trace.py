@@ -200,7 +200,7 @@ class TraceReads:
     """Middleware of the protected routes (after RequireKey): records each GET that carries X-Recall-Run.
 
     A read without the header costs one scan of the headers; with it, a wrapped `send` that keeps the
-    status and counts the body bytes, and an append to the buffer at the end. (direct.DirectReads
+    status and counts the body bytes, and an append to the buffer at the end. (direct.Direct
     records the reads it answers itself with the same two functions.)
     """
 

@@ -1,13 +1,14 @@
-"""direct.DirectReads answers GET /threads/{id} and GET /workers/{id} exactly as the framework route does.
+"""direct.Direct answers GET /threads/{id}, GET /workers/{id} and POST /triggers exactly as the framework does.
 
-Two copies of the server's ASGI stack over the same database, one with DirectReads in front of the
+Two copies of the server's ASGI stack over the same database, one with Direct in front of the
 framework and one without, get the same requests; status, headers, body and the recorded trace must
-be the same, and a spy on the framework says which requests DirectReads answered itself (so the
+be the same, and a spy on the framework says which requests Direct answered itself (so the
 comparison is never the framework against itself).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from litestar.testing import TestClient
 
 from recall_server import config
 from recall_server.app import create_app
-from recall_server.direct import DirectReads
+from recall_server.direct import Direct
 from recall_server.head import HeadAsGet
 from recall_server.limits import BodyGuard
 from recall_server.observability import ObservabilityMiddleware
@@ -38,7 +39,7 @@ class Spy:
 
 
 def stack(app: Any) -> Any:
-    """The layers app.from_env puts around the framework (DirectReads aside)."""
+    """The layers app.from_env puts around the framework (Direct aside)."""
     return ObservabilityMiddleware(HeadAsGet(BodyGuard(app, 30)))
 
 
@@ -49,11 +50,11 @@ class Pair:
         self.framework_app, direct_app = make(), make()
         self.spy = Spy(direct_app)
         self.framework = TestClient(stack(self.framework_app))
-        self.direct = TestClient(stack(DirectReads(self.spy)))
+        self.direct = TestClient(stack(Direct(self.spy, config.Settings().max_body_bytes)))
         self.direct_app = direct_app
 
     def both(self, method: str, path: str, headers: dict[str, str]) -> tuple[httpx.Response, httpx.Response, bool]:
-        """(framework's response, DirectReads' response, whether DirectReads answered it itself)."""
+        """(framework's response, Direct' response, whether Direct answered it itself)."""
         headers = {"X-Request-Id": "req-direct-test", **headers}
         before = self.spy.reached
         direct = self.direct.request(method, path, headers=headers)
@@ -69,7 +70,7 @@ def same(framework: httpx.Response, direct: httpx.Response) -> None:
 
 def headers(response: httpx.Response) -> list[tuple[str, str]]:
     """The headers in order; the methods of a framework 405's Allow as a set (two app instances list them in
-    different orders: `/workers/.` is `/workers/` once httpx removes the dot segment, a path DirectReads
+    different orders: `/workers/.` is `/workers/` once httpx removes the dot segment, a path Direct
     never answers)."""
     return [(k, ", ".join(sorted(v.split(", "))) if k == "allow" and response.status_code == 405 else v)
             for k, v in response.headers.multi_items()]
@@ -181,3 +182,133 @@ def test_any_get_of_a_thread_or_worker_path_is_answered_as_the_framework_answers
     object_id = world.get(object_id, object_id)
     framework, direct, _ = pair.both("GET", f"/{collection}/{object_id}{query}", KEYS["key"](world))
     same(framework, direct)
+
+
+# ---- POST /triggers -------------------------------------------------------------------------------------
+# The two stacks file the same request in two tenants (a trigger ID is per tenant), so each can create
+# it; the answers then differ only in the clock: created_at, occurred_at when the body gives none, a ttl's expires_at.
+
+CLOCK = ("created_at", "occurred_at", "expires_at")  # expires_at: now + ttl
+
+
+@pytest.fixture(scope="module")
+def tenants(pair: Pair, database_url: str) -> dict[str, str]:
+    """A write key for the framework's tenant and one for Direct's, a thread with the same ID in both,
+    and a read key."""
+    other = uid("tenant").replace("_", "-")
+    keys = {"framework": create_key(database_url, "default", "write"), "direct": create_key(database_url, other, "write"),
+            "reader": create_key(database_url, other, "read"), "thread": uid("thr")}
+    for client, key in ((pair.framework, keys["framework"]), (pair.direct, keys["direct"])):
+        created = client.post("/threads", json={"id": keys["thread"], "title": "t"},
+                              headers={"Authorization": f"Bearer {key}"})
+        assert created.status_code == 201, created.text
+    return keys
+
+
+def post_both(pair: Pair, tenants: dict[str, str], body: bytes, headers: dict[str, str] | None = None,
+              keys: tuple[str, str] = ("framework", "direct"), path: str = "/triggers"
+              ) -> tuple[httpx.Response, httpx.Response, bool]:
+    sent = {"Content-Type": "application/json", "X-Request-Id": "req-direct-test", **(headers or {})}
+    before = pair.spy.reached
+    direct = pair.direct.post(path, content=body, headers={**sent, "Authorization": f"Bearer {tenants[keys[1]]}"})
+    framework = pair.framework.post(path, content=body, headers={**sent, "Authorization": f"Bearer {tenants[keys[0]]}"})
+    return framework, direct, pair.spy.reached == before
+
+
+def same_write(framework: httpx.Response, direct: httpx.Response) -> None:
+    assert direct.status_code == framework.status_code, (direct.status_code, direct.text, framework.text)
+    if framework.status_code >= 300:
+        same(framework, direct)
+        return
+    skip = ("content-length",)  # a timestamp's digits vary in number
+    assert [h for h in headers(direct) if h[0] not in skip] == [h for h in headers(framework) if h[0] not in skip]
+    unclocked = lambda r: {k: v for k, v in r.json().items() if k not in CLOCK}  # noqa: E731
+    assert unclocked(direct) == unclocked(framework)
+
+
+def trigger(**fields: Any) -> bytes:
+    return json.dumps({"id": uid("trg"), "source": "test", "summary": "s", "payload": "p", **fields}).encode()
+
+
+FILED_DIRECTLY = [
+    {}, {"payload": {"a": [1, 2, {"b": None}]}}, {"payload": "x" * 5000}, {"content_type": "text/markdown"},
+    {"content_type": "application/json", "payload": [1, "two"]}, {"app_id": "app", "agent_id": "a.b", "run_id": "r:1"},
+    {"occurred_at": "2026-01-02T03:04:05Z"}, {"ttl": 3600}, {"thread_id": "{thread}"}, {"thread_id": "thr_never_made"},
+    {"neighbours": ["trg_never_made"]}, {"external_id": "delivery-1"}, {"content_type": "image/png"},
+    {"id": None}, {"occurred_at": "yesterday"},  # the service refuses that one: a 400 of its own
+]
+FRAMEWORK_FILES = [  # bodies the framework explains, and requests that are not plain
+    b"not json", b"{}", b"[]", b'{"source": "test", "source": "twice", "summary": "s", "payload": "p"}',
+    trigger(source=""), trigger(summary=5), trigger(id="thr_wrong_kind"), trigger(thread_id="trg_wrong"),
+    trigger(unknown_field=1), trigger(ttl=-1), trigger(summary="x" * 300),
+]
+
+
+@pytest.mark.parametrize("fields", FILED_DIRECTLY)
+def test_a_plain_trigger_is_filed_directly_as_the_framework_files_it(
+        pair: Pair, tenants: dict[str, str], fields: dict[str, Any]) -> None:
+    body = trigger(**{k: v.format(**tenants) if isinstance(v, str) else v for k, v in fields.items()})
+    if fields.get("id", "") is None:
+        body = trigger(**{"id": None})
+        framework, direct, directly = post_both(pair, tenants, body)
+        assert directly and framework.status_code == direct.status_code == 201
+        return  # two new IDs: nothing else to compare
+    framework, direct, directly = post_both(pair, tenants, body)
+    same_write(framework, direct)
+    assert directly
+    again = post_both(pair, tenants, body)  # the retry: 200 with the first outcome, or the same 4xx
+    same_write(*again[:2])
+
+
+@pytest.mark.parametrize("body", FRAMEWORK_FILES)
+def test_a_body_that_is_not_a_plain_trigger_goes_to_the_framework_whole(
+        pair: Pair, tenants: dict[str, str], body: bytes) -> None:
+    framework, direct, directly = post_both(pair, tenants, body)
+    same(framework, direct)
+    assert framework.status_code in (400, 422) and not directly
+
+
+@pytest.mark.parametrize("case", ["idempotency", "query", "media type", "no key", "bad key", "read key"])
+def test_requests_that_are_not_plain_go_to_the_framework_and_keys_are_checked_first(
+        pair: Pair, tenants: dict[str, str], case: str) -> None:
+    body = trigger()
+    if case == "idempotency":
+        framework, direct, directly = post_both(pair, tenants, body, {"Idempotency-Key": uid("idem")})
+        same_write(framework, direct)
+        assert framework.status_code == 201 and not directly
+    elif case == "query":
+        framework, direct, directly = post_both(pair, tenants, body, path="/triggers?x=1")
+        same_write(framework, direct)
+        assert not directly
+    elif case == "media type":
+        framework, direct, directly = post_both(pair, tenants, body, {"Content-Type": "text/plain"})
+        same(framework, direct)
+        assert framework.status_code == 415 and not directly
+    else:
+        key = {"no key": "", "bad key": "rk_nope", "read key": tenants["reader"]}[case]
+        tenants = {**tenants, "framework": key, "direct": key}
+        framework, direct, directly = post_both(pair, tenants, body)
+        same(framework, direct)
+        assert framework.status_code == (403 if case == "read key" else 401) and directly
+
+
+_TEXT = st.text(st.sampled_from(list("ab.:-_ /\n\x01é")), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.fixed_dictionaries({}, optional={
+    "source": st.one_of(_TEXT, st.just("test"), st.integers()),
+    "summary": st.one_of(_TEXT, st.none()),
+    "payload": st.one_of(_TEXT, st.dictionaries(st.sampled_from("ab"), st.integers()), st.lists(st.booleans()),
+                         st.none()),
+    "content_type": st.sampled_from(["text/plain", "application/json", "application/x+json", "image/png", "bad",
+                                     "TEXT/PLAIN"]),
+    "thread_id": st.sampled_from(["{thread}", "thr_never_made", "wkr_x", "bad"]),
+    "ttl": st.one_of(st.integers(-5, 10**9), st.floats(allow_nan=False)),
+    "app_id": st.one_of(_TEXT, st.just("*")),
+}))
+def test_any_trigger_body_is_answered_as_the_framework_answers_it(
+        pair: Pair, tenants: dict[str, str], fields: dict[str, Any]) -> None:
+    body = trigger(**{k: v.format(**tenants) if k == "thread_id" else v for k, v in fields.items()})
+    framework, direct, _ = post_both(pair, tenants, body)
+    same_write(framework, direct)
