@@ -26,12 +26,23 @@ class Credential:
         self.key_id = key_id
         self.secret_sha256 = secret_sha256
 
+    def __eq__(self, other: object) -> bool:  # equal keys present the same ID and the same secret
+        return isinstance(other, Credential) and (self.key_id, self.secret_sha256) == (other.key_id, other.secret_sha256)
+
+    def __hash__(self) -> int:
+        return hash((self.key_id, self.secret_sha256))
+
 
 def generate() -> tuple[str, str, bytes]:
     """A new key: (id, the full key to show once, the hash to store)."""
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     return key_id, f"rk_{key_id}.{secret}", hashlib.sha256(secret.encode()).digest()
+
+
+def from_headers(headers: list[tuple[bytes, bytes]]) -> Credential:
+    """The credential in a request's (ASGI, lower-cased) headers, or 401."""
+    return parse(next((v.decode("latin-1") for k, v in headers if k == b"authorization"), None))
 
 
 def parse(authorization: str | None) -> Credential:

@@ -28,35 +28,35 @@ WriteBatch = Callable[[Any, list[Any]], Awaitable[list[Any]]]
 
 
 class Coalescer:
-    """Queues per credential, and the statements in flight for each."""
+    """Queues per credential (compared by value: key ID and secret hash), and the statements in flight for each."""
 
     def __init__(self, write_batch: WriteBatch, max_rows: int = 32, parallel: int = 1) -> None:
         self.write_batch = write_batch
         self.max_rows = max_rows
         self.parallel = parallel
-        self.queues: dict[Hashable, list[tuple[Any, asyncio.Future[Any]]]] = {}
+        self.queues: dict[Hashable, list[tuple[Any, asyncio.Future[Any]]]] = {}  # by credential
         self.running: dict[Hashable, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
-    async def submit(self, key: Hashable, cred: Any, item: Any) -> Any:
-        """`item` written together with the other queued items of `key`: its result from `write_batch`."""
+    async def submit(self, cred: Hashable, item: Any) -> Any:
+        """`item` written together with the other queued items of `cred`: its result from `write_batch`."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.queues.setdefault(key, []).append((item, future))
-        if self.running.get(key, 0) < self.parallel:
-            self._start(key, cred)
+        self.queues.setdefault(cred, []).append((item, future))
+        if self.running.get(cred, 0) < self.parallel:
+            self._start(cred)
         return await future
 
-    def _start(self, key: Hashable, cred: Any) -> None:
-        queue = self.queues[key]
+    def _start(self, cred: Hashable) -> None:
+        queue = self.queues[cred]
         batch, queue[:] = queue[:self.max_rows], queue[self.max_rows:]
         if not queue:
-            del self.queues[key]
-        self.running[key] = self.running.get(key, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._write(key, cred, batch))
+            del self.queues[cred]
+        self.running[cred] = self.running.get(cred, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._write(cred, batch))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _write(self, key: Hashable, cred: Any, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+    async def _write(self, cred: Hashable, batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
         try:
             results = await self.write_batch(cred, [item for item, _ in batch])
         except BaseException as exc:  # noqa: BLE001 - every caller gets it; cancellation included
@@ -70,8 +70,8 @@ class Coalescer:
                 if not future.done():  # the caller may have gone (a client that hung up)
                     future.set_result(result)
         finally:
-            self.running[key] -= 1
-            if not self.running[key]:
-                del self.running[key]
-            if key in self.queues:  # what queued while this statement ran
-                self._start(key, cred)
+            self.running[cred] -= 1
+            if not self.running[cred]:
+                del self.running[cred]
+            if cred in self.queues:  # what queued while this statement ran
+                self._start(cred)

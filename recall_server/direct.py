@@ -47,20 +47,23 @@ class Direct:
         self.encode = msgspec.json.Encoder().encode
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+        elif scope["method"] == "GET":
             collection, slash, object_id = scope["path"][1:].partition("/")
             route = self.ROUTES.get(collection) if slash and object_id and "/" not in object_id else None
             budget = _budget(scope["query_string"]) if route is not None else None
-            if budget is not None:
-                scope["path_template"] = route[0]  # what the access log and the metrics label it with
-                await self._answer(scope, send, route[0], route[1], object_id, budget)
+            if budget is None:
+                await self.app(scope, receive, send)
                 return
-        elif (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/triggers"
-              and not scope["query_string"] and self._plain_body(scope["headers"])):
+            scope["path_template"] = route[0]  # what the access log and the metrics label it with
+            await self._answer(scope, send, route[0], route[1], object_id, budget)
+        elif (scope["method"] == "POST" and scope["path"] == "/triggers" and not scope["query_string"]
+              and self._plain_body(scope["headers"])):
             scope["path_template"] = "/triggers"
             await self._create_trigger(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
     def _plain_body(self, headers: list[tuple[bytes, bytes]]) -> bool:
         """A JSON body of a stated length within the limit, and no Idempotency-Key (which takes the
@@ -78,7 +81,7 @@ class Direct:
 
     async def _create_trigger(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
-            cred = auth.parse(_authorization(scope))
+            cred = auth.from_headers(scope["headers"])
             body = await _read(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
         except errors.Problem as problem:
             await self._problem(scope, send, problem)
@@ -102,7 +105,7 @@ class Direct:
                       budget: int) -> None:
         """The view, or the problem the framework's error handler would render (app._problem_response)."""
         try:
-            cred = auth.parse(_authorization(scope))  # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
+            cred = auth.from_headers(scope["headers"])  # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
             run = trace.run_of(scope)
         except errors.Problem as problem:
             await self._problem(scope, send, problem)
@@ -126,10 +129,6 @@ class Direct:
         headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in problem.headers.items()),
                    (b"content-type", errors.PROBLEM_JSON.encode())]
         await _send(send, problem.status, headers, errors.encode(problem, scope["path"], request_id(scope)))
-
-
-def _authorization(scope: dict[str, Any]) -> str | None:
-    return next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
 
 
 async def _read(receive: Any) -> bytes:

@@ -395,7 +395,7 @@ class Recall:
         if idempotency_key is None and not req.neighbours:  # the plain case: one statement
             sha = hashlib.sha256(payload).digest()
             if req.thread_id is None:  # shared with the key's other plain triggers arriving meanwhile
-                written = await self.triggers.submit((cred.key_id, cred.secret_sha256), cred, q.NewTrigger(
+                written = await self.triggers.submit(cred, q.NewTrigger(
                     trigger_id, req.source, req.summary, content_type, payload, sha, h, occurred_at, req.app_id,
                     req.agent_id, req.run_id, req.external_id, expires_at))
             else:

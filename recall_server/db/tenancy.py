@@ -84,11 +84,8 @@ def keyed_write(write: str, scope: str) -> str:
 async def write(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
                 ) -> tuple[str, asyncpg.Record | None]:
     """Run a `keyed_write`: (the key's tenant, the row or None when it wrote nothing). 401 bad key, 403 scope."""
-    row = await conn.fetchrow(sql, cred.key_id, cred.secret_sha256, *args)
-    if row is None:
-        raise unknown_key()
-    _require_scope(row[1], scope)
-    return row[0], None if row[2] is None else row
+    tenant, rows = await write_many(conn, cred, scope, sql, *args)
+    return tenant, rows[0] if rows else None
 
 
 async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object

@@ -101,8 +101,7 @@ class RequireKey:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "OPTIONS":  # OPTIONS says which methods exist, nothing about data
-            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-            scope.setdefault("state", {})["credential"] = auth.parse(header)
+            scope.setdefault("state", {})["credential"] = auth.from_headers(scope["headers"])
         await self.app(scope, receive, send)
 
 
