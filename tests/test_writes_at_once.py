@@ -15,7 +15,7 @@ from helpers import Graph, create_key, uid
 from recall_server import auth, config
 from recall_server.app import create_app
 from recall_server.db import queries
-from recall_server.db.pool import as_app_role
+from recall_server.db.pool import Database, as_app_role
 from recall_server.errors import Forbidden
 from recall_server.rows import Labels
 
@@ -142,3 +142,27 @@ def test_coalesced_triggers_keep_each_answer_exact(client: httpx.Client, base_ur
     assert responses[16].status_code == 403
     stored = client.get(f"/triggers/{same_id}").json()
     assert stored["summary"] in ("twice", "other")
+
+
+
+def test_the_pool_asks_for_no_notices(server: Any, database_url: str) -> None:
+    """A payload token over to_tsvector's 2047-character limit made PostgreSQL send "word is too long to be
+    indexed" with every trigger filed; the pool's connections ask for warnings and errors only (pool.SESSION)."""
+    async def go() -> tuple[list[str], list[str]]:
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5, queue_limit=1)
+        try:
+            async with db.connection() as conn:
+                heard: list[str] = []
+                conn.add_log_listener(lambda _conn, message: heard.append(message.message))
+                await conn.fetchval("SELECT to_tsvector('simple', repeat('x', 3000))")
+                pooled = list(heard)
+                await conn.execute("SET client_min_messages = notice")  # PostgreSQL's default
+                await conn.fetchval("SELECT to_tsvector('simple', repeat('y', 3000))")  # not the plan cached above
+                await conn.execute("RESET client_min_messages")
+                return pooled, heard[len(pooled):]
+        finally:
+            await db.close()
+
+    pooled, by_default = asyncio.run(go())
+    assert pooled == []
+    assert any("too long to be indexed" in m for m in by_default), by_default
