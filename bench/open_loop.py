@@ -21,9 +21,15 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 
+# A keep-alive connection idle this long is closed instead of reused, as httpx does (keepalive_expiry): the
+# server closes one idle for its header timeout (10 s), and a request sent on it just then fails.
+KEEPALIVE_EXPIRY = 5.0
+
+
 class _Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.idle_since = time.perf_counter()
 
     async def get(self, head: bytes) -> int:
         self.writer.write(head)
@@ -69,8 +75,12 @@ async def _run(url: str, key: str, chain: Callable[[int], list[str]], rate: floa
         async with free:
             while not idle and opened >= max_connections:
                 await free.wait()
-            if idle:
-                return idle.pop()
+            while idle:
+                conn = idle.pop()
+                if time.perf_counter() - conn.idle_since < KEEPALIVE_EXPIRY:
+                    return conn
+                conn.writer.close()  # the server may have closed it (its keep-alive timeout): never reuse it
+                opened -= 1
             opened += 1
         return _Conn(*await asyncio.open_connection(host, port))
 
@@ -80,6 +90,7 @@ async def _run(url: str, key: str, chain: Callable[[int], list[str]], rate: floa
             if conn is None:
                 opened -= 1
             else:
+                conn.idle_since = time.perf_counter()
                 idle.append(conn)
             free.notify()
 
