@@ -117,3 +117,48 @@ def test_a_store_with_a_row_over_a_limit_fails_to_migrate_naming_the_limit(versi
     assert run.returncode != 0
     assert "threads_title_limit" in run.stderr
     assert run_sql(version_2_store, "SELECT max(version) FROM schema_migrations")[0][0] == 2  # nothing applied
+
+
+def test_a_migration_undone_by_a_deadlock_is_applied_again(database_url: str) -> None:
+    """A transaction holds a lock the migration's DDL needs (as autovacuum did on thread_events) and then
+    waits for the migration: PostgreSQL undoes the migration, which is tried again once that transaction
+    ends, instead of failing the server's start."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db import migrate
+
+    name = f"recall_deadlock_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+
+    async def go() -> tuple[int, int]:
+        await migrate.migrate(url)
+        blocker = await asyncpg.connect(url)
+        try:
+            await blocker.execute("BEGIN; LOCK TABLE thread_events IN SHARE UPDATE EXCLUSIVE MODE")  # autovacuum's
+            migration = asyncio.create_task(migrate.migrate(url))
+            while not await blocker.fetchval(  # the migration, holding its lock, waits for thread_events
+                    "SELECT count(*) FROM pg_locks WHERE relation = 'thread_events'::regclass AND NOT granted"):
+                await asyncio.sleep(0.05)
+            before = await blocker.fetchval("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            await blocker.execute("SELECT pg_advisory_xact_lock($1)", migrate._LOCK_KEY)  # and now waits for it
+            await blocker.execute("ROLLBACK")
+            version = await asyncio.wait_for(migration, 60)
+            for _ in range(100):  # the backend that found the deadlock reports it when it exits
+                after = await blocker.fetchval(
+                    "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+                if after > before:
+                    break
+                await asyncio.sleep(0.1)
+            return version, after - before
+        finally:
+            await blocker.close()
+
+    try:
+        version, deadlocks = asyncio.run(go())
+        assert deadlocks == 1, "the migration was undone by a deadlock"
+        assert version == run_sql(url, "SELECT max(version) FROM schema_migrations")[0][0]
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')

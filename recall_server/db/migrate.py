@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
 
 import asyncpg
 
 _LOCK_KEY = 0x7265_6361_6C6C  # "recall": serialises concurrent migrations
+ATTEMPTS = 5
 
 
 def schema_path() -> Path:
@@ -20,8 +22,26 @@ def schema_path() -> Path:
 
 
 async def migrate(dsn: str) -> int:
-    """Apply the schema and make sure a cursor secret exists; return the schema version."""
+    """Apply the schema and make sure a cursor secret exists; return the schema version.
+
+    On a live store the migration's DDL (schema.sql re-runs its GRANTs, ALTERs and policies) can
+    deadlock with a transaction that holds a lock it needs: seen with autovacuum's ANALYZE of a
+    table whose catalog row a GRANT had just updated. PostgreSQL then undoes one of the two; when it
+    is the migration, nothing of it was applied, and it is tried again (up to ATTEMPTS times) rather
+    than failing the server's start.
+    """
     sql = schema_path().read_text()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await _apply(dsn, sql)
+        except asyncpg.DeadlockDetectedError:
+            if attempt == ATTEMPTS:
+                raise
+            await asyncio.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")
+
+
+async def _apply(dsn: str, sql: str) -> int:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
