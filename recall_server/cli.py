@@ -224,12 +224,12 @@ def tenants_memory_ttl(name: str, scratchpad: float | None, state: float | None,
 @click.option("--batch", type=int, default=500, show_default=True, help="Objects purged per transaction.")
 @data_dir_option
 def sweep(batch: int, data_dir: Path | None) -> None:
-    """Purge the content of every expired object, and trace reads past RECALL_TRACE_TTL, now (serve also
-    does this periodically)."""
+    """Purge the content of every expired object, trace reads past RECALL_TRACE_TTL and webhook deliveries
+    past RECALL_DELIVERY_TTL, now (serve also does this periodically)."""
     from recall_server import ops
 
     settings = _settings(data_dir=data_dir)
-    purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl))
+    purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl, settings.delivery_ttl))
     click.echo(f"purged {purged} expired objects")
 
 

@@ -43,6 +43,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     trace_flush_interval: float = 1.0  # seconds between trace writes per process; pages show reads 2x this old
     trace_buffer: int = 10_000  # traced reads per process awaiting a write; beyond it they are dropped (counted)
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
+    delivery_ttl: int = 7 * 86_400  # seconds a webhook delivery is kept to answer its redelivery (then purged)
 
 
 # Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.

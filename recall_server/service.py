@@ -139,9 +139,11 @@ class Recall:
     """The operations behind the HTTP API, for one store."""
 
     def __init__(self, db: Database, cursors: CursorCodec, idempotency_ttl: int = 86_400,
-                 content_cache_bytes: int = 64 * 1024 * 1024, trace_ttl: float = 30 * 86_400) -> None:
+                 content_cache_bytes: int = 64 * 1024 * 1024, trace_ttl: float = 30 * 86_400,
+                 delivery_ttl: float = 7 * 86_400) -> None:
         self.db = db
         self.trace_ttl = trace_ttl
+        self.delivery_ttl = delivery_ttl
         self.cursors = cursors
         self.idempotency_ttl = idempotency_ttl
         self.contents = ContentCache(content_cache_bytes)
@@ -670,4 +672,4 @@ class Recall:
     async def sweep(self, batch: int = 500) -> int:
         """Purge expired objects in every tenant (the serve loop's periodic sweep)."""
         async with self.db.connection() as conn:
-            return await ops.sweep(conn, batch, self.trace_ttl)
+            return await ops.sweep(conn, batch, self.trace_ttl, self.delivery_ttl)

@@ -321,6 +321,29 @@ def test_a_redelivery_answers_the_first_result_and_creates_nothing(hook: Hook, d
     assert written(database_url, TENANT) == after_first
 
 
+
+def test_the_sweep_purges_deliveries_past_the_ttl_and_keeps_the_rest(hook: Hook, database_url: str) -> None:
+    """A delivery GUID is kept RECALL_DELIVERY_TTL to answer its redelivery, then the sweep deletes it (the
+    table grew by a row per delivery for ever). A late redelivery of a purged GUID files nothing twice:
+    its trigger holds the GUID as external_id."""
+    old, recent = str(uuid.uuid4()), str(uuid.uuid4())
+    old_body, recent_body = payload("pull_request.opened", fresh_repo()), payload("pull_request.opened", fresh_repo())
+    first = hook.send("pull_request", old_body, old)
+    assert first.status_code == 201 and hook.send("pull_request", recent_body, recent).status_code == 201
+    run_sql(database_url, "UPDATE hook_deliveries SET received_at = now() - interval '8 days' "
+                          "WHERE tenant_id = $1 AND delivery = $2", TENANT, old)
+    cli(database_url, "sweep")  # RECALL_DELIVERY_TTL: 7 days by default
+    kept = {r[0] for r in run_sql(database_url, "SELECT delivery FROM hook_deliveries WHERE tenant_id = $1 "
+                                                "AND delivery = ANY($2)", TENANT, [old, recent])}
+    assert kept == {recent}
+    again = hook.send("pull_request", recent_body, recent)
+    assert again.headers["idempotent-replayed"] == "true" and again.json() == hook.send(
+        "pull_request", recent_body, recent).json()
+    late = hook.send("pull_request", old_body, old)
+    assert late.status_code < 500, late.text
+    assert run_sql(database_url, "SELECT count(*) FROM triggers WHERE tenant_id = $1 AND external_id = $2",
+                   TENANT, old)[0][0] == 1
+
 def test_concurrent_redeliveries_file_one_trigger(hook: Hook, database_url: str, reader: httpx.Client) -> None:
     delivery, repo = str(uuid.uuid4()), fresh_repo()
     body = json.dumps(payload("pull_request.opened", repo)).encode()

@@ -1315,6 +1315,11 @@ async def purge_reads(conn: Conn, keep_seconds: float, batch: int) -> int:
     return await conn.fetchval("SELECT recall_purge_reads(make_interval(secs => $1), $2)", keep_seconds, batch)
 
 
+async def purge_deliveries(conn: Conn, keep_seconds: float, batch: int) -> int:
+    """Delete up to `batch` webhook deliveries received over `keep_seconds` ago, in every tenant; how many."""
+    return await conn.fetchval("SELECT recall_purge_deliveries(make_interval(secs => $1), $2)", keep_seconds, batch)
+
+
 _READ_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.pos, x.tick), '[]') FROM (
       SELECT r.run_id AS run, r.at, r.object_id, r.route, r.status, r.bytes, r.key_id, r.request_id, r.pos, r.tick
