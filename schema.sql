@@ -9,6 +9,15 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Which schema.sql was applied, by the SHA-256 of its text. A server starting on a store that already
+-- has this exact file applied skips it (recall_server/db/migrate.py): applying it again re-runs ALTERs and
+-- policies that take each table's exclusive lock, which waits behind any running read and holds up every
+-- request queued after it, and once deadlocked with autovacuum. `recall-server migrate` always applies it.
+CREATE TABLE IF NOT EXISTS schema_applied (
+    sha256     bytea PRIMARY KEY CHECK (octet_length(sha256) = 32),
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- Server-wide secrets (the cursor signing key). Kept in the database so that every worker
 -- process, a restart, and a dump/restore all agree on it: cursors issued before keep working.
 CREATE TABLE IF NOT EXISTS server_secrets (

@@ -142,11 +142,11 @@ def _granian(settings: Settings, logging: dict[str, object]) -> object:
 @main.command("migrate")
 @data_dir_option
 def migrate_command(data_dir: Path | None) -> None:
-    """Apply schema.sql (idempotent) and print the schema version."""
+    """Apply schema.sql (idempotent, even when this file was applied before) and print the schema version."""
     from recall_server.db.migrate import migrate
 
     settings = _settings(data_dir=data_dir)
-    version = asyncio.run(migrate(_dsn(settings)))
+    version = asyncio.run(migrate(_dsn(settings), again=True))
     click.echo(f"schema version {version}")
 
 

@@ -38,6 +38,7 @@ REFERENCE_TABLES = {
 }
 COORDINATOR_TABLES = {
     "schema_migrations": "the schema version; migrations run on the coordinator",
+    "schema_applied": "which schema.sql was applied (by SHA-256), read by a starting server",
     "server_secrets": "the cursor signing key, read once per server process",
 }
 

@@ -138,10 +138,14 @@ def test_a_migration_undone_by_a_deadlock_is_applied_again(database_url: str) ->
         blocker = await asyncpg.connect(url)
         try:
             await blocker.execute("BEGIN; LOCK TABLE thread_events IN SHARE UPDATE EXCLUSIVE MODE")  # autovacuum's
-            migration = asyncio.create_task(migrate.migrate(url))
-            while not await blocker.fetchval(  # the migration, holding its lock, waits for thread_events
-                    "SELECT count(*) FROM pg_locks WHERE relation = 'thread_events'::regclass AND NOT granted"):
+            migration = asyncio.create_task(migrate.migrate(url, again=True))  # as `recall-server migrate`
+            for _ in range(200):  # the migration, holding its lock, waits for thread_events
+                if await blocker.fetchval(
+                        "SELECT count(*) FROM pg_locks WHERE relation = 'thread_events'::regclass AND NOT granted"):
+                    break
                 await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the migration never waited for thread_events")
             before = await blocker.fetchval("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
             await blocker.execute("SELECT pg_advisory_xact_lock($1)", migrate._LOCK_KEY)  # and now waits for it
             await blocker.execute("ROLLBACK")
@@ -160,5 +164,39 @@ def test_a_migration_undone_by_a_deadlock_is_applied_again(database_url: str) ->
         version, deadlocks = asyncio.run(go())
         assert deadlocks == 1, "the migration was undone by a deadlock"
         assert version == run_sql(url, "SELECT max(version) FROM schema_migrations")[0][0]
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_a_server_start_on_a_current_store_takes_no_table_lock(database_url: str) -> None:
+    """With a read running on triggers, a start's migration returns at once (this schema.sql is applied);
+    applying it again would wait for the table's exclusive lock, and every request after it with it."""
+    import asyncio
+
+    import asyncpg
+
+    from recall_server.db import migrate
+
+    name = f"recall_current_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+
+    async def go() -> int:
+        version = await migrate.migrate(url)
+        reader = await asyncpg.connect(url)
+        try:
+            await reader.execute("BEGIN; LOCK TABLE triggers IN ACCESS SHARE MODE")  # what a running SELECT holds
+            assert await asyncio.wait_for(migrate.migrate(url), 10) == version
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(migrate.migrate(url, again=True), 2)
+            await reader.execute("ROLLBACK")
+        finally:
+            await reader.close()
+        return await migrate.migrate(url, again=True)
+
+    try:
+        version = asyncio.run(go())
+        assert version == run_sql(url, "SELECT max(version) FROM schema_migrations")[0][0]
+        assert run_sql(url, "SELECT count(*) FROM schema_applied")[0][0] == 1
     finally:
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from pathlib import Path
 
@@ -21,8 +22,12 @@ def schema_path() -> Path:
     raise FileNotFoundError("schema.sql not found next to the package or at the repository root")
 
 
-async def migrate(dsn: str) -> int:
+async def migrate(dsn: str, *, again: bool = False) -> int:
     """Apply the schema and make sure a cursor secret exists; return the schema version.
+
+    A store that already has this exact schema.sql applied (its SHA-256 in schema_applied) is left
+    alone unless `again`: a server start then takes no lock at all. `recall-server migrate` applies
+    it again (to repair a store someone changed by hand).
 
     On a live store the migration's DDL (schema.sql re-runs its GRANTs, ALTERs and policies) can
     deadlock with a transaction that holds a lock it needs: seen with autovacuum's ANALYZE of a
@@ -31,9 +36,12 @@ async def migrate(dsn: str) -> int:
     than failing the server's start.
     """
     sql = schema_path().read_text()
+    digest = hashlib.sha256(sql.encode()).digest()
+    if not again and (version := await _applied(dsn, digest)) is not None:
+        return version
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            return await _apply(dsn, sql)
+            return await _apply(dsn, sql, digest)
         except asyncpg.DeadlockDetectedError:
             if attempt == ATTEMPTS:
                 raise
@@ -41,7 +49,19 @@ async def migrate(dsn: str) -> int:
     raise AssertionError("unreachable")
 
 
-async def _apply(dsn: str, sql: str) -> int:
+async def _applied(dsn: str, digest: bytes) -> int | None:
+    """The schema version, if this schema.sql (by its SHA-256) was applied to the store; else None."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        if await conn.fetchval("SELECT to_regclass('schema_applied')") is None:
+            return None
+        return await conn.fetchval("SELECT (SELECT max(version) FROM schema_migrations)"
+                                   " FROM schema_applied WHERE sha256 = $1", digest)
+    finally:
+        await conn.close()
+
+
+async def _apply(dsn: str, sql: str, digest: bytes) -> int:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
@@ -51,6 +71,7 @@ async def _apply(dsn: str, sql: str) -> int:
                 "INSERT INTO server_secrets (name, value) VALUES ('cursor', $1) ON CONFLICT DO NOTHING",
                 secrets.token_bytes(32),
             )
+            await conn.execute("INSERT INTO schema_applied (sha256) VALUES ($1) ON CONFLICT DO NOTHING", digest)
             return await conn.fetchval("SELECT max(version) FROM schema_migrations")
     finally:
         await conn.close()
