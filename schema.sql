@@ -895,34 +895,30 @@ REVOKE ALL ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bi
 GRANT EXECUTE ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
                                               bigint[], text[], interval) TO recall_app;
 
--- Retention: delete up to `batch` trace rows older than `keep` (all tenants); the sweep calls it.
--- The age is checked on the rows deleted too, not only on the ctids picked: a ctid names a row within
--- one table, and distributed by tenant_id (Citus) the same ctid names other rows in other shards.
-CREATE OR REPLACE FUNCTION recall_purge_reads(keep interval, batch integer) RETURNS integer
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    WITH purged AS (
-        DELETE FROM trace_reads WHERE at < now() - keep AND ctid = ANY (ARRAY(
-            SELECT ctid FROM trace_reads WHERE at < now() - keep LIMIT batch))
-        RETURNING 1)
-    SELECT count(*)::integer FROM purged
-$$;
-REVOKE ALL ON FUNCTION recall_purge_reads(interval, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_purge_reads(interval, integer) TO recall_app;
-
--- Retention of webhook deliveries: a delivery's GUID and first answer are kept `keep`
--- (RECALL_DELIVERY_TTL, 7 days) to answer a redelivery; GitHub redelivers deliveries of the past three
--- days. Without it hook_deliveries grew by a row per delivery for ever. The sweep calls it.
+-- Retention, in every tenant (the sweep calls it): up to `batch` trace reads older than `reads_keep`
+-- (RECALL_TRACE_TTL) and up to `batch` webhook deliveries older than `deliveries_keep`
+-- (RECALL_DELIVERY_TTL: a delivery's GUID and first answer are kept to answer its redelivery; GitHub
+-- redelivers the past three days, and without this hook_deliveries grew by a row per delivery for ever).
+-- Returns the larger count: the sweep calls it again until both come back short. The age is checked on
+-- the rows deleted too, not only on the ctids picked: a ctid names a row within one table, and
+-- distributed by tenant_id (Citus) the same ctid names other rows in other shards.
 CREATE INDEX IF NOT EXISTS hook_deliveries_by_time ON hook_deliveries USING brin (received_at);
-CREATE OR REPLACE FUNCTION recall_purge_deliveries(keep interval, batch integer) RETURNS integer
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    WITH purged AS (
-        DELETE FROM hook_deliveries WHERE received_at < now() - keep AND ctid = ANY (ARRAY(
-            SELECT ctid FROM hook_deliveries WHERE received_at < now() - keep LIMIT batch))
+DROP FUNCTION IF EXISTS recall_purge_reads(interval, integer);  -- what it replaces: one table each
+DROP FUNCTION IF EXISTS recall_purge_deliveries(interval, integer);
+CREATE OR REPLACE FUNCTION recall_purge_retained(reads_keep interval, deliveries_keep interval, batch integer)
+RETURNS integer LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH reads AS (
+        DELETE FROM trace_reads WHERE at < now() - reads_keep AND ctid = ANY (ARRAY(
+            SELECT ctid FROM trace_reads WHERE at < now() - reads_keep LIMIT batch))
+        RETURNING 1),
+    deliveries AS (
+        DELETE FROM hook_deliveries WHERE received_at < now() - deliveries_keep AND ctid = ANY (ARRAY(
+            SELECT ctid FROM hook_deliveries WHERE received_at < now() - deliveries_keep LIMIT batch))
         RETURNING 1)
-    SELECT count(*)::integer FROM purged
+    SELECT greatest((SELECT count(*) FROM reads), (SELECT count(*) FROM deliveries))::integer
 $$;
-REVOKE ALL ON FUNCTION recall_purge_deliveries(interval, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_purge_deliveries(interval, integer) TO recall_app;
+REVOKE ALL ON FUNCTION recall_purge_retained(interval, interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_purge_retained(interval, interval, integer) TO recall_app;
 
 -- Version 4: the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
 -- head_reports), filled once for rows written before them. Stop version-3 servers before migrating: they append without keeping the head.

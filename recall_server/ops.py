@@ -57,9 +57,7 @@ async def sweep(conn: q.Conn, batch: int = 500, trace_ttl: float = 30 * 86_400,
     purged = 0
     while (done := await q.sweep(conn, batch)) == batch:
         purged += done
-    while await q.purge_reads(conn, trace_ttl, batch * 10) == batch * 10:
-        pass
-    while await q.purge_deliveries(conn, delivery_ttl, batch * 10) == batch * 10:
+    while await q.purge_retained(conn, trace_ttl, delivery_ttl, batch * 10) == batch * 10:
         pass
     return purged + done
 

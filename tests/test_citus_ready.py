@@ -47,16 +47,14 @@ COORDINATOR_TABLES = {
 SPANNING_FUNCTIONS = {
     "recall_sweep": "purges what expired in every tenant",
     "recall_record_reads": "a trace flush: one process's buffered reads, each filed in the tenant of its verified key",
-    "recall_purge_reads": "trace retention: drops reads older than RECALL_TRACE_TTL in every tenant",
-    "recall_purge_deliveries": "webhook retention: drops deliveries older than RECALL_DELIVERY_TTL in every tenant",
+    "recall_purge_retained": "retention: drops trace reads and webhook deliveries past their TTLs in every tenant",
 }
 ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
     "list_keys": "`recall-server keys list` without --tenant lists every tenant's keys (reference table)",
     "revoke_key": "`recall-server keys revoke ID` finds the key in whichever tenant has it (reference table)",
     "record_reads": "a trace flush writes each read to its own key's tenant (recall_record_reads)",
-    "purge_reads": "trace retention, for every tenant (recall_purge_reads)",
-    "purge_deliveries": "webhook retention, for every tenant (recall_purge_deliveries)",
+    "purge_retained": "trace and webhook retention, for every tenant (recall_purge_retained)",
     "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",
     "revoke_hook": "`recall-server hooks revoke ID` finds the hook in whichever tenant has it (reference table)",
 }

@@ -1310,14 +1310,12 @@ async def record_reads(conn: Conn, columns: list[list[object]], accept_seconds: 
     )
 
 
-async def purge_reads(conn: Conn, keep_seconds: float, batch: int) -> int:
-    """Delete up to `batch` trace rows older than `keep_seconds`, in every tenant; returns how many."""
-    return await conn.fetchval("SELECT recall_purge_reads(make_interval(secs => $1), $2)", keep_seconds, batch)
-
-
-async def purge_deliveries(conn: Conn, keep_seconds: float, batch: int) -> int:
-    """Delete up to `batch` webhook deliveries received over `keep_seconds` ago, in every tenant; how many."""
-    return await conn.fetchval("SELECT recall_purge_deliveries(make_interval(secs => $1), $2)", keep_seconds, batch)
+async def purge_retained(conn: Conn, reads_keep: float, deliveries_keep: float, batch: int) -> int:
+    """Delete up to `batch` trace reads older than `reads_keep` seconds and up to `batch` webhook deliveries
+    older than `deliveries_keep`, in every tenant; returns the larger of the two counts."""
+    return await conn.fetchval(
+        "SELECT recall_purge_retained(make_interval(secs => $1), make_interval(secs => $2), $3)",
+        reads_keep, deliveries_keep, batch)
 
 
 _READ_PAGE = """
