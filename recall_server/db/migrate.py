@@ -37,41 +37,35 @@ async def migrate(dsn: str, *, again: bool = False) -> int:
     """
     sql = schema_path().read_text()
     digest = hashlib.sha256(sql.encode()).digest()
-    if not again and (version := await _applied(dsn, digest)) is not None:
-        return version
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await _apply(dsn, sql, digest)
-        except asyncpg.DeadlockDetectedError:
-            if attempt == ATTEMPTS:
-                raise
-            await asyncio.sleep(0.1 * attempt)
-    raise AssertionError("unreachable")
+    conn = await asyncpg.connect(dsn)
+    try:
+        if not again and (version := await _applied(conn, digest)) is not None:
+            return version
+        for attempt in range(1, ATTEMPTS):
+            try:
+                return await _apply(conn, sql, digest)
+            except asyncpg.DeadlockDetectedError:  # the transaction is undone; the connection stays usable
+                await asyncio.sleep(0.1 * attempt)
+        return await _apply(conn, sql, digest)
+    finally:
+        await conn.close()
 
 
-async def _applied(dsn: str, digest: bytes) -> int | None:
+async def _applied(conn: asyncpg.Connection, digest: bytes) -> int | None:
     """The schema version, if this schema.sql (by its SHA-256) was applied to the store; else None."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        if await conn.fetchval("SELECT to_regclass('schema_applied')") is None:
-            return None
-        return await conn.fetchval("SELECT (SELECT max(version) FROM schema_migrations)"
-                                   " FROM schema_applied WHERE sha256 = $1", digest)
-    finally:
-        await conn.close()
+    if await conn.fetchval("SELECT to_regclass('schema_applied')") is None:
+        return None
+    return await conn.fetchval("SELECT (SELECT max(version) FROM schema_migrations)"
+                               " FROM schema_applied WHERE sha256 = $1", digest)
 
 
-async def _apply(dsn: str, sql: str, digest: bytes) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-            await conn.execute(sql)
-            await conn.execute(
-                "INSERT INTO server_secrets (name, value) VALUES ('cursor', $1) ON CONFLICT DO NOTHING",
-                secrets.token_bytes(32),
-            )
-            await conn.execute("INSERT INTO schema_applied (sha256) VALUES ($1) ON CONFLICT DO NOTHING", digest)
-            return await conn.fetchval("SELECT max(version) FROM schema_migrations")
-    finally:
-        await conn.close()
+async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes) -> int:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute(sql)
+        await conn.execute(
+            "INSERT INTO server_secrets (name, value) VALUES ('cursor', $1) ON CONFLICT DO NOTHING",
+            secrets.token_bytes(32),
+        )
+        await conn.execute("INSERT INTO schema_applied (sha256) VALUES ($1) ON CONFLICT DO NOTHING", digest)
+        return await conn.fetchval("SELECT max(version) FROM schema_migrations")
