@@ -385,6 +385,10 @@ def main() -> None:
     # Writes, interleaved with the ceilings too: their ratio to the fetch ceiling is a target.
     payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
     compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    # The same 4 KB as application/octet-stream, which search does not index: what indexing the text costs
+    unindexed_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096,
+                               "content_type": "application/octet-stream"})
+    compared["ingest_4k_unindexed"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=unindexed_4k)
     compared["append_hot_thread"] = lambda: wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                                     body=json.dumps({"summary": "hot append"}))
     # Memories, compared with get_thread in the same rounds.
@@ -493,6 +497,7 @@ def main() -> None:
     ratios["get_thread / fetch_ceiling without the framework"] = ratio("get_thread", "ceiling_fetch_asgi")
     ratios["get_worker / fetch_ceiling without the framework"] = ratio("get_worker", "ceiling_fetch_asgi")
     ratios["ingest_4k / fetch_ceiling"] = ratio("ingest_4k", "ceiling_fetch")
+    ratios["ingest_4k_unindexed / fetch_ceiling"] = ratio("ingest_4k_unindexed", "ceiling_fetch")
     ratios["append_hot_thread / fetch_ceiling"] = ratio("append_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
     if "rps_runs" in s.get("get_thread", {}) and "rps_runs" in s.get("get_thread_traced", {}):

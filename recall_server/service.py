@@ -151,11 +151,14 @@ class Recall:
 
     # ---- shared steps ----------------------------------------------------------------
 
-    async def _require(self, conn: q.Conn, tenant: str, linked: list[str]) -> None:
-        """No dangling edges: every linked ID must exist, and still be there, in the caller's tenant."""
-        if not linked:
-            return
-        found = await q.states(conn, tenant, linked)
+    async def _require(self, conn: q.Conn, tenant: str, linked: list[str],
+                       known: dict[str, State] | None = None) -> None:
+        """No dangling edges: every linked ID must exist, and still be there, in the caller's tenant.
+        `known`: states the caller has just read (under a row lock), not asked for again."""
+        found = dict(known or {})
+        unknown = [i for i in linked if i not in found]
+        if unknown:
+            found.update(await q.states(conn, tenant, unknown))
         dangling = [i for i in dict.fromkeys(linked) if found[i] is not State.LIVE]
         if dangling:
             raise Unprocessable(f"Linked IDs do not exist: {', '.join(dangling)}.", missing=dangling)
@@ -437,21 +440,21 @@ class Recall:
 
     async def _file_trigger(self, conn: q.Conn, tenant: str, trigger_id: str, req: CreateTrigger, content_type: str,
                             payload: bytes, occurred_at: datetime | None, expires_at: datetime | None,
-                            h: bytes) -> tuple[bool, str]:
+                            h: bytes, thread: State | None = None) -> tuple[bool, str]:
         """A trigger's write steps (POST /triggers and webhook deliveries): (created, its ID, which on a
-        redelivery of the same (source, external_id) is the first delivery's trigger)."""
+        redelivery of the same (source, external_id) is the first delivery's trigger). `thread`: the
+        state of req.thread_id when the caller holds its row lock already."""
+        known: dict[str, State] = {}
         if req.thread_id:  # its row lock orders this filing against a concurrent delete or close
-            await q.lock_thread(conn, tenant, req.thread_id)
-        await self._require(conn, tenant, [*([req.thread_id] if req.thread_id else []), *req.neighbours])
-        created = await q.insert_trigger(
+            known[req.thread_id] = thread if thread is not None else await q.lock_thread(conn, tenant, req.thread_id)
+        await self._require(conn, tenant, [*known, *req.neighbours], known)
+        created = await q.insert_trigger(  # with its trigger_filed event
             conn, tenant, trigger_id, req.source, req.thread_id, req.summary, content_type, payload,
             hashlib.sha256(payload).digest(), _labels(req), h, occurred_at, req.external_id, expires_at,
         )
         if created:
             if req.neighbours:  # most triggers have none: no round trip for an empty insert
                 await q.insert_neighbours(conn, tenant, trigger_id, list(dict.fromkeys(req.neighbours)))
-            if req.thread_id:
-                await q.append_event(conn, tenant, req.thread_id, "trigger_filed", req.summary, trigger_id)
             return True, trigger_id
         if req.external_id is not None and (
             first := await q.trigger_by_external_id(conn, tenant, req.source, req.external_id)
@@ -471,8 +474,8 @@ class Recall:
             if ids.kind_of(worker_id) != "worker":
                 raise not_found(worker_id, "worker")
             require_live(await q.state(conn, tenant, worker_id), worker_id, "worker")
-            await q.lock_thread(conn, tenant, req.thread_id)  # ordered against a concurrent delete or close
-            await self._require(conn, tenant, [req.thread_id, *req.refs])
+            thread = await q.lock_thread(conn, tenant, req.thread_id)  # ordered against a concurrent delete or close
+            await self._require(conn, tenant, [req.thread_id, *req.refs], {req.thread_id: thread})
             created = await q.insert_report(
                 conn, tenant, report_id, worker_id, req.thread_id, req.summary, content_type, body,
                 hashlib.sha256(body).digest(), _labels(req), h, expires_at,
@@ -645,14 +648,14 @@ class Recall:
         to the PR's or issue's state when that state is newer than the last one applied."""
         thread_id, state = plan.thread_id, plan.state
         assert thread_id is not None
-        made = await q.insert_thread(conn, tenant, thread_id, plan.thread_title, plan.thread_summary,
-                                     state.status if state else "open", Labels(),
-                                     hashlib.sha256(b"github thread\0" + thread_id.encode()).digest(), None)
-        require_live(await q.lock_thread(conn, tenant, thread_id), thread_id, "thread")
+        made, thread = await q.ensure_thread(conn, tenant, thread_id, plan.thread_title, plan.thread_summary,
+                                             state.status if state else "open",
+                                             hashlib.sha256(b"github thread\0" + thread_id.encode()).digest())
+        require_live(thread, thread_id, "thread")
         req = CreateTrigger(source=plan.source, thread_id=thread_id, summary=plan.summary,
                             content_type="application/json", external_id=delivery)
         _, trigger_id = await self._file_trigger(conn, tenant, ids.new("trigger"), req, "application/json", body,
-                                                 None, None, _hash(req))
+                                                 None, None, _hash(req), thread)
         result.thread_id, result.trigger_id = thread_id, trigger_id
         if state is not None:
             if await q.advance_github_thread(conn, tenant, thread_id, state.updated_at, state.status):

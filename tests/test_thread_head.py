@@ -21,7 +21,7 @@ import httpx
 import msgspec
 import pytest
 from helpers import cli, create_key, uid
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recall_server import auth, spill
@@ -35,7 +35,8 @@ pick = st.integers(min_value=0, max_value=7)
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("note"), pick, st.sampled_from(["none", "thread", "worker", "trigger", "report"]), pick),
-        st.tuples(st.just("trigger"), pick, st.booleans()),
+        # the last flag: with an Idempotency-Key, filed through the transaction instead of the one-statement path
+        st.tuples(st.just("trigger"), pick, st.booleans(), st.booleans()),
         st.tuples(st.just("report"), pick, pick, st.booleans()),
         st.tuples(st.just("owner"), pick, pick),
         st.tuples(st.just("delete"), st.sampled_from(["trigger", "report", "worker", "thread"]), pick),
@@ -68,8 +69,8 @@ class World:
         found = self.made[kind]
         return found[i % len(found)] if found else None
 
-    def create(self, kind: str, path: str, body: dict[str, Any]) -> None:
-        r = self.c.post(path, json=body)
+    def create(self, kind: str, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        r = self.c.post(path, json=body, headers=headers)
         if r.status_code == 201:
             self.made[kind].append(r.json()["id"])
 
@@ -85,7 +86,8 @@ class World:
             thread = self._of("thread", args[0])
             self.create("trigger", "/triggers", {"id": uid("trg"), "source": "test", "summary": "filed trigger",
                                                  "payload": "p", **({"thread_id": thread} if thread else {}),
-                                                 **({"expires_at": soon()} if args[1] else {})})
+                                                 **({"expires_at": soon()} if args[1] else {})},
+                        {"Idempotency-Key": uid("idem")} if args[2] else None)
         elif name == "report":
             worker, thread = self._of("worker", args[0]), self._of("thread", args[1])
             if worker and thread:
@@ -144,6 +146,8 @@ def assert_head_matches_log(dsn: str, key: str, world: World, when: str) -> None
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(ops=operations, short_worker=st.booleans())
+@example(ops=[("trigger", 0, True, True), ("trigger", 1, False, True)], short_worker=False)  # both filing paths,
+@example(ops=[("trigger", 0, True, False), ("trigger", 1, False, False)], short_worker=False)  # every run
 def test_the_head_renders_what_the_log_renders(database_url: str, base_url: str, head_key: str,
                                                ops: list[tuple[Any, ...]], short_worker: bool) -> None:
     dsn = as_app_role(database_url)
@@ -185,7 +189,7 @@ def test_concurrent_writers_leave_a_head_that_matches_the_log(database_url: str,
             for i in range(12):
                 w.apply(("note", 0, "none", 0) if (n + i) % 3 else ("owner", 0, n + i))
                 if i % 4 == n % 4:
-                    w.apply(("trigger", 0, False))
+                    w.apply(("trigger", 0, False, i % 2 == 0))
                     w.apply(("delete", "trigger", i))
 
     with ThreadPoolExecutor(4) as pool:

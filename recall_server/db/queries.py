@@ -612,29 +612,33 @@ async def lock_thread(conn: Conn, tenant: str, thread_id: str) -> State:
     ))
 
 
+async def ensure_thread(conn: Conn, tenant: str, thread_id: str, title: str, summary: str, status: str,
+                        req_hash: bytes) -> tuple[bool, State]:
+    """Make the thread if it is missing and take its row lock, in one statement: (made, its state).
+
+    A thread this statement made is this transaction's until it commits (a concurrent maker waits on
+    it), so it needs no lock. One another transaction committed while this statement waited on it is
+    not in the statement's snapshot: it is locked by a second statement."""
+    made, gone = await conn.fetchrow(
+        """
+        WITH made AS (
+          INSERT INTO threads (tenant_id, id, title, summary, status, request_hash) VALUES ($1, $2, $3, $4, $5, $6)
+          ON CONFLICT DO NOTHING RETURNING true)
+        SELECT (SELECT true FROM made),
+               (SELECT recall_is_gone(deleted_at, expires_at) FROM threads WHERE tenant_id = $1 AND id = $2
+                FOR NO KEY UPDATE)
+        """,
+        tenant, thread_id, title, summary, status, req_hash,
+    )
+    if made:
+        return True, State.LIVE
+    return False, State.of(gone) if gone is not None else await lock_thread(conn, tenant, thread_id)
+
+
 async def count_owners(conn: Conn, tenant: str, thread_id: str) -> int:
     return await conn.fetchval(
         "SELECT count(*) FROM thread_owners WHERE tenant_id = $1 AND thread_id = $2", tenant, thread_id
     )
-
-
-async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
-                         summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
-                         req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
-                         expires_at: datetime | None) -> bool:
-    """Insert; False when the ID, or the (source, external_id) delivery, already exists."""
-    return await conn.fetchval(
-        """
-        INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload,
-                              payload_sha256, request_hash, occurred_at, app_id, agent_id, run_id, external_id,
-                              expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14,
-                least($15, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
-        ON CONFLICT DO NOTHING RETURNING true
-        """,
-        tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
-        labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at,
-    ) is not None
 
 
 async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
@@ -677,6 +681,28 @@ async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) 
     )
 
 
+# A thread's head gains the new event and drops the oldest beyond recall_head_size(): the statements
+# that append take it from here, under the row lock their UPDATE holds.
+_HEAD_PREPEND = """jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref}, {gone_at}))
+                   || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
+                           THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END"""
+
+
+_TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256, request_hash,
+                      occurred_at, app_id, agent_id, run_id, external_id, expires_at"""
+
+_APPEND = f"""
+    WITH v AS (SELECT clock_timestamp() AS at, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END AS gone_at),
+    s AS (
+      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+             head_events = {_HEAD_PREPEND.format(type="$3", summary="$4", ref="$5", gone_at="v.gone_at")}
+        FROM v WHERE t.tenant_id = $1 AND t.id = $2 RETURNING t.last_seq)
+    INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+    SELECT $1, $2, s.last_seq, $3, v.at, $4, $5, v.gone_at FROM s, v
+    RETURNING seq, type, at, summary, ref
+"""
+
+
 async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summary: str,
                        ref: str | None) -> Event | None:
     """Take the thread's next seq under its row lock and append; None if the thread is missing.
@@ -684,22 +710,42 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
     The UPDATE holds the row lock until commit, so appends to one thread commit in seq order; it
     prepends the event to the thread's head (dropping the oldest beyond recall_head_size()).
     """
-    row = await conn.fetchrow(
-        """
-        WITH v AS (SELECT clock_timestamp() AS at, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END AS gone_at),
-        s AS (
-          UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
-                 head_events = jsonb_build_array(recall_head_event(t.last_seq + 1, $3, v.at, $4, $5, v.gone_at))
-                               || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
-                                       THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END
-            FROM v WHERE t.tenant_id = $1 AND t.id = $2 RETURNING t.last_seq)
-        INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
-        SELECT $1, $2, s.last_seq, $3, v.at, $4, $5, v.gone_at FROM s, v
-        RETURNING seq, type, at, summary, ref
-        """,
-        tenant, thread_id, type_, summary, ref,
-    )
+    row = await conn.fetchrow(_APPEND, tenant, thread_id, type_, summary, ref)
     return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])
+
+
+# The trigger, and on its thread the trigger_filed event (gone when the trigger is: its expiry, capped
+# by the thread's), or nothing at all when the ID or the (source, external_id) delivery is taken.
+_FILE_TRIGGER = f"""
+    WITH v AS (SELECT clock_timestamp() AS at),
+    trg AS (
+      INSERT INTO triggers ({_TRIGGER_COLUMNS})
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14,
+              least($15, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
+      ON CONFLICT DO NOTHING RETURNING expires_at),
+    th AS (
+      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+             head_events = {_HEAD_PREPEND.format(type="'trigger_filed'", summary="$5::text", ref="$2::text",
+                                                 gone_at="trg.expires_at")}
+        FROM trg, v WHERE t.tenant_id = $1 AND t.id = $4
+      RETURNING t.last_seq),
+    ev AS (
+      INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+      SELECT $1, $4, th.last_seq, 'trigger_filed', v.at, $5, $2, trg.expires_at FROM th, v, trg)
+    SELECT true FROM trg
+"""
+
+
+async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
+                         summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
+                         req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
+                         expires_at: datetime | None) -> bool:
+    """File a trigger (on a thread whose row lock the caller holds: with its event) in one statement;
+    False, having written nothing, when the ID or the (source, external_id) delivery already exists."""
+    return await conn.fetchval(
+        _FILE_TRIGGER, tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash,
+        occurred_at, labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at,
+    ) is not None
 
 
 # ---- writes in one statement (tenancy.keyed_write) --------------------------------------
@@ -707,13 +753,6 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
 # They write nothing (and return None) when the request is not the plain case (a missing or gone
 # thread, a dead ref) or raise a unique violation, which undoes the whole statement, when an ID is
 # taken; the service then runs the same request through its transaction, which answers it exactly.
-
-_HEAD_PREPEND = """jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref}, {gone_at}))
-                   || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
-                           THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END"""
-
-_TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256, request_hash,
-                      occurred_at, app_id, agent_id, run_id, external_id, expires_at"""
 
 _INGEST = keyed_write(f"""
     done AS (
