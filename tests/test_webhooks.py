@@ -368,6 +368,39 @@ def test_concurrent_deliveries_for_one_new_thread_make_it_once(hook: Hook, reade
     assert [e["seq"] for e in events] == list(range(1, 7))
 
 
+def test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it(
+        hook: Hook, reader: httpx.Client, database_url: str) -> None:
+    """The thread is made while this delivery's statement waits for the maker to commit: that thread is
+    not in the statement's snapshot, and the delivery still files on it (not 404 as a missing one)."""
+    repo = fresh_repo()
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+
+    async def race() -> httpx.Response:
+        maker = await asyncpg.connect(database_url)
+        try:
+            async with maker.transaction():
+                await maker.execute(
+                    "INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)"
+                    " VALUES ($1, $2, 'made elsewhere', '', 'open', sha256('x'))", TENANT, thread)
+                sent = asyncio.create_task(asyncio.to_thread(
+                    hook.send, "pull_request_review_comment", payload("pull_request_review_comment.created", repo)))
+                for _ in range(200):  # until the delivery waits on this transaction's thread row
+                    waiting = await maker.fetchval(  # (its query column may still show an earlier statement)
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'transactionid'")
+                    if waiting or sent.done():
+                        break
+                    await asyncio.sleep(0.02)
+                assert waiting, "the delivery never waited on the uncommitted thread"
+            return await sent
+        finally:
+            await maker.close()
+
+    answer = asyncio.run(race())
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["thread_id"] == thread
+    assert [e["type"] for e in reader.get(f"/threads/{thread}/events").json()["data"]] == ["trigger_filed"]
+
+
 def test_an_older_delivery_never_moves_a_thread_backwards(hook: Hook, reader: httpx.Client) -> None:
     repo = fresh_repo()
     thread = f"thr_gh_{key_of(repo)}_pr_2"
