@@ -382,12 +382,7 @@ def main() -> None:
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
         "get_unknown_404": lambda: wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)]),
     }
-    # Memories, compared with get_thread in the same rounds.
-    compared["get_current_memory"] = lambda: wrk.run(
-        url, [f"/memories/current?namespace=bench/u{i}&key=prefs" for i in range(1, MEMORY_PAIRS + 1)])
-    compared["get_memory"] = lambda: wrk.run(url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)])
-    # Writes, interleaved with the ceilings too (their ratio to the fetch ceiling is a target), last in each
-    # round: the reads after them would measure the checkpoint and autovacuum of the rows they filed.
+    # Writes, interleaved with the ceilings too: their ratio to the fetch ceiling is a target.
     payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
     compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
     # The same 4 KB as application/octet-stream, which search does not index: what indexing the text costs
@@ -396,17 +391,19 @@ def main() -> None:
     compared["ingest_4k_unindexed"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=unindexed_4k)
     compared["append_hot_thread"] = lambda: wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                                     body=json.dumps({"summary": "hot append"}))
+    # Memories, compared with get_thread in the same rounds.
+    compared["get_current_memory"] = lambda: wrk.run(
+        url, [f"/memories/current?namespace=bench/u{i}&key=prefs" for i in range(1, MEMORY_PAIRS + 1)])
+    compared["get_memory"] = lambda: wrk.run(url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)])
     if any(want(n) for n in ("get_current_memory", "get_memory", "remember_write")):
         seed_memories(url, key)
     runs: dict[str, list[dict]] = {name: [] for name in compared if want(name)}
     for n in range(args.rounds):
-        log(f"ceilings and fetch by ID, round {n + 1} of {args.rounds}; store settled in {settle(owner)} s")
+        log(f"ceilings and fetch by ID, round {n + 1} of {args.rounds}")
         for name in runs:
             runs[name].append(compared[name]())
     for name, done in runs.items():
         s[name] = median_run(done)
-    if runs:
-        log(f"store settled after the rounds in {settle(owner)} s")
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
