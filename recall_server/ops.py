@@ -49,8 +49,7 @@ async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return await q.revoke_key(conn, key_id, None)
 
 
-async def sweep(conn: q.Conn, batch: int = 500, trace_ttl: float = 30 * 86_400,
-                delivery_ttl: float = 7 * 86_400) -> int:
+async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float) -> int:
     """Purge expired objects in every tenant until a batch comes back short; each batch is its own
     transaction (recall_sweep runs as the owner). Trace reads older than `trace_ttl` seconds and webhook
     deliveries older than `delivery_ttl` go too. Returns how many objects it purged."""
