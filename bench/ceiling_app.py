@@ -35,6 +35,7 @@ from litestar.params import FromPath
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_server.observability import ObservabilityMiddleware  # noqa: E402
+from recall_server.process import freeze_heap  # noqa: E402
 
 APP_ROLE = "recall_app"
 TENANT = "bench"
@@ -89,8 +90,8 @@ def create_app(app_dsn: str, pool_min: int, pool_max: int) -> Litestar:
         finally:
             await app.state.pool.close()
 
-    return Litestar([constant, pk, readyz], lifespan=[lifespan], debug=False, logging_config=None,
-                    openapi_config=None)
+    return Litestar([constant, pk, readyz], lifespan=[lifespan], on_startup=[freeze_heap],  # as the server does
+                    debug=False, logging_config=None, openapi_config=None)
 
 
 class PlainFetch:

@@ -34,7 +34,7 @@ from recall_server.observability import (
     request_id,
 )
 from recall_server.openapi import CorrectedJsonPlugin
-from recall_server.process import die_with_parent
+from recall_server.process import die_with_parent, freeze_heap
 from recall_server.routes import (
     Caller,
     RequireKey,
@@ -176,6 +176,7 @@ def create_app(settings: Settings) -> Litestar:
             "labels": Provide(labels, sync_to_thread=False),
         },
         lifespan=[lifespan, mcp.lifespan],
+        on_startup=[freeze_heap],  # after both lifespans, so what they built is frozen too
         exception_handlers={Exception: _problem_response},
         request_max_body_size=settings.max_body_bytes,
         request_class=Caller,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import socket
@@ -26,6 +27,18 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
     if os.getppid() == 1:  # the parent died before the request above took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def freeze_heap() -> None:
+    """In a server worker, once started: exempt what start-up built from every later garbage collection.
+
+    The modules, classes and app a worker builds are ~100k objects that live as long as it does. Left
+    in the oldest generation, each full collection walks them all: under load one ran every ~1 s and
+    took 60-100 ms, stalling every request in flight (closed-loop `GET /threads/{id}` p99 70-80 ms, of
+    which 60 ms were the collector). Frozen, full collections walk only what was built since.
+    """
+    gc.collect()  # start-up's own garbage goes first, so it is not kept forever
+    gc.freeze()
 
 
 def free_port() -> int:
