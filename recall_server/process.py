@@ -1,4 +1,5 @@
-"""Start and stop `recall-server serve` as a child process, as a user would (tests, contract suite, bench)."""
+"""Start and stop `recall-server serve` as a child process, as a user would (tests, contract suite, bench),
+and what a worker does for itself once started (die with serve, freeze its start-up heap)."""
 
 from __future__ import annotations
 
