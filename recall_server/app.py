@@ -137,9 +137,7 @@ def create_app(settings: Settings) -> Litestar:
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
-        app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings.idempotency_ttl,
-                                                       settings.content_cache_bytes, trace_ttl=settings.trace_ttl,
-                                                       delivery_ttl=settings.delivery_ttl)
+        app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings)
         app.state.trace = trace = Trace(db, CursorCodec(secret), settings.trace_flush_interval, settings.trace_buffer)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),

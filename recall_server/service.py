@@ -19,6 +19,7 @@ import anyio
 from recall_server import errors, grep, ids, idempotency, ops, spill
 from recall_server.auth import Credential
 from recall_server.coalesce import Coalescer
+from recall_server.config import Settings
 from recall_server.content import ContentCache
 from recall_server.observability import CONTENT_CACHE
 from recall_server.cursor import CursorCodec
@@ -138,15 +139,15 @@ def _created(status_new: bool, view: Any, location: str) -> Outcome:
 class Recall:
     """The operations behind the HTTP API, for one store."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, idempotency_ttl: int = 86_400,
-                 content_cache_bytes: int = 64 * 1024 * 1024, trace_ttl: float = 30 * 86_400,
-                 delivery_ttl: float = 7 * 86_400) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, settings: Settings) -> None:
+        """`settings`: the retention periods (Idempotency-Key outcomes, trace reads, webhook deliveries)
+        and the content cache's size; config.py holds their defaults."""
         self.db = db
-        self.trace_ttl = trace_ttl
-        self.delivery_ttl = delivery_ttl
+        self.trace_ttl = settings.trace_ttl
+        self.delivery_ttl = settings.delivery_ttl
         self.cursors = cursors
-        self.idempotency_ttl = idempotency_ttl
-        self.contents = ContentCache(content_cache_bytes)
+        self.idempotency_ttl = settings.idempotency_ttl
+        self.contents = ContentCache(settings.content_cache_bytes)
         self.triggers = Coalescer(self._ingest_many)  # concurrent plain triggers of one key: one statement
 
     # ---- shared steps ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from helpers import Graph
 from test_inline_views import add_events
 
 from recall_server import auth
+from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
@@ -33,7 +34,7 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
         db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10, queue_limit=4)
         try:
             async with db.connection() as conn:
-                recall = Recall(db, CursorCodec(await queries.cursor_secret(conn)))
+                recall = Recall(db, CursorCodec(await queries.cursor_secret(conn)), Settings())
             for _ in range(8):
                 await recall.get_thread(cred, thread["id"], 4096)
                 await recall.get_worker(cred, worker["id"], 4096)
