@@ -677,10 +677,12 @@ END $$;
 -- and an operator with a large store may add them first and validate at a quieter time (here both run
 -- in the migration's one transaction). A store with a row over a limit fails the migration, naming the
 -- constraint. Owners per thread cannot be a CHECK (it counts rows): see thread_owners_limit below.
--- The patterns are the request Structs' exactly. Python's `$` (msgspec) also matches before one final
--- newline, so the API accepts 'a title\n'; `\n?$` here accepts the same and no more, because a CHECK the
--- API lets through would turn such a request into a 500. Tighten both together (models.py, then a
--- migration here).
+-- The patterns are the request Structs' (models.py) and one newline looser. When these were added,
+-- the API's patterns ended in `$`, which in Python (msgspec) also matches before one final newline, so
+-- the API accepted 'a title\n'; `\n?$` accepted the same and no more, because a CHECK the API lets
+-- through turns such a request into a 500. The API's patterns now end in `\Z` and refuse it. These
+-- stay: tightening them means validating every stored row, and a store with such a row from before
+-- would fail the migration.
 DO $$
 DECLARE
     one_line constant text := $r$ ~ '^[^\x01-\x1f\x7f]*\n?$'$r$;  -- no control characters (text cannot hold \x00)
