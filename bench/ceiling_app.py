@@ -9,6 +9,10 @@ GET /pk/{id}       the stack's fetch ceiling: one primary-key SELECT of a thread
                    every read of the server is), returned as JSON.
 GET /asgi/pk/{id}  the same fetch answered in plain ASGI in front of the framework, as the server's
                    direct.Direct answers GET /threads/{id}: the fetch ceiling without the framework.
+POST /asgi/insert  the stack's write ceiling: the request body, as it came, inserted as one row of
+                   bench_write_ceiling (bench/run.py creates it) through the same pool, tenant bound
+                   in the same statement, one durable commit per request; answered in plain ASGI, as
+                   the server's direct.Direct answers POST /triggers.
 GET /readyz        the pool answers (so recall_server.process.ServerProcess can start it).
 
 It reads tenant `bench` without a key, which is why it lives in bench/: recall_server has no route
@@ -45,6 +49,13 @@ TENANT = "bench"
 PK_SELECT = """
     SELECT t.* FROM (SELECT set_config('app.tenant_id', $2, true)) s, LATERAL (
       SELECT id, title, summary, status, updated_at FROM threads WHERE tenant_id = $2 AND id = $1 OFFSET 0) t
+"""
+
+
+# The write ceiling's statement: a primary key from an identity, the body as bytes, nothing else.
+INSERT = """
+    INSERT INTO bench_write_ceiling (body)
+    SELECT $1 FROM (SELECT set_config('app.tenant_id', $2, true)) s RETURNING id
 """
 
 
@@ -95,7 +106,7 @@ def create_app(app_dsn: str, pool_min: int, pool_max: int) -> Litestar:
 
 
 class PlainFetch:
-    """GET /asgi/pk/{id} without the framework; everything else to it."""
+    """GET /asgi/pk/{id} and POST /asgi/insert without the framework; everything else to it."""
 
     PREFIX = "/asgi/pk/"
 
@@ -104,13 +115,22 @@ class PlainFetch:
         self.encode = msgspec.json.Encoder().encode
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.PREFIX):
+        if scope["type"] != "http" or not (scope["path"].startswith(self.PREFIX) or scope["path"] == "/asgi/insert"):
             await self.app(scope, receive, send)
             return
-        scope["path_template"] = "/asgi/pk/{thread_id}"
-        async with self.app.state.pool.acquire() as conn:
-            row = await conn.fetchrow(PK_SELECT, scope["path"][len(self.PREFIX):], TENANT)
-        status, body = (404, b'{"detail":"not found"}') if row is None else (200, self.encode(dict(row)))
+        if scope["path"] == "/asgi/insert":
+            scope["path_template"] = "/asgi/insert"
+            chunks = [(message := await receive()).get("body", b"")]
+            while message.get("more_body", False):
+                chunks.append((message := await receive()).get("body", b""))
+            async with self.app.state.pool.acquire() as conn:
+                new_id = await conn.fetchval(INSERT, b"".join(chunks), TENANT)
+            status, body = 201, self.encode({"id": new_id})
+        else:
+            scope["path_template"] = "/asgi/pk/{thread_id}"
+            async with self.app.state.pool.acquire() as conn:
+                row = await conn.fetchrow(PK_SELECT, scope["path"][len(self.PREFIX):], TENANT)
+            status, body = (404, b'{"detail":"not found"}') if row is None else (200, self.encode(dict(row)))
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -337,6 +337,11 @@ def main() -> None:
     server = ServerProcess(home / "server.log", "--workers", str(args.workers), DATABASE_URL=owner,
                            RECALL_LOG_LEVEL="warning", RECALL_POOL_MAX=pool_max, RECALL_SWEEP_INTERVAL="0")
     server.start(timeout=120)
+    # The write ceiling's table (bench/ceiling_app.py POST /asgi/insert), emptied for each run.
+    query(owner, "CREATE TABLE IF NOT EXISTS bench_write_ceiling (id bigint GENERATED ALWAYS AS IDENTITY "
+                 "PRIMARY KEY, body bytea NOT NULL)")
+    query(owner, "TRUNCATE bench_write_ceiling")
+    query(owner, "GRANT INSERT, SELECT ON bench_write_ceiling TO recall_app")  # SELECT: RETURNING id
     # The ceilings: their own app (bench/ceiling_app.py), started after the server has migrated the
     # store, with the same workers, pool size and (like serve) a multi-process metrics directory.
     ceiling_metrics = tempfile.mkdtemp(prefix="recall-bench-metrics-")
@@ -385,6 +390,8 @@ def main() -> None:
     # Writes, interleaved with the ceilings too: their ratio to the fetch ceiling is a target.
     payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
     compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    # The stack's write ceiling: the same body inserted as one row and committed, per request.
+    compared["ceiling_write"] = lambda: wrk.run(ceilings.url, ["/asgi/insert"], method="POST", body=payload_4k)
     # The same 4 KB as application/octet-stream, which search does not index: what indexing the text costs
     unindexed_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096,
                                "content_type": "application/octet-stream"})
@@ -498,6 +505,8 @@ def main() -> None:
     ratios["get_worker / fetch_ceiling without the framework"] = ratio("get_worker", "ceiling_fetch_asgi")
     ratios["ingest_4k / fetch_ceiling"] = ratio("ingest_4k", "ceiling_fetch")
     ratios["ingest_4k_unindexed / fetch_ceiling"] = ratio("ingest_4k_unindexed", "ceiling_fetch")
+    ratios["ingest_4k / write_ceiling"] = ratio("ingest_4k", "ceiling_write")
+    ratios["write_ceiling / fetch_ceiling"] = ratio("ceiling_write", "ceiling_fetch")
     ratios["append_hot_thread / fetch_ceiling"] = ratio("append_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
     if "rps_runs" in s.get("get_thread", {}) and "rps_runs" in s.get("get_thread_traced", {}):
