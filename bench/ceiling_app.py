@@ -38,6 +38,7 @@ from litestar.params import FromPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recall_server.direct import read_body  # noqa: E402
 from recall_server.observability import ObservabilityMiddleware  # noqa: E402
 from recall_server.process import freeze_heap  # noqa: E402
 
@@ -115,22 +116,21 @@ class PlainFetch:
         self.encode = msgspec.json.Encoder().encode
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not (scope["path"].startswith(self.PREFIX) or scope["path"] == "/asgi/insert"):
-            await self.app(scope, receive, send)
-            return
-        if scope["path"] == "/asgi/insert":
-            scope["path_template"] = "/asgi/insert"
-            chunks = [(message := await receive()).get("body", b"")]
-            while message.get("more_body", False):
-                chunks.append((message := await receive()).get("body", b""))
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path == "/asgi/insert":
+            scope["path_template"] = path
+            body = await read_body(receive)  # as direct.Direct reads a POST /triggers body
             async with self.app.state.pool.acquire() as conn:
-                new_id = await conn.fetchval(INSERT, b"".join(chunks), TENANT)
+                new_id = await conn.fetchval(INSERT, body, TENANT)
             status, body = 201, self.encode({"id": new_id})
-        else:
+        elif path.startswith(self.PREFIX):
             scope["path_template"] = "/asgi/pk/{thread_id}"
             async with self.app.state.pool.acquire() as conn:
-                row = await conn.fetchrow(PK_SELECT, scope["path"][len(self.PREFIX):], TENANT)
+                row = await conn.fetchrow(PK_SELECT, path[len(self.PREFIX):], TENANT)
             status, body = (404, b'{"detail":"not found"}') if row is None else (200, self.encode(dict(row)))
+        else:
+            await self.app(scope, receive, send)
+            return
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -129,7 +129,7 @@ class _Load:
             self.open_if_allowed()
 
     def opened_one(self, conn: _Conn) -> None:
-        self.opening = max(0, self.opening - 1)
+        self.opening -= 1  # every connect counts itself in `opening` first
         self.opened += 1
         self.next(conn)
 

@@ -82,7 +82,7 @@ class Direct:
     async def _create_trigger(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
             cred = auth.from_headers(scope["headers"])
-            body = await _read(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
+            body = await read_body(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
         except errors.Problem as problem:
             await self._problem(scope, send, problem)
             return
@@ -131,7 +131,8 @@ class Direct:
         await _send(send, problem.status, headers, errors.encode(problem, scope["path"], request_id(scope)))
 
 
-async def _read(receive: Any) -> bytes:
+async def read_body(receive: Any) -> bytes:
+    """A request's whole body, from its http.request messages."""
     chunks = []
     while True:
         message = await receive()
