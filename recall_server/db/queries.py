@@ -754,14 +754,6 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
 # thread, a dead ref) or raise a unique violation, which undoes the whole statement, when an ID is
 # taken; the service then runs the same request through its transaction, which answers it exactly.
 
-_INGEST = keyed_write(f"""
-    done AS (
-      INSERT INTO triggers ({_TRIGGER_COLUMNS})
-      SELECT gate.tenant, $3, $6, NULL, $5, $7, $8, $9, $10, coalesce($11, clock_timestamp()), $12, $13, $14, $15, $16
-        FROM gate WHERE $4::text IS NULL
-      RETURNING occurred_at, created_at, expires_at)
-""", "write")
-
 _INGEST_ON_THREAD = keyed_write(f"""
     v AS (SELECT clock_timestamp() AS at),
     th AS (
@@ -783,16 +775,16 @@ _INGEST_ON_THREAD = keyed_write(f"""
 """, "write")
 
 
-async def ingest_at_once(conn: Conn, cred: Credential, trigger_id: str, source: str, thread_id: str | None,
+async def ingest_at_once(conn: Conn, cred: Credential, trigger_id: str, source: str, thread_id: str,
                          summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
                          req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
                          expires_at: datetime | None) -> tuple[datetime, datetime, datetime | None] | None:
-    """File a trigger (on its thread, with the trigger_filed event) in one statement: its (occurred_at,
+    """File a trigger on its thread, with the trigger_filed event, in one statement: its (occurred_at,
     created_at, expires_at), or None when it wrote nothing (the thread is missing or gone, the ID or
-    the delivery is taken)."""
+    the delivery is taken). Thread-less triggers are filed together (ingest_many)."""
     try:
         _, row = await tenancy.write(
-            conn, cred, "write", _INGEST_ON_THREAD if thread_id else _INGEST, trigger_id, thread_id, summary,
+            conn, cred, "write", _INGEST_ON_THREAD, trigger_id, thread_id, summary,
             source, content_type, payload, sha, req_hash, occurred_at, labels.app_id, labels.agent_id,
             labels.run_id, external_id, expires_at,
         )
