@@ -123,7 +123,6 @@ CREATE TABLE IF NOT EXISTS triggers (
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
 ALTER TABLE triggers ALTER COLUMN payload SET STORAGE EXTERNAL;
-CREATE INDEX IF NOT EXISTS triggers_by_thread ON triggers (tenant_id, thread_id) WHERE thread_id IS NOT NULL;
 -- A webhook delivered twice (same source, same delivery GUID) is one trigger.
 CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
     WHERE external_id IS NOT NULL;
@@ -348,7 +347,6 @@ CREATE INDEX IF NOT EXISTS workers_expiring ON workers (expires_at) WHERE delete
 CREATE INDEX IF NOT EXISTS triggers_expiring ON triggers (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS reports_expiring ON reports (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memories_expiring ON memories (expires_at) WHERE deleted_at IS NULL AND expires_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS thread_events_by_ref ON thread_events (tenant_id, ref) WHERE ref IS NOT NULL;
 
 -- An object is gone once deleted or past its expiry. A trigger or report filed on a thread never
 -- outlives it: its expires_at is capped by the thread's on create and whenever the thread's
@@ -1020,6 +1018,10 @@ CREATE INDEX IF NOT EXISTS triggers_by_thread_id ON triggers (tenant_id, thread_
 CREATE INDEX IF NOT EXISTS reports_by_thread_id ON reports (tenant_id, thread_id, id);
 CREATE INDEX IF NOT EXISTS reports_by_worker_id ON reports (tenant_id, worker_id, id);
 CREATE INDEX IF NOT EXISTS thread_owners_by_worker_thread ON thread_owners (tenant_id, worker_id, thread_id);
+-- Two earlier indexes were prefixes of two above, with the same predicate: every lookup they served,
+-- the longer one serves, and each filing on a thread (and each event with a ref) paid for both.
+DROP INDEX IF EXISTS triggers_by_thread;      -- (tenant_id, thread_id): triggers_by_thread_id
+DROP INDEX IF EXISTS thread_events_by_ref;    -- (tenant_id, ref): thread_events_by_ref_thread
 
 -- The matches of a search in the bound tenant (app.tenant_id, which the request's own statement set
 -- from its key; never a parameter), best first: kind, ID, created_at and the score as an exact numeric.
