@@ -8,6 +8,7 @@ here is about that limit and nothing else.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ import asyncpg
 import pytest
 from helpers import run_script, run_sql, with_database
 
+from recall_server import ids, models
 from recall_server.db.migrate import migrate
 
 THREAD = ("INSERT INTO threads (tenant_id, id, title, summary, status, app_id, request_hash) "
@@ -179,3 +181,40 @@ def test_every_limit_is_validated(store: str) -> None:
     rows = run_sql(store, "SELECT conname, convalidated FROM pg_constraint WHERE conname LIKE '%\\_limit' AND contype = 'c'")
     assert len(rows) == 10 + 12
     assert all(r["convalidated"] for r in rows), [r["conname"] for r in rows if not r["convalidated"]]
+
+
+# Each ID, namespace and run CHECK (schema.sql, version 5) against the grammar it stands for: the API's
+# patterns (ids.pattern, models.SEGMENT and Namespace, models.RUN_PATTERN) and the tenant's. The CHECKs
+# avoid bounded repetitions, which PostgreSQL's regex engine makes slow; they must accept the same values.
+_BODIES = ["", "a", "Z9_-", "a" * 63, "a" * 64, "a" * 65, "a" * 128, "a" * 129, "a.b", "a:b", "a/b", "a b", "é",
+           "a\n", "\na", "A", "-a", "_"]
+_SEGMENT = models.SEGMENT.removeprefix("^").removesuffix(r"\Z")
+GRAMMARS = {
+    **{(f"{ids.PLURAL[kind]}", f"{ids.PLURAL[kind]}_id_check"):
+       ("id", ids.pattern(kind).removeprefix("^").removesuffix(r"\Z"), [f"{ids.PREFIX[kind]}_{b}" for b in _BODIES]
+        + [f"{ids.PREFIX[kind]}{b}" for b in _BODIES] + ["trg_a" if kind != "trigger" else "thr_a"])
+       for kind in ids.PLURAL},
+    ("tenants", "tenants_id_check"): ("id", r"[a-z0-9][a-z0-9_-]{0,62}", _BODIES),
+    ("trace_reads", "trace_reads_run_id_check"):
+        ("run_id", models.RUN_PATTERN.removeprefix("^").removesuffix(r"\Z"), _BODIES),
+    ("memories", "memories_check"):
+        ("namespace", rf"{_SEGMENT}(/{_SEGMENT}){{0,7}}",
+         [*_BODIES, "a/" * 7 + "a", "a/" * 8 + "a", "a/" + "b" * 64 + "/c", "a/" + "b" * 65 + "/c", "b" * 65 + "/c",
+          "a//b", "/a", "a/", "a/b.c", "a/" * 7 + "a" * 64, "a/" * 7 + "a" * 65]),
+}
+
+
+@pytest.mark.parametrize(("table", "constraint"), list(GRAMMARS))
+def test_each_id_namespace_and_run_check_accepts_exactly_its_grammar(store: str, table: str, constraint: str) -> None:
+    column, grammar, values = GRAMMARS[(table, constraint)]
+    [row] = run_sql(store, "SELECT pg_get_constraintdef(oid) AS def, convalidated FROM pg_constraint "
+                           "WHERE conrelid = $1::regclass AND conname = $2", table, constraint)
+    assert row["convalidated"]
+    assert "{1," not in row["def"] and "{0,6" not in row["def"], "a bounded repetition is back: " + row["def"]
+    others = "NULL::timestamptz AS deleted_at, 'k'::text AS key, " if table == "memories" else ""
+    check = row["def"].removeprefix("CHECK ")
+    got = {value: run_sql(store, f"SELECT coalesce({check}, true) FROM (SELECT {others}$1::text AS {column}) x",
+                          value)[0][0] for value in values}
+    want = {value: re.fullmatch(grammar, value) is not None for value in values}
+    assert got == want
+    assert any(want.values()) and not all(want.values())
