@@ -866,18 +866,18 @@ $$;
 -- recall_authenticate does; a row whose key does not verify (or was revoked before the read) is
 -- dropped. So a row can never land in another tenant, and the read path carries no tenant.
 -- Returns how many rows verified.
-CREATE OR REPLACE FUNCTION recall_record_reads(
-    key_ids text[], key_sha256s bytea[], ticks bigint[], runs text[], at_us bigint[], objects text[],
-    routes text[], statuses integer[], sizes bigint[], request_ids text[], accept interval)
-RETURNS integer
+DROP FUNCTION IF EXISTS recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
+                                             bigint[], text[], interval);  -- the batch as ten arrays, before
+CREATE OR REPLACE FUNCTION recall_record_reads(batch jsonb, accept interval) RETURNS integer
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    WITH verified AS (
-        SELECT k.tenant_id, x.tick, x.run, t.at, x.obj, x.route, x.status, x.size, x.key_id, x.rid
-          FROM unnest(key_ids, key_sha256s, ticks, runs, at_us, objects, routes, statuses, sizes, request_ids)
-               AS x(key_id, sha, tick, run, at_us, obj, route, status, size, rid)
-          CROSS JOIN LATERAL (SELECT timestamptz 'epoch' + x.at_us * interval '1 microsecond' AS at) t
-          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
-                         AND (k.revoked_at IS NULL OR k.revoked_at > t.at)
+    WITH x AS (  -- each row: [key_id, key_sha256 (base64), tick, run, at_us, object, route, status, bytes, request_id]
+        SELECT r->>0 AS key_id, decode(r->>1, 'base64') AS sha, (r->>2)::bigint AS tick, r->>3 AS run,
+               timestamptz 'epoch' + (r->>4)::bigint * interval '1 microsecond' AS at, r->>5 AS obj, r->>6 AS route,
+               (r->>7)::integer AS status, (r->>8)::bigint AS size, r->>9 AS rid
+          FROM jsonb_array_elements(batch) r
+    ), verified AS (
+        SELECT k.tenant_id, x.* FROM x
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
     ), written AS (
         INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
         SELECT tenant_id, tick, run, at, greatest(at, clock_timestamp() - accept), obj, route, status, size, key_id, rid
@@ -887,10 +887,8 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     )
     SELECT count(*)::integer FROM verified
 $$;
-REVOKE ALL ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
-                                           bigint[], text[], interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_record_reads(text[], bytea[], bigint[], text[], bigint[], text[], text[], integer[],
-                                              bigint[], text[], interval) TO recall_app;
+REVOKE ALL ON FUNCTION recall_record_reads(jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_record_reads(jsonb, interval) TO recall_app;
 
 -- Retention, in every tenant (the sweep calls it): up to `batch` trace reads older than `reads_keep`
 -- (RECALL_TRACE_TTL) and up to `batch` webhook deliveries older than `deliveries_keep`

@@ -186,6 +186,20 @@ def test_a_malformed_run_header_is_a_400_problem_and_records_nothing(ours: httpx
     assert settled(ours, f"/ids/{thread['id']}/reads", 0, timeout=0) == []
 
 
+def test_a_path_id_no_database_text_can_hold_is_recorded_storable_and_holds_up_no_other_read(
+        ours: httpx.Client) -> None:
+    """PostgreSQL text holds no NUL: a read of /threads/thr_a%00b once failed its whole batch, which was kept and
+    retried for ever, so that worker recorded no read again (in any tenant) until its buffer overflowed."""
+    run, thread = uid("run"), Graph(ours).thread()
+    odd = ["/threads/thr_a%00b", "/threads/thr_%ff%fe", "/threads/thr_%ed%a0%80", "/triggers/trg_%c3%28"]
+    for path in odd:
+        assert traced(ours, path, run).status_code == 404, path
+    assert traced(ours, f"/threads/{thread['id']}", run).status_code == 200
+    reads = settled(ours, f"/runs/{run}/reads", len(odd) + 1)
+    assert [r["status"] for r in reads] == [404] * len(odd) + [200]
+    assert reads[0]["object_id"] == "thr_a\ufffdb" and reads[-1]["object_id"] == thread["id"]
+
+
 def test_a_refused_key_is_401_and_traces_nothing(trace_server: ServerProcess, ours: httpx.Client,
                                                  database_url: str) -> None:
     thread = Graph(ours).thread()
@@ -304,6 +318,25 @@ def test_a_failed_trace_write_is_counted_kept_for_the_next_flush_and_never_writt
 
     assert asyncio.run(go()) == (0, 3, 3)  # the third write's keys verify, but its rows exist already
     assert sql("SELECT count(*) FROM trace_reads WHERE run_id = $1", run)[0][0] == 3
+
+
+def test_a_batch_the_database_refuses_as_data_is_dropped_and_counted_not_retried(database_url: str) -> None:
+    """No retry can make a data error succeed: such a batch is dropped at once, so it holds up no later read."""
+    key = create_key(database_url, "default", "read")
+
+    async def go() -> tuple[int, int, float]:
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5, queue_limit=4)
+        try:
+            trace = Trace(db, CursorCodec(b"x" * 32))
+            trace.record(parse(f"Bearer {key}"), uid("run"), time.time_ns() // 1000, "thr_x", "/threads/{thread_id}",
+                         2**40, 10, None)  # a status no integer column holds: the only way past record's checks
+            before = DROPPED.labels("refused")._value.get()
+            written = await trace.flush()
+            return written, len(trace.pending), DROPPED.labels("refused")._value.get() - before
+        finally:
+            await db.close()
+
+    assert asyncio.run(go()) == (0, 0, 1)
 
 
 def test_a_full_buffer_drops_and_counts_what_it_cannot_hold() -> None:

@@ -1332,13 +1332,10 @@ async def advance_github_thread(conn: Conn, tenant: str, thread_id: str, updated
 # row written later can never land behind a cursor (see trace_reads in schema.sql).
 
 
-async def record_reads(conn: Conn, columns: list[list[object]], accept_seconds: float) -> int:
-    """Write one trace batch (column arrays: key_id, key_sha256, tick, run, at_us, object, route, status,
-    bytes, request_id), each row into its key's tenant; returns how many rows' keys verified."""
-    return await conn.fetchval(
-        "SELECT recall_record_reads($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, make_interval(secs => $11))",
-        *columns, accept_seconds,
-    )
+async def record_reads(conn: Conn, batch: str, accept_seconds: float) -> int:
+    """Write one trace batch (a JSON array of rows: key_id, key_sha256 in base64, tick, run, at_us, object,
+    route, status, bytes, request_id), each row into its key's tenant; returns how many rows' keys verified."""
+    return await conn.fetchval("SELECT recall_record_reads($1, make_interval(secs => $2))", batch, accept_seconds)
 
 
 async def purge_retained(conn: Conn, reads_keep: float, deliveries_keep: float, batch: int) -> int:
