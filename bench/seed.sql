@@ -62,6 +62,11 @@ VALUES ('bench', 'thr_big', 'a thread of notes', 'the same title and summary in 
        ('bench', 'thr_ten', 'a thread of notes', 'the same title and summary in both', 'open', '\x', 10),
        ('bench', 'thr_hot', 'the hot thread', 'concurrent appends land here', 'open', '\x', 0);
 
+-- Notes spread over many threads (append_many_threads): their own, so the read scenarios' views stay as seeded.
+INSERT INTO threads (tenant_id, id, title, summary, status, request_hash, last_seq)
+SELECT 'bench', 'thr_n' || g, 'note thread ' || g, 'notes from many agents land here', 'open', '\x', 0
+FROM generate_series(1, 1000) g;
+
 INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary, ref)
 SELECT 'bench', 'thr_big', s, 'note', 'event ' || s || ': something happened', NULL
 FROM generate_series(1, 1000000) s;

@@ -149,6 +149,7 @@ class Recall:
         self.idempotency_ttl = settings.idempotency_ttl
         self.contents = ContentCache(settings.content_cache_bytes)
         self.triggers = Coalescer(self._ingest_many)  # concurrent plain triggers of one key: one statement
+        self.notes = Coalescer(self._note_many)  # and concurrent plain notes of one key, whatever their threads
 
     # ---- shared steps ----------------------------------------------------------------
 
@@ -425,6 +426,10 @@ class Recall:
         async with self.db.connection() as conn:
             return await q.ingest_many(conn, cred, triggers)
 
+    async def _note_many(self, cred: Credential, notes: list[q.NewNote]) -> list[Any]:
+        async with self.db.connection() as conn:
+            return await q.note_many(conn, cred, notes)
+
     @staticmethod
     def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,
                           occurred_at: datetime, created_at: datetime, expires_at: datetime | None) -> TriggerView:
@@ -526,9 +531,8 @@ class Recall:
 
     async def add_note(self, cred: Credential, thread_id: str, req: CreateNote,
                        idempotency_key: str | None) -> Outcome:
-        if idempotency_key is None:  # the plain case: one statement
-            async with self.db.connection() as conn:
-                written = await q.note_at_once(conn, cred, thread_id, req.summary, req.ref)
+        if idempotency_key is None:  # the plain case: one statement, shared with the key's other plain notes
+            written = await self.notes.submit(cred, q.NewNote(thread_id, req.summary, req.ref))
             if written is not None:
                 return Outcome(status=201, body=_json(written), object_id=thread_id, event_seq=written.seq)
 

@@ -2,8 +2,8 @@
 
 The default thread and worker views are read from the head kept on the row (threads.head_events,
 head_owners; workers.head_threads, head_reports); bigger budgets, and this test, render them from
-the log and the tables. Random sequences of the writes that change a
-view (notes pointing anywhere, filings, owners, deletions, short expiries, closes under a
+the log and the tables. Random sequences of the writes that change a view (notes pointing anywhere,
+one at a time and several at once, filings, owners, deletions, short expiries, closes under a
 retention, summary changes) run over HTTP against the real server; after each, every thread's and
 worker's head-rendered row must equal its log-rendered row, before and after the short expiries
 have run out.
@@ -35,6 +35,9 @@ pick = st.integers(min_value=0, max_value=7)
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("note"), pick, st.sampled_from(["none", "thread", "worker", "trigger", "report"]), pick),
+        # notes sent at once, which the server appends together (queries.note_many), often several to one thread
+        st.tuples(st.just("burst"), st.lists(st.tuples(pick, st.sampled_from(["none", "thread", "trigger"]), pick),
+                                             min_size=2, max_size=8)),
         # the last flag: with an Idempotency-Key, filed through the transaction instead of the one-statement path
         st.tuples(st.just("trigger"), pick, st.booleans(), st.booleans()),
         st.tuples(st.just("report"), pick, pick, st.booleans()),
@@ -74,14 +77,26 @@ class World:
         if r.status_code == 201:
             self.made[kind].append(r.json()["id"])
 
+    def _note(self, thread_pick: int, ref_kind: str, j: int) -> tuple[str, dict[str, Any]] | None:
+        thread = self._of("thread", thread_pick)
+        ref = None if ref_kind == "none" else self._of(ref_kind, j)
+        return None if thread is None else (f"/threads/{thread}/events", {"summary": f"note {thread_pick} {j}",
+                                                                          **({"ref": ref} if ref else {})})
+
     def apply(self, op: tuple[Any, ...]) -> None:
         name, *args = op
         if name == "note":
-            thread, ref_kind, j = self._of("thread", args[0]), args[1], args[2]
-            ref = None if ref_kind == "none" else self._of(ref_kind, j)
-            if thread:
-                self.c.post(f"/threads/{thread}/events", json={"summary": f"note {len(self.made['thread'])}",
-                                                               **({"ref": ref} if ref else {})})
+            if note := self._note(*args):
+                path, body = note
+                self.c.post(path, json=body)
+        elif name == "burst":
+            notes = [note for note in map(lambda a: self._note(*a), args[0]) if note]
+
+            async def at_once() -> None:
+                async with httpx.AsyncClient(base_url=self.c.base_url, headers=self.c.headers, timeout=30) as c:
+                    await asyncio.gather(*(c.post(path, json=body) for path, body in notes))
+
+            asyncio.run(at_once())
         elif name == "trigger":
             thread = self._of("thread", args[0])
             self.create("trigger", "/triggers", {"id": uid("trg"), "source": "test", "summary": "filed trigger",
@@ -148,6 +163,8 @@ def assert_head_matches_log(dsn: str, key: str, world: World, when: str) -> None
 @given(ops=operations, short_worker=st.booleans())
 @example(ops=[("trigger", 0, True, True), ("trigger", 1, False, True)], short_worker=False)  # both filing paths,
 @example(ops=[("trigger", 0, True, False), ("trigger", 1, False, False)], short_worker=False)  # every run
+@example(ops=[("trigger", 0, True, False), ("delete", "thread", 1),  # notes together: live, gone and dangling targets
+              ("burst", [(0, "none", 0), (0, "trigger", 0), (1, "none", 0), (0, "thread", 1)] * 4)], short_worker=False)
 def test_the_head_renders_what_the_log_renders(database_url: str, base_url: str, head_key: str,
                                                ops: list[tuple[Any, ...]], short_worker: bool) -> None:
     dsn = as_app_role(database_url)

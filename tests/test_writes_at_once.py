@@ -1,5 +1,5 @@
-"""The one-statement writes (queries.ingest_at_once, note_at_once, and ingest_many for the plain triggers
-coalesce.py files together): they write in the plain case and write nothing at all otherwise, so the
+"""The one-statement writes (queries.ingest_at_once, and ingest_many and note_many for the plain triggers
+and notes coalesce.py writes together): they write in the plain case and write nothing at all otherwise, so the
 service's transaction can answer the request exactly."""
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def test_a_plain_ingest_and_note_write_in_one_statement(database_url: str, api_k
     thread = graph.thread()["id"]
     trigger = uid("trg")
     assert run(database_url, api_key, ingest(trigger, thread)) is not None
-    event = run(database_url, api_key, lambda conn, cred: queries.note_at_once(conn, cred, thread, "n", trigger))
+    [event] = run(database_url, api_key, lambda conn, cred: queries.note_many(conn, cred, [
+        queries.NewNote(thread, "n", trigger)]))
     assert event is not None and event.seq == 2
     rows = sql("SELECT seq, type, ref FROM thread_events WHERE thread_id = $1 ORDER BY seq", thread)
     assert [tuple(r) for r in rows] == [(1, "trigger_filed", trigger), (2, "note", trigger)]
@@ -52,8 +53,8 @@ def test_a_taken_id_or_a_missing_thread_writes_nothing(database_url: str, api_ke
     taken = graph.trigger()["id"]
     assert run(database_url, api_key, ingest(taken, thread)) is None
     assert run(database_url, api_key, ingest(uid("trg"), uid("thr"))) is None
-    assert run(database_url, api_key, lambda conn, cred: queries.note_at_once(conn, cred, thread, "n", uid("trg"))) \
-        is None, "a dangling ref"
+    assert run(database_url, api_key, lambda conn, cred: queries.note_many(
+        conn, cred, [queries.NewNote(thread, "n", uid("trg"))])) == [None], "a dangling ref"
     assert sql("SELECT last_seq, head_events FROM threads WHERE id = $1", thread)[0][0] == 0
     assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", thread)[0][0] == 0
 
@@ -65,7 +66,8 @@ def test_a_read_key_is_refused_and_writes_nothing(database_url: str, graph: Grap
     with pytest.raises(Forbidden):
         run(database_url, reader, ingest(trigger, thread))
     with pytest.raises(Forbidden):
-        run(database_url, reader, lambda conn, cred: queries.note_at_once(conn, cred, thread, "n", None))
+        run(database_url, reader, lambda conn, cred: queries.note_many(conn, cred, [
+            queries.NewNote(thread, "n", None)]))
     assert not sql("SELECT 1 FROM triggers WHERE id = $1", trigger)
     assert sql("SELECT last_seq FROM threads WHERE id = $1", thread)[0][0] == 0
 
@@ -142,6 +144,126 @@ def test_coalesced_triggers_keep_each_answer_exact(client: httpx.Client, base_ur
     stored = client.get(f"/triggers/{same_id}").json()
     assert stored["summary"] in ("twice", "other")
 
+
+
+def test_plain_notes_append_together_each_thread_in_submission_order(database_url: str, api_key: str, graph: Graph,
+                                                                     client: httpx.Client, sql) -> None:
+    """One statement over several threads: 13 notes to one thread (more than its head holds) and 2 to another,
+    interleaved, take seqs in the order they were submitted; notes to a deleted or missing thread, or
+    with a dangling or deleted ref, are not written (None) and cost the others nothing; and both heads
+    show what their logs show."""
+    busy, other, deleted = graph.thread()["id"], graph.thread()["id"], graph.thread()["id"]
+    graph.note(busy, "before")
+    live_ref, gone_ref = graph.trigger()["id"], graph.trigger()["id"]
+    assert client.delete(f"/threads/{deleted}").status_code == 204
+    assert client.delete(f"/triggers/{gone_ref}").status_code == 204
+    notes = [queries.NewNote(busy if i % 3 else other, f"n{i}", live_ref if i == 4 else None) for i in range(6)]
+    notes += [queries.NewNote(deleted, "to a deleted thread", None), queries.NewNote(uid("thr"), "nowhere", None),
+              queries.NewNote(busy, "dangling", uid("trg")), queries.NewNote(busy, "gone ref", gone_ref)]
+    notes += [queries.NewNote(busy, f"n{i}", None) for i in range(6, 15)]
+    written = run(database_url, api_key, lambda conn, cred: queries.note_many(conn, cred, notes))
+    assert [w is None for w in written] == [False] * 6 + [True] * 4 + [False] * 9
+    assert [(w.summary, w.seq) for w in written if w and w.summary in ("n0", "n3")] == [("n0", 1), ("n3", 2)]
+    assert [w.seq for w in written if w and w.summary not in ("n0", "n3")] == list(range(2, 15))
+    assert written[4].ref == live_ref and len({w.at for w in written if w}) == 1
+    logged = sql("SELECT summary FROM thread_events WHERE thread_id = $1 ORDER BY seq", busy)
+    assert [r[0] for r in logged] == ["before", "n1", "n2", "n4", "n5", *(f"n{i}" for i in range(6, 15))]
+    assert sql("SELECT last_seq FROM threads WHERE id = $1", busy)[0][0] == 14
+    assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", deleted)[0][0] == 0
+
+    async def head_and_log(conn: asyncpg.Connection, cred: auth.Credential) -> list[tuple[Any, Any]]:
+        async with conn.transaction(isolation="repeatable_read"):  # one now() for both renderings
+            return [((await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE))[1],
+                     (await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE, from_log=True))[1])
+                    for t in (busy, other)]
+
+    for head, log in run(database_url, api_key, head_and_log):
+        assert head == log
+    assert [e.summary for e in run(database_url, api_key, head_and_log)[0][0].events] == \
+        [f"n{i}" for i in range(14, 4, -1)]
+
+
+def test_notes_that_lose_a_deadlock_are_all_left_to_their_own_paths(database_url: str, api_key: str,
+                                                                    graph: Graph, sql) -> None:
+    """The batch locks its threads in ID order; a transaction that locks them the other way round (as a
+    deletion does: the deleted thread, then the threads pointing at it) closes a cycle. PostgreSQL undoes
+    the batch (it waits longest: the other side's deadlock_timeout is raised), and note_many answers
+    None for every note, having written none of them."""
+    first, second = sorted(graph.thread()["id"] for _ in range(2))
+
+    async def go() -> list[Any]:
+        other = await asyncpg.connect(database_url)
+        batch = await asyncpg.connect(as_app_role(database_url))
+        try:
+            await other.execute("SET deadlock_timeout = '10s'")
+            tx = other.transaction()
+            await tx.start()
+            await other.execute("UPDATE threads SET updated_at = now() WHERE id = $1", second)
+            notes = asyncio.ensure_future(queries.note_many(batch, auth.parse(f"Bearer {api_key}"), [
+                queries.NewNote(first, "a", None), queries.NewNote(second, "b", None)]))
+            await asyncio.sleep(0.3)  # the batch holds `first` and waits for `second`
+            await other.execute("UPDATE threads SET updated_at = now() WHERE id = $1", first)
+            written = await notes
+            await tx.commit()
+            return written
+        finally:
+            await other.close()
+            await batch.close()
+
+    assert asyncio.run(go()) == [None, None]
+    assert sql("SELECT count(*) FROM thread_events WHERE thread_id = ANY($1)", [first, second])[0][0] == 0
+    assert [r[0] for r in sql("SELECT last_seq FROM threads WHERE id = ANY($1)", [first, second])] == [0, 0]
+
+
+def test_concurrent_plain_notes_of_one_key_share_statements(server: Any, database_url: str, graph: Graph) -> None:
+    """In process, one pooled connection with a query logger: 24 notes to three threads at once take fewer
+    statements than notes, each is answered 201 with its own event, and each thread's seqs run 1..8."""
+    key = create_key(database_url, "default", "write")
+    threads = [graph.thread()["id"] for _ in range(3)]
+    app = create_app(config.Settings(database_url=database_url, pool_min=1, pool_max=1, sweep_interval=0))
+    inserts: list[str] = []
+
+    async def go() -> list[Any]:
+        async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
+            c.headers["Authorization"] = f"Bearer {key}"
+            async with app.state.recall.db.pool.acquire() as conn:  # the pool's only connection
+                conn.add_query_logger(lambda record: inserts.append(record.query)
+                                      if "INSERT INTO thread_events" in record.query else None)
+            return await asyncio.gather(*(c.post(f"/threads/{threads[i % 3]}/events", json={"summary": f"n{i}"})
+                                          for i in range(24)))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses] == [201] * 24
+    assert [r.json()["summary"] for r in responses] == [f"n{i}" for i in range(24)]
+    for t in range(3):
+        assert sorted(r.json()["seq"] for r in responses[t::3]) == list(range(1, 9))
+    assert len(inserts) < 24, f"{len(inserts)} statements for 24 notes"
+
+
+def test_coalesced_notes_keep_each_answer_exact(client: httpx.Client, base_url: str, database_url: str,
+                                                graph: Graph) -> None:
+    """Over HTTP, at once: plain notes beside notes to a deleted and a missing thread, with a dangling ref, with
+    a wrong secret and with a read key. Each is answered as it would be alone."""
+    key = client.headers["authorization"][7:]
+    wrong_secret = key.split(".")[0] + "." + "A" * 43
+    reader = create_key(database_url, "default", "read")
+    live, deleted, missing = graph.thread()["id"], graph.thread()["id"], uid("thr")
+    assert client.delete(f"/threads/{deleted}").status_code == 204
+
+    async def go() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url) as c:
+            def post(k: str, thread: str, json: dict[str, Any]) -> Any:
+                return c.post(f"/threads/{thread}/events", json=json, headers={"Authorization": f"Bearer {k}"})
+            return await asyncio.gather(
+                *(post(key, live, {"summary": f"n{i}"}) for i in range(8)),
+                post(key, deleted, {"summary": "late"}), post(key, missing, {"summary": "lost"}),
+                post(key, live, {"summary": "dangling", "ref": uid("trg")}),
+                post(wrong_secret, live, {"summary": "forged"}), post(reader, live, {"summary": "read key"}))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses] == [201] * 8 + [410, 404, 422, 401, 403], [r.text for r in responses]
+    assert sorted(r.json()["seq"] for r in responses[:8]) == list(range(1, 9))
+    assert client.get(f"/threads/{live}").json()["events_total"] == 8
 
 
 def test_the_pool_asks_for_no_notices(server: Any, database_url: str) -> None:

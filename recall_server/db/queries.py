@@ -837,36 +837,33 @@ async def ingest_many(conn: Conn, cred: Credential, triggers: list[NewTrigger]
     return [written[t.id] for t in triggers]
 
 
-_NOTE = keyed_write(f"""
-    r AS (
-      SELECT recall_is_gone(x.deleted_at, x.expires_at) AS gone, coalesce(x.deleted_at, x.expires_at) AS gone_at
-        FROM gate, LATERAL (
-          SELECT deleted_at, expires_at FROM triggers WHERE left($5, 4) = 'trg_' AND tenant_id = gate.tenant AND id = $5
-          UNION ALL SELECT deleted_at, expires_at FROM threads WHERE left($5, 4) = 'thr_' AND tenant_id = gate.tenant AND id = $5
-          UNION ALL SELECT deleted_at, expires_at FROM workers WHERE left($5, 4) = 'wkr_' AND tenant_id = gate.tenant AND id = $5
-          UNION ALL SELECT deleted_at, expires_at FROM reports WHERE left($5, 4) = 'rpt_' AND tenant_id = gate.tenant AND id = $5
-          UNION ALL SELECT deleted_at, expires_at FROM memories WHERE left($5, 4) = 'mem_' AND tenant_id = gate.tenant AND id = $5
-        ) x),
-    v AS (SELECT clock_timestamp() AS at, (SELECT gone_at FROM r) AS gone_at),
-    th AS (
-      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
-             head_events = {_HEAD_PREPEND.format(type="'note'", summary="$4::text", ref="$5::text", gone_at="v.gone_at")}
-        FROM gate, v
-       WHERE t.tenant_id = gate.tenant AND t.id = $3 AND NOT recall_is_gone(t.deleted_at, t.expires_at)
-         AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM r WHERE NOT r.gone))
-      RETURNING t.last_seq),
-    done AS (
-      INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
-      SELECT gate.tenant, $3, th.last_seq, 'note', v.at, $4, $5, v.gone_at FROM gate, th, v
-      RETURNING seq, type, at, summary, ref)
+# Plain notes of one key, appended together (coalesce.py; recall_append_notes): one statement, one commit.
+_NOTE_MANY = keyed_write("""
+    done AS (SELECT f.note_n AS n, f.note_seq AS seq, f.note_at AS at
+               FROM gate, recall_append_notes(gate.tenant, $3::text[], $4::text[], $5::text[]) f)
 """, "write")
 
 
-async def note_at_once(conn: Conn, cred: Credential, thread_id: str, summary: str, ref: str | None) -> Event | None:
-    """Append a note in one statement; None when it wrote nothing (the thread or the ref is missing or gone)."""
-    _, row = await tenancy.write(conn, cred, "write", _NOTE, thread_id, summary, ref)
-    return None if row is None else Event(seq=row["seq"], type=row["type"], at=row["at"], summary=row["summary"],
-                                          ref=row["ref"])
+class NewNote(msgspec.Struct, array_like=True):
+    """A plain note to append with others (note_many): the arrays recall_append_notes takes, in order."""
+    thread_id: str
+    summary: str
+    ref: str | None
+
+
+async def note_many(conn: Conn, cred: Credential, notes: list[NewNote]) -> list[Event | None]:
+    """Append notes in one statement: each one's event, or None for a note it did not write (its thread or
+    ref is missing or gone). All None when the statement lost a deadlock with another transaction that
+    locks several threads (it is undone; each note is then appended on its own)."""
+    columns = [list(column) for column in zip(*(msgspec.structs.astuple(n) for n in notes), strict=True)]
+    try:
+        _, rows = await tenancy.write_many(conn, cred, "write", _NOTE_MANY, *columns)
+    except asyncpg.DeadlockDetectedError:
+        return [None] * len(notes)
+    written = {row["n"]: row for row in rows}
+    return [None if (row := written.get(i)) is None else
+            Event(seq=row["seq"], type="note", at=row["at"], summary=note.summary, ref=note.ref)
+            for i, note in enumerate(notes, 1)]
 
 
 # ---- lifecycle -------------------------------------------------------------------------
