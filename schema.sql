@@ -491,6 +491,69 @@ BEGIN
 END
 $$;
 
+-- Plain triggers of one key filed on threads together (queries.file_on_threads; coalesce.py), as
+-- recall_append_notes appends notes: each thread locked once, in ID order, its trigger_filed events
+-- in the order given and on its head; then every trigger and event in one insert each. A trigger whose
+-- thread is missing or gone is not filed; a taken ID or delivery undoes the whole call (a unique
+-- violation), and the caller files each trigger on its own. Returns the filed triggers' positions in
+-- the arrays (from 1) and their times. Each trigger's expiry is capped by its thread's.
+CREATE OR REPLACE FUNCTION recall_file_on_threads(
+    p_tenant text, p_threads text[], p_ids text[], p_sources text[], p_summaries text[], p_content_types text[],
+    p_payloads bytea[], p_shas bytea[], p_hashes bytea[], p_occurred timestamptz[], p_apps text[], p_agents text[],
+    p_runs text[], p_externals text[], p_expires timestamptz[])
+RETURNS TABLE (trigger_n bigint, trigger_occurred_at timestamptz, trigger_created_at timestamptz,
+               trigger_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp();
+    v_thread text;
+    v_n bigint[];
+    v_base bigint;
+    v_cap timestamptz;
+    v_threads text[] := '{}';  -- the live threads, each with its first new seq minus one and its expiry
+    v_bases bigint[] := '{}';
+    v_caps timestamptz[] := '{}';
+BEGIN
+    FOR v_thread IN SELECT DISTINCT u.t FROM unnest(p_threads) u(t) ORDER BY 1 LOOP
+        SELECT array_agg(u.n ORDER BY u.n) INTO v_n FROM unnest(p_threads) WITH ORDINALITY u(t, n) WHERE u.t = v_thread;
+        UPDATE threads t SET last_seq = t.last_seq + cardinality(v_n), updated_at = v_at,
+               head_events = (  -- the newest recall_head_size() of its new events (newest first) and its head
+                 SELECT coalesce(jsonb_agg(x.e ORDER BY x.o), '[]') FROM (
+                   SELECT e, o FROM (
+                     SELECT recall_head_event(t.last_seq + u.i, 'trigger_filed', v_at, p_summaries[u.n], p_ids[u.n],
+                                              least(p_expires[u.n], t.expires_at)), -u.i
+                       FROM unnest(v_n) WITH ORDINALITY u(n, i)
+                     UNION ALL SELECT h.e, h.o FROM jsonb_array_elements(t.head_events) WITH ORDINALITY h(e, o)
+                   ) both_(e, o) ORDER BY o LIMIT recall_head_size()) x)
+         WHERE t.tenant_id = p_tenant AND t.id = v_thread AND NOT recall_is_gone(t.deleted_at, t.expires_at)
+        RETURNING t.last_seq - cardinality(v_n), t.expires_at INTO v_base, v_cap;
+        CONTINUE WHEN NOT FOUND;
+        v_threads := v_threads || v_thread;
+        v_bases := v_bases || v_base;
+        v_caps := v_caps || v_cap;
+    END LOOP;
+    RETURN QUERY
+      WITH x AS (
+        SELECT u.n, l.base + row_number() OVER (PARTITION BY u.t ORDER BY u.n) AS seq,
+               least(p_expires[u.n], l.cap) AS expires_at
+          FROM unnest(p_threads) WITH ORDINALITY u(t, n) JOIN unnest(v_threads, v_bases, v_caps) l(t, base, cap)
+            ON l.t = u.t),
+      filed AS (
+        INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,
+                              request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at)
+        SELECT p_tenant, p_ids[x.n], p_sources[x.n], p_threads[x.n], p_summaries[x.n], p_content_types[x.n],
+               p_payloads[x.n], p_shas[x.n], p_hashes[x.n], coalesce(p_occurred[x.n], clock_timestamp()), p_apps[x.n],
+               p_agents[x.n], p_runs[x.n], p_externals[x.n], x.expires_at
+          FROM x
+        RETURNING triggers.id, triggers.occurred_at, triggers.created_at, triggers.expires_at),
+      logged AS (
+        INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+        SELECT p_tenant, p_threads[x.n], x.seq, 'trigger_filed', v_at, p_summaries[x.n], p_ids[x.n], x.expires_at
+          FROM x)
+      SELECT x.n, filed.occurred_at, filed.created_at, filed.expires_at FROM x JOIN filed ON filed.id = p_ids[x.n];
+END
+$$;
+
 CREATE OR REPLACE FUNCTION recall_worker_head_threads(t text, wkr text) RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(jsonb_agg(jsonb_build_object('id', x.id, 'summary', x.summary, 'deleted', x.deleted_at IS NOT NULL,

@@ -149,6 +149,7 @@ class Recall:
         self.idempotency_ttl = settings.idempotency_ttl
         self.contents = ContentCache(settings.content_cache_bytes)
         self.triggers = Coalescer(self._ingest_many)  # concurrent plain triggers of one key: one statement
+        self.filings = Coalescer(self._file_on_threads)  # and those on threads, whatever the threads
         self.notes = Coalescer(self._note_many)  # and concurrent plain notes of one key, whatever their threads
 
     # ---- shared steps ----------------------------------------------------------------
@@ -400,16 +401,12 @@ class Recall:
         expires_at = _expiry(req)
         h = _hash(msgspec.structs.replace(req, id=trigger_id))
         if idempotency_key is None and not req.neighbours:  # the plain case: one statement
-            sha = hashlib.sha256(payload).digest()
-            if req.thread_id is None:  # shared with the key's other plain triggers arriving meanwhile
-                written = await self.triggers.submit(cred, q.NewTrigger(
-                    trigger_id, req.source, req.summary, content_type, payload, sha, h, occurred_at, req.app_id,
-                    req.agent_id, req.run_id, req.external_id, expires_at))
-            else:
-                async with self.db.connection() as conn:
-                    written = await q.ingest_at_once(conn, cred, trigger_id, req.source, req.thread_id, req.summary,
-                                                     content_type, payload, sha, _labels(req), h, occurred_at,
-                                                     req.external_id, expires_at)
+            trigger = q.NewTrigger(trigger_id, req.source, req.summary, content_type, payload,
+                                   hashlib.sha256(payload).digest(), h, occurred_at, req.app_id, req.agent_id,
+                                   req.run_id, req.external_id, expires_at)
+            # shared with the key's other plain triggers arriving meanwhile (on threads, or not)
+            written = await (self.triggers.submit(cred, trigger) if req.thread_id is None
+                             else self.filings.submit(cred, (req.thread_id, trigger)))
             if written is not None:
                 return _created(True, self._new_trigger_view(trigger_id, req, content_type, payload, *written),
                                 f"/triggers/{trigger_id}")
@@ -425,6 +422,10 @@ class Recall:
     async def _ingest_many(self, cred: Credential, triggers: list[q.NewTrigger]) -> list[Any]:
         async with self.db.connection() as conn:
             return await q.ingest_many(conn, cred, triggers)
+
+    async def _file_on_threads(self, cred: Credential, filings: list[tuple[str, q.NewTrigger]]) -> list[Any]:
+        async with self.db.connection() as conn:
+            return await q.file_on_threads(conn, cred, filings)
 
     async def _note_many(self, cred: Credential, notes: list[q.NewNote]) -> list[Any]:
         async with self.db.connection() as conn:

@@ -35,9 +35,11 @@ pick = st.integers(min_value=0, max_value=7)
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("note"), pick, st.sampled_from(["none", "thread", "worker", "trigger", "report"]), pick),
-        # notes sent at once, which the server appends together (queries.note_many), often several to one thread
-        st.tuples(st.just("burst"), st.lists(st.tuples(pick, st.sampled_from(["none", "thread", "trigger"]), pick),
-                                             min_size=2, max_size=8)),
+        # notes and triggers on threads sent at once, which the server writes together (queries.note_many,
+        # file_on_threads), often several to one thread
+        st.tuples(st.just("burst"), st.lists(st.one_of(
+            st.tuples(st.just("note"), pick, st.sampled_from(["none", "thread", "trigger"]), pick),
+            st.tuples(st.just("trigger"), pick, st.booleans())), min_size=2, max_size=8)),
         # the last flag: with an Idempotency-Key, filed through the transaction instead of the one-statement path
         st.tuples(st.just("trigger"), pick, st.booleans(), st.booleans()),
         st.tuples(st.just("report"), pick, pick, st.booleans()),
@@ -83,6 +85,12 @@ class World:
         return None if thread is None else (f"/threads/{thread}/events", {"summary": f"note {thread_pick} {j}",
                                                                           **({"ref": ref} if ref else {})})
 
+    def _filing(self, thread_pick: int, short: bool) -> tuple[str, dict[str, Any]] | None:
+        thread = self._of("thread", thread_pick)
+        return None if thread is None else ("/triggers", {"id": uid("trg"), "source": "test", "summary": "filed",
+                                                          "payload": "p", "thread_id": thread,
+                                                          **({"expires_at": soon()} if short else {})})
+
     def apply(self, op: tuple[Any, ...]) -> None:
         name, *args = op
         if name == "note":
@@ -90,13 +98,15 @@ class World:
                 path, body = note
                 self.c.post(path, json=body)
         elif name == "burst":
-            notes = [note for note in map(lambda a: self._note(*a), args[0]) if note]
+            writes = [w for w in (self._note(*a) if kind == "note" else self._filing(*a) for kind, *a in args[0]) if w]
 
-            async def at_once() -> None:
+            async def at_once() -> list[httpx.Response]:
                 async with httpx.AsyncClient(base_url=self.c.base_url, headers=self.c.headers, timeout=30) as c:
-                    await asyncio.gather(*(c.post(path, json=body) for path, body in notes))
+                    return await asyncio.gather(*(c.post(path, json=body) for path, body in writes))
 
-            asyncio.run(at_once())
+            for (path, body), r in zip(writes, asyncio.run(at_once()), strict=True):
+                if path == "/triggers" and r.status_code == 201:
+                    self.made["trigger"].append(body["id"])
         elif name == "trigger":
             thread = self._of("thread", args[0])
             self.create("trigger", "/triggers", {"id": uid("trg"), "source": "test", "summary": "filed trigger",
@@ -164,7 +174,9 @@ def assert_head_matches_log(dsn: str, key: str, world: World, when: str) -> None
 @example(ops=[("trigger", 0, True, True), ("trigger", 1, False, True)], short_worker=False)  # both filing paths,
 @example(ops=[("trigger", 0, True, False), ("trigger", 1, False, False)], short_worker=False)  # every run
 @example(ops=[("trigger", 0, True, False), ("delete", "thread", 1),  # notes together: live, gone and dangling targets
-              ("burst", [(0, "none", 0), (0, "trigger", 0), (1, "none", 0), (0, "thread", 1)] * 4)], short_worker=False)
+              ("burst", [("note", 0, "none", 0), ("note", 0, "trigger", 0), ("trigger", 0, True),
+                         ("note", 1, "none", 0), ("trigger", 1, False), ("note", 0, "thread", 1)] * 3)],
+         short_worker=False)
 def test_the_head_renders_what_the_log_renders(database_url: str, base_url: str, head_key: str,
                                                ops: list[tuple[Any, ...]], short_worker: bool) -> None:
     dsn = as_app_role(database_url)

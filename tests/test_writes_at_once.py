@@ -1,10 +1,11 @@
-"""The one-statement writes (queries.ingest_at_once, and ingest_many and note_many for the plain triggers
-and notes coalesce.py writes together): they write in the plain case and write nothing at all otherwise, so the
-service's transaction can answer the request exactly."""
+"""The one-statement writes (queries.ingest_many, file_on_threads and note_many: the plain triggers, on
+threads or not, and the notes that coalesce.py writes together): they write in the plain case and write
+nothing at all otherwise, so the service's transaction can answer the request exactly."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -17,7 +18,6 @@ from recall_server.app import create_app
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.errors import Forbidden
-from recall_server.rows import Labels
 
 
 def run(database_url: str, key: str, call: Any) -> Any:
@@ -31,10 +31,18 @@ def run(database_url: str, key: str, call: Any) -> Any:
     return asyncio.run(go())
 
 
+def trigger(trigger_id: str, expires_at: datetime | None = None) -> queries.NewTrigger:
+    return queries.NewTrigger(trigger_id, "test", "filed at once", "text/plain", b"p", b"s" * 32, b"h", None, None,
+                              None, None, None, expires_at)
+
+
 def ingest(trigger_id: str, thread_id: str):
-    return lambda conn, cred: queries.ingest_at_once(
-        conn, cred, trigger_id, "test", thread_id, "filed at once", "text/plain", b"p", b"s" * 32, Labels(),
-        b"h", None, None, None)
+    """One trigger filed on a thread (file_on_threads): its times, or None."""
+    async def call(conn: asyncpg.Connection, cred: auth.Credential) -> Any:
+        [written] = await queries.file_on_threads(conn, cred, [(thread_id, trigger(trigger_id))])
+        return written
+
+    return call
 
 
 def test_a_plain_ingest_and_note_write_in_one_statement(database_url: str, api_key: str, graph: Graph, sql) -> None:
@@ -144,6 +152,73 @@ def test_coalesced_triggers_keep_each_answer_exact(client: httpx.Client, base_ur
     stored = client.get(f"/triggers/{same_id}").json()
     assert stored["summary"] in ("twice", "other")
 
+
+
+def test_triggers_on_threads_file_together_each_thread_in_submission_order(database_url: str, api_key: str,
+                                                                           graph: Graph, client: httpx.Client,
+                                                                           sql) -> None:
+    """One statement over several threads: 12 triggers on one thread (more than its head holds) and 2 on another
+    take their trigger_filed seqs in the order submitted, a trigger's expiry is capped by its thread's, and
+    triggers on a deleted or missing thread are not filed (None); both heads show what their logs show."""
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    busy, short, deleted = graph.thread()["id"], graph.thread(expires_at=soon.isoformat())["id"], graph.thread()["id"]
+    assert client.delete(f"/threads/{deleted}").status_code == 204
+    ids = [uid("trg") for _ in range(16)]
+    filings = [(short if i in (2, 5) else busy, trigger(ids[i], soon + timedelta(days=1) if i == 5 else None))
+               for i in range(14)]
+    filings[7:7] = [(deleted, trigger(ids[14])), (uid("thr"), trigger(ids[15]))]
+    written = run(database_url, api_key, lambda conn, cred: queries.file_on_threads(conn, cred, filings))
+    assert [w is None for w in written] == [False] * 7 + [True] * 2 + [False] * 7
+    assert written[2][2] == written[5][2] == sql("SELECT expires_at FROM threads WHERE id = $1", short)[0][0]
+    logged = sql("SELECT ref FROM thread_events WHERE thread_id = $1 ORDER BY seq", busy)
+    assert [r[0] for r in logged] == [t.id for thread, t in filings if thread == busy]
+    assert [r[0] for r in sql("SELECT ref FROM thread_events WHERE thread_id = $1 ORDER BY seq", short)] == \
+        [ids[2], ids[5]]
+    assert not sql("SELECT 1 FROM triggers WHERE id = ANY($1)", ids[14:])
+
+    async def head_and_log(conn: asyncpg.Connection, cred: auth.Credential) -> list[tuple[Any, Any]]:
+        async with conn.transaction(isolation="repeatable_read"):  # one now() for both renderings
+            return [((await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE))[1],
+                     (await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE, from_log=True))[1])
+                    for t in (busy, short)]
+
+    for head, log in run(database_url, api_key, head_and_log):
+        assert head == log
+
+
+def test_a_taken_id_among_triggers_on_threads_files_none_of_them(database_url: str, api_key: str, graph: Graph,
+                                                                 sql) -> None:
+    thread, taken, fresh = graph.thread()["id"], graph.trigger()["id"], uid("trg")
+    assert run(database_url, api_key, lambda conn, cred: queries.file_on_threads(
+        conn, cred, [(thread, trigger(fresh)), (thread, trigger(taken))])) == [None, None]
+    assert not sql("SELECT 1 FROM triggers WHERE id = $1", fresh), "one taken ID undoes the whole statement"
+    assert sql("SELECT last_seq FROM threads WHERE id = $1", thread)[0][0] == 0
+
+
+def test_coalesced_triggers_on_threads_keep_each_answer_exact(client: httpx.Client, base_url: str,
+                                                              graph: Graph) -> None:
+    """Over HTTP, at once: triggers on two threads beside ones on a deleted and a missing thread, and an ID sent
+    twice. Each is answered as it would be alone, and each thread's log has its own triggers in some order."""
+    key = client.headers["authorization"][7:]
+    one, two, deleted, missing = graph.thread()["id"], graph.thread()["id"], graph.thread()["id"], uid("thr")
+    assert client.delete(f"/threads/{deleted}").status_code == 204
+    twice = {"id": uid("trg"), "source": "test", "thread_id": one, "summary": "twice", "payload": "p"}
+
+    async def go() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
+            def post(thread: str, i: int) -> Any:
+                return c.post("/triggers", json={"source": "test", "thread_id": thread, "summary": f"t{i}",
+                                                 "payload": "p"})
+            return await asyncio.gather(*(post((one, two)[i % 2], i) for i in range(10)), post(deleted, 10),
+                                        post(missing, 11), c.post("/triggers", json=twice),
+                                        c.post("/triggers", json=twice))
+
+    responses = asyncio.run(go())
+    assert [r.status_code for r in responses[:12]] == [201] * 10 + [422, 422], [r.text for r in responses]
+    assert sorted(r.status_code for r in responses[12:]) == [200, 201]
+    for thread, mine in ((one, responses[0:10:2] + responses[12:13]), (two, responses[1:10:2])):
+        logged = client.get(f"/threads/{thread}/events").json()["data"]
+        assert sorted(e["ref"] for e in logged) == sorted(r.json()["id"] for r in mine)
 
 
 def test_plain_notes_append_together_each_thread_in_submission_order(database_url: str, api_key: str, graph: Graph,

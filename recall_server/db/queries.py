@@ -754,45 +754,6 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
 # thread, a dead ref) or raise a unique violation, which undoes the whole statement, when an ID is
 # taken; the service then runs the same request through its transaction, which answers it exactly.
 
-_INGEST_ON_THREAD = keyed_write(f"""
-    v AS (SELECT clock_timestamp() AS at),
-    th AS (
-      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
-             head_events = {_HEAD_PREPEND.format(type="'trigger_filed'", summary="$5::text", ref="$3::text",
-                                                 gone_at="least($16::timestamptz, t.expires_at)")}
-        FROM gate, v
-       WHERE t.tenant_id = gate.tenant AND t.id = $4 AND NOT recall_is_gone(t.deleted_at, t.expires_at)
-      RETURNING t.last_seq, t.expires_at),
-    ev AS (
-      INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
-      SELECT gate.tenant, $4, th.last_seq, 'trigger_filed', v.at, $5, $3, least($16, th.expires_at) FROM gate, th, v),
-    done AS (
-      INSERT INTO triggers ({_TRIGGER_COLUMNS})
-      SELECT gate.tenant, $3, $6, $4, $5, $7, $8, $9, $10, coalesce($11, clock_timestamp()), $12, $13, $14, $15,
-             least($16, th.expires_at)
-        FROM gate, th
-      RETURNING occurred_at, created_at, expires_at)
-""", "write")
-
-
-async def ingest_at_once(conn: Conn, cred: Credential, trigger_id: str, source: str, thread_id: str,
-                         summary: str, content_type: str, payload: bytes, sha: bytes, labels: Labels,
-                         req_hash: bytes, occurred_at: datetime | None, external_id: str | None,
-                         expires_at: datetime | None) -> tuple[datetime, datetime, datetime | None] | None:
-    """File a trigger on its thread, with the trigger_filed event, in one statement: its (occurred_at,
-    created_at, expires_at), or None when it wrote nothing (the thread is missing or gone, the ID or
-    the delivery is taken). Thread-less triggers are filed together (ingest_many)."""
-    try:
-        _, row = await tenancy.write(
-            conn, cred, "write", _INGEST_ON_THREAD, trigger_id, thread_id, summary,
-            source, content_type, payload, sha, req_hash, occurred_at, labels.app_id, labels.agent_id,
-            labels.run_id, external_id, expires_at,
-        )
-    except asyncpg.UniqueViolationError:  # the statement is undone: nothing was written
-        return None
-    return None if row is None else (row["occurred_at"], row["created_at"], row["expires_at"])
-
-
 # Plain thread-less triggers of one key, filed together (coalesce.py): one statement, one commit.
 _INGEST_MANY = keyed_write(f"""
     done AS (
@@ -822,6 +783,31 @@ class NewTrigger(msgspec.Struct, array_like=True):
     run_id: str | None
     external_id: str | None
     expires_at: datetime | None
+
+
+# Plain triggers of one key filed on threads, together (coalesce.py; recall_file_on_threads): one statement.
+_FILE_ON_THREADS = keyed_write("""
+    done AS (SELECT f.trigger_n AS n, f.trigger_occurred_at AS occurred_at, f.trigger_created_at AS created_at,
+                    f.trigger_expires_at AS expires_at
+               FROM gate, recall_file_on_threads(gate.tenant, $3::text[], $4::text[], $5::text[], $6::text[],
+                                                 $7::text[], $8::bytea[], $9::bytea[], $10::bytea[],
+                                                 $11::timestamptz[], $12::text[], $13::text[], $14::text[],
+                                                 $15::text[], $16::timestamptz[]) f)
+""", "write")
+
+
+async def file_on_threads(conn: Conn, cred: Credential, filings: list[tuple[str, NewTrigger]]
+                          ) -> list[tuple[datetime, datetime, datetime | None] | None]:
+    """File (thread ID, trigger) pairs in one statement, each with its trigger_filed event: each one's
+    (occurred_at, created_at, expires_at), None for one whose thread is missing or gone; all None when an ID
+    or a delivery is taken or the statement lost a deadlock (it is undone; each is then filed on its own)."""
+    columns = [list(column) for column in zip(*(msgspec.structs.astuple(t) for _, t in filings), strict=True)]
+    try:
+        _, rows = await tenancy.write_many(conn, cred, "write", _FILE_ON_THREADS, [t for t, _ in filings], *columns)
+    except (asyncpg.UniqueViolationError, asyncpg.DeadlockDetectedError):
+        return [None] * len(filings)
+    written = {row["n"]: (row["occurred_at"], row["created_at"], row["expires_at"]) for row in rows}
+    return [written.get(i) for i in range(1, len(filings) + 1)]
 
 
 async def ingest_many(conn: Conn, cred: Credential, triggers: list[NewTrigger]
