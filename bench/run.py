@@ -398,6 +398,9 @@ def main() -> None:
     compared["ingest_4k_unindexed"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=unindexed_4k)
     compared["append_hot_thread"] = lambda: wrk.run(url, ["/threads/thr_hot/events"], method="POST",
                                                     body=json.dumps({"summary": "hot append"}))
+    # Triggers filed on that thread (a CI storm on one PR): 200 B of log each
+    compared["ingest_hot_thread"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=json.dumps(
+        {"source": "bench.ci", "thread_id": "thr_hot", "summary": "CI red", "payload": "FAILED test_checkout " * 10}))
     # The same note to one of 1,000 threads at random (concurrent notes of a key share a statement either way)
     compared["append_many_threads"] = lambda: wrk.run(url, [f"/threads/thr_n{i}/events" for i in range(1, 1001)],
                                                       method="POST", body=json.dumps({"summary": "a note"}))
@@ -512,6 +515,7 @@ def main() -> None:
     ratios["write_ceiling / fetch_ceiling"] = ratio("ceiling_write", "ceiling_fetch")
     ratios["append_hot_thread / fetch_ceiling"] = ratio("append_hot_thread", "ceiling_fetch")
     ratios["append_many_threads / fetch_ceiling"] = ratio("append_many_threads", "ceiling_fetch")
+    ratios["ingest_hot_thread / fetch_ceiling"] = ratio("ingest_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
 
     def paired(name: str, a: str, b: str) -> None:
