@@ -397,6 +397,14 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
                               'gone_at', ref_gone_at)
 $$;
 
+-- A head with `fresh` (events, newest first) in front: its newest recall_head_size() events. Every
+-- write that appends to a thread's log puts its events on the head with it.
+CREATE OR REPLACE FUNCTION recall_head_with(fresh jsonb, head jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(jsonb_agg(e ORDER BY o), '[]')
+      FROM jsonb_array_elements(coalesce(fresh, '[]') || head) WITH ORDINALITY a(e, o) WHERE o <= recall_head_size()
+$$;
+
 -- A thread's head rendered from the log and the owners table (see threads.head_events).
 CREATE OR REPLACE FUNCTION recall_head_events(t text, thr text) RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -470,13 +478,9 @@ BEGIN
                    AND (u.r IS NULL OR (g.found AND NOT recall_is_gone(g.deleted_at, g.expires_at)))) o;
         CONTINUE WHEN v_n IS NULL;
         UPDATE threads t SET last_seq = t.last_seq + cardinality(v_n), updated_at = v_at,
-               head_events = (  -- the newest recall_head_size() of its new notes (newest first) and its head
-                 SELECT coalesce(jsonb_agg(x.e ORDER BY x.o), '[]') FROM (
-                   SELECT e, o FROM (
-                     SELECT recall_head_event(t.last_seq + u.i, 'note', v_at, u.s, u.r, u.g), -u.i
-                       FROM unnest(v_summaries, v_refs, v_gone_at) WITH ORDINALITY u(s, r, g, i)
-                     UNION ALL SELECT h.e, h.o FROM jsonb_array_elements(t.head_events) WITH ORDINALITY h(e, o)
-                   ) both_(e, o) ORDER BY o LIMIT recall_head_size()) x)
+               head_events = recall_head_with((
+                 SELECT jsonb_agg(recall_head_event(t.last_seq + u.i, 'note', v_at, u.s, u.r, u.g) ORDER BY u.i DESC)
+                   FROM unnest(v_summaries, v_refs, v_gone_at) WITH ORDINALITY u(s, r, g, i)), t.head_events)
          WHERE t.tenant_id = p_tenant AND t.id = v_thread AND NOT recall_is_gone(t.deleted_at, t.expires_at)
         RETURNING t.last_seq - cardinality(v_n) INTO v_base;
         CONTINUE WHEN NOT FOUND;
@@ -517,14 +521,10 @@ BEGIN
     FOR v_thread IN SELECT DISTINCT u.t FROM unnest(p_threads) u(t) ORDER BY 1 LOOP
         SELECT array_agg(u.n ORDER BY u.n) INTO v_n FROM unnest(p_threads) WITH ORDINALITY u(t, n) WHERE u.t = v_thread;
         UPDATE threads t SET last_seq = t.last_seq + cardinality(v_n), updated_at = v_at,
-               head_events = (  -- the newest recall_head_size() of its new events (newest first) and its head
-                 SELECT coalesce(jsonb_agg(x.e ORDER BY x.o), '[]') FROM (
-                   SELECT e, o FROM (
-                     SELECT recall_head_event(t.last_seq + u.i, 'trigger_filed', v_at, p_summaries[u.n], p_ids[u.n],
-                                              least(p_expires[u.n], t.expires_at)), -u.i
-                       FROM unnest(v_n) WITH ORDINALITY u(n, i)
-                     UNION ALL SELECT h.e, h.o FROM jsonb_array_elements(t.head_events) WITH ORDINALITY h(e, o)
-                   ) both_(e, o) ORDER BY o LIMIT recall_head_size()) x)
+               head_events = recall_head_with((
+                 SELECT jsonb_agg(recall_head_event(t.last_seq + u.i, 'trigger_filed', v_at, p_summaries[u.n],
+                                                    p_ids[u.n], least(p_expires[u.n], t.expires_at)) ORDER BY u.i DESC)
+                   FROM unnest(v_n) WITH ORDINALITY u(n, i)), t.head_events)
          WHERE t.tenant_id = p_tenant AND t.id = v_thread AND NOT recall_is_gone(t.deleted_at, t.expires_at)
         RETURNING t.last_seq - cardinality(v_n), t.expires_at INTO v_base, v_cap;
         CONTINUE WHEN NOT FOUND;

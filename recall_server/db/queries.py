@@ -683,9 +683,8 @@ async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) 
 
 # A thread's head gains the new event and drops the oldest beyond recall_head_size(): the statements
 # that append take it from here, under the row lock their UPDATE holds.
-_HEAD_PREPEND = """jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref}, {gone_at}))
-                   || CASE WHEN jsonb_array_length(t.head_events) >= recall_head_size()
-                           THEN t.head_events - (recall_head_size() - 1) ELSE t.head_events END"""
+_HEAD_PREPEND = """recall_head_with(jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref},
+                                                                 {gone_at})), t.head_events)"""
 
 
 _TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256, request_hash,
