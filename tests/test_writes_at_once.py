@@ -31,6 +31,17 @@ def run(database_url: str, key: str, call: Any) -> Any:
     return asyncio.run(go())
 
 
+def heads_and_logs(database_url: str, key: str, *threads: str) -> list[tuple[Any, Any]]:
+    """Each thread's default row rendered from its head and from its log, in one snapshot (one now())."""
+    async def render(conn: asyncpg.Connection, cred: auth.Credential) -> list[tuple[Any, Any]]:
+        async with conn.transaction(isolation="repeatable_read"):
+            return [((await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE))[1],
+                     (await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE, from_log=True))[1])
+                    for t in threads]
+
+    return run(database_url, key, render)
+
+
 def trigger(trigger_id: str, expires_at: datetime | None = None) -> queries.NewTrigger:
     return queries.NewTrigger(trigger_id, "test", "filed at once", "text/plain", b"p", b"s" * 32, b"h", None, None,
                               None, None, None, expires_at)
@@ -176,13 +187,7 @@ def test_triggers_on_threads_file_together_each_thread_in_submission_order(datab
         [ids[2], ids[5]]
     assert not sql("SELECT 1 FROM triggers WHERE id = ANY($1)", ids[14:])
 
-    async def head_and_log(conn: asyncpg.Connection, cred: auth.Credential) -> list[tuple[Any, Any]]:
-        async with conn.transaction(isolation="repeatable_read"):  # one now() for both renderings
-            return [((await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE))[1],
-                     (await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE, from_log=True))[1])
-                    for t in (busy, short)]
-
-    for head, log in run(database_url, api_key, head_and_log):
+    for head, log in heads_and_logs(database_url, api_key, busy, short):
         assert head == log
 
 
@@ -246,16 +251,10 @@ def test_plain_notes_append_together_each_thread_in_submission_order(database_ur
     assert sql("SELECT last_seq FROM threads WHERE id = $1", busy)[0][0] == 14
     assert sql("SELECT count(*) FROM thread_events WHERE thread_id = $1", deleted)[0][0] == 0
 
-    async def head_and_log(conn: asyncpg.Connection, cred: auth.Credential) -> list[tuple[Any, Any]]:
-        async with conn.transaction(isolation="repeatable_read"):  # one now() for both renderings
-            return [((await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE))[1],
-                     (await queries.fetch_thread(conn, cred, t, queries.HEAD_SIZE, from_log=True))[1])
-                    for t in (busy, other)]
-
-    for head, log in run(database_url, api_key, head_and_log):
+    rendered = heads_and_logs(database_url, api_key, busy, other)
+    for head, log in rendered:
         assert head == log
-    assert [e.summary for e in run(database_url, api_key, head_and_log)[0][0].events] == \
-        [f"n{i}" for i in range(14, 4, -1)]
+    assert [e.summary for e in rendered[0][0].events] == [f"n{i}" for i in range(14, 4, -1)]
 
 
 def test_notes_that_lose_a_deadlock_are_all_left_to_their_own_paths(database_url: str, api_key: str,
