@@ -148,9 +148,20 @@ class Recall:
         self.cursors = cursors
         self.idempotency_ttl = settings.idempotency_ttl
         self.contents = ContentCache(settings.content_cache_bytes)
-        self.triggers = Coalescer(self._ingest_many)  # concurrent plain triggers of one key: one statement
-        self.filings = Coalescer(self._file_on_threads)  # and those on threads, whatever the threads
-        self.notes = Coalescer(self._note_many)  # and concurrent plain notes of one key, whatever their threads
+        # Concurrent plain writes of one key, each kind in one statement: triggers, triggers on threads (whatever
+        # the threads) and notes
+        self.triggers = Coalescer(self._pooled(q.ingest_many))
+        self.filings = Coalescer(self._pooled(q.file_on_threads))
+        self.notes = Coalescer(self._pooled(q.note_many))
+
+    def _pooled(self, write_batch: Callable[[q.Conn, Credential, list[Any]], Awaitable[list[Any]]]
+                ) -> Callable[[Credential, list[Any]], Awaitable[list[Any]]]:
+        """`write_batch` on a pooled connection: what a Coalescer runs."""
+        async def run(cred: Credential, items: list[Any]) -> list[Any]:
+            async with self.db.connection() as conn:
+                return await write_batch(conn, cred, items)
+
+        return run
 
     # ---- shared steps ----------------------------------------------------------------
 
@@ -418,18 +429,6 @@ class Recall:
                             f"/triggers/{existing_id}")
 
         return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/triggers", req), operation)
-
-    async def _ingest_many(self, cred: Credential, triggers: list[q.NewTrigger]) -> list[Any]:
-        async with self.db.connection() as conn:
-            return await q.ingest_many(conn, cred, triggers)
-
-    async def _file_on_threads(self, cred: Credential, filings: list[tuple[str, q.NewTrigger]]) -> list[Any]:
-        async with self.db.connection() as conn:
-            return await q.file_on_threads(conn, cred, filings)
-
-    async def _note_many(self, cred: Credential, notes: list[q.NewNote]) -> list[Any]:
-        async with self.db.connection() as conn:
-            return await q.note_many(conn, cred, notes)
 
     @staticmethod
     def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,
