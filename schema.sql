@@ -435,78 +435,19 @@ BEGIN
 END
 $$;
 
--- Plain notes of one key, appended together (queries.note_many; coalesce.py): one call, one commit,
--- however many threads they go to. Each thread's row is locked once, in ID order (so two calls never
--- deadlock on each other), takes its notes' seqs in the order given and gets them on its head; a note
--- whose thread or ref is missing or gone is not written (its caller then answers it on its own path).
--- Returns the written notes' positions in the arrays (from 1), seqs and time. A loop rather than one
--- UPDATE ... FROM over the threads: each thread is then a primary-key lookup. Joined to the batch, the
--- planner estimated the key's tenant at a handful of threads and scanned all of them (4-9 ms a batch
--- on the bench store, one tenant of 10,000 threads).
-CREATE OR REPLACE FUNCTION recall_append_notes(p_tenant text, p_threads text[], p_summaries text[], p_refs text[])
-RETURNS TABLE (note_n bigint, note_seq bigint, note_at timestamptz)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_at timestamptz := clock_timestamp();
-    v_thread text;
-    v_n bigint[];
-    v_summaries text[];
-    v_refs text[];
-    v_gone_at timestamptz[];
-    v_base bigint;
-BEGIN
-    FOR v_thread IN SELECT DISTINCT u.t FROM unnest(p_threads) u(t) ORDER BY 1 LOOP
-        -- its notes whose ref (if any) is live, in the order given; each ref's expiry goes on its event
-        SELECT array_agg(o.n ORDER BY o.n), array_agg(o.s ORDER BY o.n), array_agg(o.r ORDER BY o.n),
-               array_agg(o.gone_at ORDER BY o.n)
-          INTO v_n, v_summaries, v_refs, v_gone_at
-          FROM (SELECT u.n, u.s, u.r, coalesce(g.deleted_at, g.expires_at) AS gone_at
-                  FROM unnest(p_threads, p_summaries, p_refs) WITH ORDINALITY u(t, s, r, n)
-                  LEFT JOIN LATERAL (
-                    SELECT true AS found, deleted_at, expires_at FROM triggers
-                     WHERE left(u.r, 4) = 'trg_' AND tenant_id = p_tenant AND id = u.r
-                    UNION ALL SELECT true, deleted_at, expires_at FROM threads
-                     WHERE left(u.r, 4) = 'thr_' AND tenant_id = p_tenant AND id = u.r
-                    UNION ALL SELECT true, deleted_at, expires_at FROM workers
-                     WHERE left(u.r, 4) = 'wkr_' AND tenant_id = p_tenant AND id = u.r
-                    UNION ALL SELECT true, deleted_at, expires_at FROM reports
-                     WHERE left(u.r, 4) = 'rpt_' AND tenant_id = p_tenant AND id = u.r
-                    UNION ALL SELECT true, deleted_at, expires_at FROM memories
-                     WHERE left(u.r, 4) = 'mem_' AND tenant_id = p_tenant AND id = u.r
-                  ) g ON u.r IS NOT NULL
-                 WHERE u.t = v_thread
-                   AND (u.r IS NULL OR (g.found AND NOT recall_is_gone(g.deleted_at, g.expires_at)))) o;
-        CONTINUE WHEN v_n IS NULL;
-        UPDATE threads t SET last_seq = t.last_seq + cardinality(v_n), updated_at = v_at,
-               head_events = recall_head_with((
-                 SELECT jsonb_agg(recall_head_event(t.last_seq + u.i, 'note', v_at, u.s, u.r, u.g) ORDER BY u.i DESC)
-                   FROM unnest(v_summaries, v_refs, v_gone_at) WITH ORDINALITY u(s, r, g, i)), t.head_events)
-         WHERE t.tenant_id = p_tenant AND t.id = v_thread AND NOT recall_is_gone(t.deleted_at, t.expires_at)
-        RETURNING t.last_seq - cardinality(v_n) INTO v_base;
-        CONTINUE WHEN NOT FOUND;
-        RETURN QUERY
-          WITH ins AS (
-            INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
-            SELECT p_tenant, v_thread, v_base + u.i, 'note', v_at, u.s, u.r, u.g
-              FROM unnest(v_summaries, v_refs, v_gone_at) WITH ORDINALITY u(s, r, g, i)
-            RETURNING thread_events.seq)
-          SELECT v_n[ins.seq - v_base], ins.seq, v_at FROM ins;
-    END LOOP;
-END
-$$;
-
--- Plain triggers of one key filed on threads together (queries.file_on_threads; coalesce.py), as
--- recall_append_notes appends notes: each thread locked once, in ID order, its trigger_filed events
--- in the order given and on its head; then every trigger and event in one insert each. A trigger whose
--- thread is missing or gone is not filed; a taken ID or delivery undoes the whole call (a unique
--- violation), and the caller files each trigger on its own. Returns the filed triggers' positions in
--- the arrays (from 1) and their times. Each trigger's expiry is capped by its thread's.
-CREATE OR REPLACE FUNCTION recall_file_on_threads(
-    p_tenant text, p_threads text[], p_ids text[], p_sources text[], p_summaries text[], p_content_types text[],
-    p_payloads bytea[], p_shas bytea[], p_hashes bytea[], p_occurred timestamptz[], p_apps text[], p_agents text[],
-    p_runs text[], p_externals text[], p_expires timestamptz[])
-RETURNS TABLE (trigger_n bigint, trigger_occurred_at timestamptz, trigger_created_at timestamptz,
-               trigger_expires_at timestamptz)
+-- Events of one type appended to threads together (recall_append_notes, recall_file_on_threads): one
+-- call, one commit, however many threads they go to. Each thread's row is locked once, in ID order (so
+-- two calls never deadlock on each other); its events take their seqs in the order given and go on its
+-- head; then every event is written in one insert. An event whose thread is NULL (its caller refused
+-- it), missing or gone is not written. Its ref_gone_at is the one given, capped by its thread's expiry
+-- when p_capped (what is filed on a thread goes with it). Returns the written events' positions in the
+-- arrays (from 1), seqs, time and ref_gone_at. A loop rather than one UPDATE ... FROM over the threads:
+-- each thread is then a primary-key lookup. Joined to the batch, the planner estimated the key's tenant
+-- at a handful of threads and scanned all of them (4-9 ms a batch on the bench store, one tenant of
+-- 10,000 threads).
+CREATE OR REPLACE FUNCTION recall_append_events(p_tenant text, p_type text, p_threads text[], p_summaries text[],
+                                                p_refs text[], p_gone_ats timestamptz[], p_capped boolean)
+RETURNS TABLE (event_n bigint, event_seq bigint, event_at timestamptz, event_gone_at timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_at timestamptz := clock_timestamp();
@@ -514,19 +455,20 @@ DECLARE
     v_n bigint[];
     v_base bigint;
     v_cap timestamptz;
-    v_threads text[] := '{}';  -- the live threads, each with its first new seq minus one and its expiry
+    v_threads text[] := '{}';  -- the live threads, each with its first new seq minus one and its cap
     v_bases bigint[] := '{}';
     v_caps timestamptz[] := '{}';
 BEGIN
-    FOR v_thread IN SELECT DISTINCT u.t FROM unnest(p_threads) u(t) ORDER BY 1 LOOP
+    FOR v_thread IN SELECT DISTINCT u.t FROM unnest(p_threads) u(t) WHERE u.t IS NOT NULL ORDER BY 1 LOOP
         SELECT array_agg(u.n ORDER BY u.n) INTO v_n FROM unnest(p_threads) WITH ORDINALITY u(t, n) WHERE u.t = v_thread;
         UPDATE threads t SET last_seq = t.last_seq + cardinality(v_n), updated_at = v_at,
                head_events = recall_head_with((
-                 SELECT jsonb_agg(recall_head_event(t.last_seq + u.i, 'trigger_filed', v_at, p_summaries[u.n],
-                                                    p_ids[u.n], least(p_expires[u.n], t.expires_at)) ORDER BY u.i DESC)
+                 SELECT jsonb_agg(recall_head_event(t.last_seq + u.i, p_type, v_at, p_summaries[u.n], p_refs[u.n],
+                                                    least(p_gone_ats[u.n], CASE WHEN p_capped THEN t.expires_at END))
+                                  ORDER BY u.i DESC)
                    FROM unnest(v_n) WITH ORDINALITY u(n, i)), t.head_events)
          WHERE t.tenant_id = p_tenant AND t.id = v_thread AND NOT recall_is_gone(t.deleted_at, t.expires_at)
-        RETURNING t.last_seq - cardinality(v_n), t.expires_at INTO v_base, v_cap;
+        RETURNING t.last_seq - cardinality(v_n), CASE WHEN p_capped THEN t.expires_at END INTO v_base, v_cap;
         CONTINUE WHEN NOT FOUND;
         v_threads := v_threads || v_thread;
         v_bases := v_bases || v_base;
@@ -535,23 +477,68 @@ BEGIN
     RETURN QUERY
       WITH x AS (
         SELECT u.n, l.base + row_number() OVER (PARTITION BY u.t ORDER BY u.n) AS seq,
-               least(p_expires[u.n], l.cap) AS expires_at
+               least(p_gone_ats[u.n], l.cap) AS gone_at
           FROM unnest(p_threads) WITH ORDINALITY u(t, n) JOIN unnest(v_threads, v_bases, v_caps) l(t, base, cap)
             ON l.t = u.t),
-      filed AS (
-        INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,
-                              request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at)
-        SELECT p_tenant, p_ids[x.n], p_sources[x.n], p_threads[x.n], p_summaries[x.n], p_content_types[x.n],
-               p_payloads[x.n], p_shas[x.n], p_hashes[x.n], coalesce(p_occurred[x.n], clock_timestamp()), p_apps[x.n],
-               p_agents[x.n], p_runs[x.n], p_externals[x.n], x.expires_at
-          FROM x
-        RETURNING triggers.id, triggers.occurred_at, triggers.created_at, triggers.expires_at),
       logged AS (
         INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
-        SELECT p_tenant, p_threads[x.n], x.seq, 'trigger_filed', v_at, p_summaries[x.n], p_ids[x.n], x.expires_at
-          FROM x)
-      SELECT x.n, filed.occurred_at, filed.created_at, filed.expires_at FROM x JOIN filed ON filed.id = p_ids[x.n];
+        SELECT p_tenant, p_threads[x.n], x.seq, p_type, v_at, p_summaries[x.n], p_refs[x.n], x.gone_at FROM x)
+      SELECT x.n, x.seq, v_at, x.gone_at FROM x;
 END
+$$;
+
+-- Plain notes of one key, appended together (queries.note_many; coalesce.py) by recall_append_events. A
+-- note whose ref is missing or gone is not written (its caller then answers it on its own path); each
+-- live ref's expiry goes on its event. Returns the written notes' positions in the arrays (from 1), seqs
+-- and time.
+CREATE OR REPLACE FUNCTION recall_append_notes(p_tenant text, p_threads text[], p_summaries text[], p_refs text[])
+RETURNS TABLE (note_n bigint, note_seq bigint, note_at timestamptz)
+LANGUAGE sql VOLATILE AS $$
+    WITH checked AS (
+      SELECT array_agg(CASE WHEN u.r IS NULL OR (g.found AND NOT recall_is_gone(g.deleted_at, g.expires_at))
+                            THEN u.t END ORDER BY u.n) AS threads,
+             array_agg(coalesce(g.deleted_at, g.expires_at) ORDER BY u.n) AS gone_ats
+        FROM unnest(p_threads, p_refs) WITH ORDINALITY u(t, r, n)
+        LEFT JOIN LATERAL (
+          SELECT true AS found, deleted_at, expires_at FROM triggers
+           WHERE left(u.r, 4) = 'trg_' AND tenant_id = p_tenant AND id = u.r
+          UNION ALL SELECT true, deleted_at, expires_at FROM threads
+           WHERE left(u.r, 4) = 'thr_' AND tenant_id = p_tenant AND id = u.r
+          UNION ALL SELECT true, deleted_at, expires_at FROM workers
+           WHERE left(u.r, 4) = 'wkr_' AND tenant_id = p_tenant AND id = u.r
+          UNION ALL SELECT true, deleted_at, expires_at FROM reports
+           WHERE left(u.r, 4) = 'rpt_' AND tenant_id = p_tenant AND id = u.r
+          UNION ALL SELECT true, deleted_at, expires_at FROM memories
+           WHERE left(u.r, 4) = 'mem_' AND tenant_id = p_tenant AND id = u.r
+        ) g ON u.r IS NOT NULL)
+    SELECT a.event_n, a.event_seq, a.event_at
+      FROM checked, recall_append_events(p_tenant, 'note', checked.threads, p_summaries, p_refs, checked.gone_ats, false) a
+$$;
+
+-- Plain triggers of one key filed on threads together (queries.file_on_threads; coalesce.py): their
+-- trigger_filed events appended by recall_append_events, then every trigger in one insert, each one's
+-- expiry capped by its thread's. A trigger whose thread is missing or gone is not filed; a taken ID or
+-- delivery undoes the whole call (a unique violation), and the caller files each trigger on its own.
+-- Returns the filed triggers' positions in the arrays (from 1) and their times.
+CREATE OR REPLACE FUNCTION recall_file_on_threads(
+    p_tenant text, p_threads text[], p_ids text[], p_sources text[], p_summaries text[], p_content_types text[],
+    p_payloads bytea[], p_shas bytea[], p_hashes bytea[], p_occurred timestamptz[], p_apps text[], p_agents text[],
+    p_runs text[], p_externals text[], p_expires timestamptz[])
+RETURNS TABLE (trigger_n bigint, trigger_occurred_at timestamptz, trigger_created_at timestamptz,
+               trigger_expires_at timestamptz)
+LANGUAGE sql VOLATILE AS $$
+    WITH logged AS (
+      SELECT * FROM recall_append_events(p_tenant, 'trigger_filed', p_threads, p_summaries, p_ids, p_expires, true)),
+    filed AS (
+      INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,
+                            request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at)
+      SELECT p_tenant, p_ids[l.event_n], p_sources[l.event_n], p_threads[l.event_n], p_summaries[l.event_n],
+             p_content_types[l.event_n], p_payloads[l.event_n], p_shas[l.event_n], p_hashes[l.event_n],
+             coalesce(p_occurred[l.event_n], clock_timestamp()), p_apps[l.event_n], p_agents[l.event_n],
+             p_runs[l.event_n], p_externals[l.event_n], l.event_gone_at
+        FROM logged l
+      RETURNING triggers.id, triggers.occurred_at, triggers.created_at, triggers.expires_at)
+    SELECT l.event_n, f.occurred_at, f.created_at, f.expires_at FROM logged l JOIN filed f ON f.id = p_ids[l.event_n]
 $$;
 
 CREATE OR REPLACE FUNCTION recall_worker_head_threads(t text, wkr text) RETURNS jsonb

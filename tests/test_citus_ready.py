@@ -179,7 +179,8 @@ def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
     spanning = set()
     for r in rows:
         touches = re.search(rf"\b(FROM|JOIN|INTO|UPDATE)\s+({'|'.join(distributed)})\b", r["prosrc"], re.I)
-        pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])
+        pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])  # compared, or inserted as the tenant
+                     or re.search(rf"INTO\s+\w+\s*\(\s*tenant_id\b[^)]*\)\s*SELECT\s+{re.escape(arg)}\b", r["prosrc"], re.I)
                      for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"] \
             or _BOUND_TENANT.search(r["prosrc"])  # the tenant the key check bound, and nothing without one
         if touches and not pinned:
@@ -248,5 +249,5 @@ def test_the_readme_distributes_exactly_the_tenant_tables_and_every_tenant_funct
     assert distributed == tenant_tables(store)
     functions = {r[0] for r in run_sql(store, """
         SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
-           AND (p.proargnames)[1] = 't'""")}
-    assert functions == set(re.findall(r"create_distributed_function\('(\w+)\([^)]*\)', 't'", readme))
+           AND (p.proargnames)[1] IN ('t', 'p_tenant')""")}  # p_tenant: plpgsql, where `t` is an alias
+    assert functions == set(re.findall(r"create_distributed_function\('(\w+)\([^)]*\)', '(?:t|p_tenant)'", readme))
