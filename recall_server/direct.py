@@ -1,10 +1,11 @@
-"""The hottest requests answered in plain ASGI: GET /threads/{id}, GET /workers/{id}, POST /triggers.
+"""The hottest requests answered in plain ASGI: GET /threads/{id}, GET /workers/{id}, POST /triggers,
+POST /threads/{id}/events.
 
-An agent's recall is mostly the two fetches, and ingest is mostly plain triggers. Through the
-framework each paid Python per request beyond the service call and the database (three
-middlewares, routing, parameter and body extraction and validation, the response pipeline): on
-the benchmark, from the branch point to `Direct` (back to back, same store), get_thread 0.604 ->
-0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them itself, with the same
+An agent's recall is mostly the two fetches, and what workers write is mostly plain triggers and
+notes. Through the framework each paid Python per request beyond the service call and the
+database (three middlewares, routing, parameter and body extraction and validation, the response
+pipeline): on the benchmark, from the branch point to `Direct` (back to back, same store),
+get_thread 0.604 -> 0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them itself, with the same
 service call, the same problem renderer and the same headers; tests/test_direct.py checks that its
 answers are the framework route's, byte for byte, over hits, misses, gone IDs, budgets, bad keys
 and generated bodies.
@@ -14,8 +15,8 @@ It takes only the plain case and passes everything else to the framework unchang
   message stays the framework's), or an ID holding `/`. A read with X-Recall-Run is traced exactly
   as trace.TraceReads traces the framework's (the same two functions), after the same 401 and 400
   checks in the same order;
-- a POST /triggers with a query, an Idempotency-Key, no Content-Length or one over the limit, a
-  non-JSON media type, or a body that is not a valid CreateTrigger: the framework gets the request
+- a POST with a query, an Idempotency-Key, no Content-Length or one over the limit, a non-JSON media
+  type, or a body that is not a valid CreateTrigger (CreateNote): the framework gets the request
   with the body it was sent, and answers with its own messages. The key is checked first, as
   RequireKey does, before the body is read.
 """
@@ -27,7 +28,7 @@ from typing import Any
 import msgspec
 
 from recall_server import auth, errors, jsonbody, spill, trace
-from recall_server.models import CreateTrigger
+from recall_server.models import CreateNote, CreateTrigger
 from recall_server.observability import request_id
 
 _HEADERS = [(b"content-type", b"application/json")]
@@ -58,10 +59,10 @@ class Direct:
                 return
             scope["path_template"] = route[0]  # what the access log and the metrics label it with
             await self._answer(scope, send, route[0], route[1], object_id, budget)
-        elif (scope["method"] == "POST" and scope["path"] == "/triggers" and not scope["query_string"]
+        elif (scope["method"] == "POST" and not scope["query_string"] and (write := _write(scope["path"]))
               and self._plain_body(scope["headers"])):
-            scope["path_template"] = "/triggers"
-            await self._create_trigger(scope, receive, send)
+            scope["path_template"] = write[0]
+            await self._create(scope, receive, send, *write[1:])
         else:
             await self.app(scope, receive, send)
 
@@ -79,7 +80,7 @@ class Direct:
             return False
         return True
 
-    async def _create_trigger(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _create(self, scope: dict[str, Any], receive: Any, send: Any, model: type, create: Any) -> None:
         try:
             cred = auth.from_headers(scope["headers"])
             body = await read_body(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
@@ -87,12 +88,12 @@ class Direct:
             await self._problem(scope, send, problem)
             return
         try:
-            req = msgspec.convert(jsonbody.decode(body), CreateTrigger)
+            req = msgspec.convert(jsonbody.decode(body), model)
         except (errors.BadRequest, msgspec.ValidationError):  # the framework says what is wrong, its way
             await self.app(scope, _replay(body, receive), send)
             return
         try:
-            outcome = await self.app.state.recall.create_trigger(cred, req, None)
+            outcome = await create(self.app.state.recall, cred, req)
         except Exception as exc:
             await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
             return
@@ -155,6 +156,18 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body
     await send({"type": "http.response.start", "status": status,
                 "headers": [*headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _write(path: str) -> tuple[str, type, Any] | None:
+    """The plain write a POST path is (its route template, body model and service call), or None."""
+    if path == "/triggers":
+        return path, CreateTrigger, lambda recall, cred, req: recall.create_trigger(cred, req, None)
+    collection, _, rest = path[1:].partition("/")
+    thread_id, _, tail = rest.partition("/")
+    if collection == "threads" and thread_id and tail == "events":
+        return "/threads/{thread_id}/events", CreateNote, lambda recall, cred, req: recall.add_note(cred, thread_id, req,
+                                                                                                   None)
+    return None
 
 
 def _budget(query: bytes) -> int | None:

@@ -188,7 +188,7 @@ def test_any_get_of_a_thread_or_worker_path_is_answered_as_the_framework_answers
 # The two stacks file the same request in two tenants (a trigger ID is per tenant), so each can create
 # it; the answers then differ only in the clock: created_at, occurred_at when the body gives none, a ttl's expires_at.
 
-CLOCK = ("created_at", "occurred_at", "expires_at")  # expires_at: now + ttl
+CLOCK = ("created_at", "occurred_at", "expires_at", "at")  # expires_at: now + ttl
 
 
 @pytest.fixture(scope="module")
@@ -311,4 +311,93 @@ def test_any_trigger_body_is_answered_as_the_framework_answers_it(
         pair: Pair, tenants: dict[str, str], fields: dict[str, Any]) -> None:
     body = trigger(**{k: v.format(**tenants) if k == "thread_id" else v for k, v in fields.items()})
     framework, direct, _ = post_both(pair, tenants, body)
+    same_write(framework, direct)
+
+
+# ---- notes -------------------------------------------------------------------------------
+# Both tenants' threads get the same notes in the same order, so their seqs stay equal.
+
+def note(**fields: Any) -> bytes:
+    return json.dumps({"summary": "a note", **fields}).encode()
+
+
+NOTED_DIRECTLY = [  # (path, body fields): hits, a missing thread, a wrong-kind and a gone ref
+    ("/threads/{thread}/events", {}), ("/threads/{thread}/events", {"ref": "{thread}"}),
+    ("/threads/{thread}/events", {"summary": "é" * 200}), ("/threads/{thread}/events", {"ref": "trg_never_made"}),
+    ("/threads/{thread}/events", {"ref": None}), ("/threads/thr_never_made/events", {}),
+    ("/threads/not-an-id/events", {}), ("/threads/{thread}/events", {"ref": "{gone_trigger}"}),
+]
+FRAMEWORK_NOTES = [  # bodies the framework explains
+    b"not json", b"{}", b"[]", note(summary=5), note(summary="x" * 300), note(ref="not-an-id"), note(extra=1),
+    b'{"summary": "a", "summary": "b"}',
+]
+
+
+@pytest.fixture(scope="module")
+def gone_trigger(pair: Pair, tenants: dict[str, str]) -> str:
+    """A trigger with the same ID in both tenants, deleted."""
+    trigger_id = uid("trg")
+    for client, key in ((pair.framework, tenants["framework"]), (pair.direct, tenants["direct"])):
+        auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        assert client.post("/triggers", content=trigger(id=trigger_id), headers=auth).status_code == 201
+        assert client.delete(f"/triggers/{trigger_id}", headers=auth).status_code == 204
+    return trigger_id
+
+
+@pytest.mark.parametrize("path,fields", NOTED_DIRECTLY)
+def test_a_plain_note_is_appended_directly_as_the_framework_appends_it(
+        pair: Pair, tenants: dict[str, str], gone_trigger: str, path: str, fields: dict[str, Any]) -> None:
+    names = {**tenants, "gone_trigger": gone_trigger}
+    body = note(**{k: v.format(**names) if isinstance(v, str) else v for k, v in fields.items()})
+    framework, direct, directly = post_both(pair, tenants, body, path=path.format(**names))
+    same_write(framework, direct)
+    assert directly
+
+
+@pytest.mark.parametrize("body", FRAMEWORK_NOTES)
+def test_a_body_that_is_not_a_plain_note_goes_to_the_framework_whole(
+        pair: Pair, tenants: dict[str, str], body: bytes) -> None:
+    framework, direct, directly = post_both(pair, tenants, body, path=f"/threads/{tenants['thread']}/events")
+    same(framework, direct)
+    assert framework.status_code in (400, 422) and not directly
+
+
+@pytest.mark.parametrize("case", ["idempotency", "query", "media type", "no key", "read key", "path"])
+def test_notes_that_are_not_plain_go_to_the_framework_and_keys_are_checked_first(
+        pair: Pair, tenants: dict[str, str], case: str) -> None:
+    path = f"/threads/{tenants['thread']}/events"
+    if case == "idempotency":
+        framework, direct, directly = post_both(pair, tenants, note(), {"Idempotency-Key": uid("idem")}, path=path)
+        same_write(framework, direct)
+        assert framework.status_code == 201 and not directly
+    elif case == "query":
+        framework, direct, directly = post_both(pair, tenants, note(), path=path + "?x=1")
+        same_write(framework, direct)
+        assert framework.status_code == 201 and not directly
+    elif case == "media type":
+        framework, direct, directly = post_both(pair, tenants, note(), {"Content-Type": "text/plain"}, path=path)
+        same(framework, direct)
+        assert framework.status_code == 415 and not directly
+    elif case == "path":  # not the route: the framework's 404 or 405
+        framework, direct, directly = post_both(pair, tenants, note(), path=path + "/x")
+        same(framework, direct)
+        assert framework.status_code in (404, 405) and not directly
+    else:
+        key = {"no key": "", "read key": tenants["reader"]}[case]
+        framework, direct, directly = post_both(pair, {**tenants, "framework": key, "direct": key}, note(), path=path)
+        same(framework, direct)
+        assert framework.status_code == (403 if case == "read key" else 401) and directly
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(thread=st.sampled_from(["{thread}", "thr_never_made", "wkr_x", "bad", "thr_%2F"]),
+       fields=st.fixed_dictionaries({}, optional={
+           "summary": st.one_of(_TEXT, st.none(), st.integers()),
+           "ref": st.one_of(st.sampled_from(["{thread}", "trg_never_made", "bad", "{gone_trigger}"]), st.none()),
+       }))
+def test_any_note_is_answered_as_the_framework_answers_it(
+        pair: Pair, tenants: dict[str, str], gone_trigger: str, thread: str, fields: dict[str, Any]) -> None:
+    names = {**tenants, "gone_trigger": gone_trigger}
+    body = note(**{k: v.format(**names) if isinstance(v, str) else v for k, v in fields.items()})
+    framework, direct, _ = post_both(pair, tenants, body, path=f"/threads/{thread.format(**names)}/events")
     same_write(framework, direct)
