@@ -348,12 +348,19 @@ def test_the_pool_asks_for_no_notices(server: Any, database_url: str) -> None:
         try:
             async with db.connection() as conn:
                 heard: list[str] = []
-                conn.add_log_listener(lambda _conn, message: heard.append(message.message))
-                await conn.fetchval("SELECT to_tsvector('simple', repeat('x', 3000))")
-                pooled = list(heard)
-                await conn.execute("SET client_min_messages = notice")  # PostgreSQL's default
-                await conn.fetchval("SELECT to_tsvector('simple', repeat('y', 3000))")  # not the plan cached above
-                await conn.execute("RESET client_min_messages")
+
+                def listener(_conn: Any, message: Any) -> None:
+                    heard.append(message.message)
+
+                conn.add_log_listener(listener)
+                try:
+                    await conn.fetchval("SELECT to_tsvector('simple', repeat('x', 3000))")
+                    pooled = list(heard)
+                    await conn.execute("SET client_min_messages = notice")  # PostgreSQL's default
+                    await conn.fetchval("SELECT to_tsvector('simple', repeat('y', 3000))")  # not the plan cached above
+                    await conn.execute("RESET client_min_messages")
+                finally:
+                    conn.remove_log_listener(listener)  # a listener left on a pooled connection: asyncpg warns
                 return pooled, heard[len(pooled):]
         finally:
             await db.close()
