@@ -5,10 +5,10 @@ An agent's recall is mostly the two fetches, and what workers write is mostly pl
 notes. Through the framework each paid Python per request beyond the service call and the
 database (three middlewares, routing, parameter and body extraction and validation, the response
 pipeline): on the benchmark, from the branch point to `Direct` (back to back, same store),
-get_thread 0.604 -> 0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them itself, with the same
-service call, the same problem renderer and the same headers; tests/test_direct.py checks that its
-answers are the framework route's, byte for byte, over hits, misses, gone IDs, budgets, bad keys
-and generated bodies.
+get_thread 0.604 -> 0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them
+itself, with the same service call, the same problem renderer and the same headers;
+tests/test_direct.py checks that its answers are the framework route's, byte for byte, over hits,
+misses, gone IDs, budgets, bad keys and generated bodies.
 
 It takes only the plain case and passes everything else to the framework unchanged:
 - a GET with a query other than a single `budget=<digits>` within range (so every validation
