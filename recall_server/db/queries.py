@@ -304,18 +304,24 @@ async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
     return tenant, None if row is None else Content(*row[1:])
 
 
-_THREADS = keyed("""
+_THREADS_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS threads FROM (
-      SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM threads t
+      SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM {threads}
       WHERE t.tenant_id = auth.tenant AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-        AND ($3::text IS NULL OR t.status = $3)
-        AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM thread_owners o WHERE o.tenant_id = t.tenant_id
-                                          AND o.thread_id = t.id AND o.worker_id = $4))
+        AND ($3::text IS NULL OR t.status = $3) AND {owner}
         AND ($5::timestamptz IS NULL OR (t.created_at, t.id) < ($5, $6))
         AND ($8::text IS NULL OR t.app_id = $8) AND ($9::text IS NULL OR t.agent_id = $9)
         AND ($10::text IS NULL OR t.run_id = $10)
       ORDER BY t.created_at DESC, t.id DESC LIMIT $7) x
-""")
+"""
+# The tenant's threads, newest first along threads_by_created (threads_by_status for a status).
+_THREADS = keyed(_THREADS_PAGE.format(threads="threads t", owner="$4::text IS NULL"))
+# One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With the owner
+# as a filter on the walk along threads_by_created, a worker owning 20 threads of the bench store's
+# 11,500 cost a scan of all of them (8 ms; tests/test_plans.py).
+_OWNED_THREADS = keyed(_THREADS_PAGE.format(
+    threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id",
+    owner="o.tenant_id = auth.tenant AND o.worker_id = $4"))
 
 
 async def list_threads(
@@ -325,8 +331,8 @@ async def list_threads(
     """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
     with its sort key."""
     tenant, row = await tenancy.fetch(
-        conn, cred, _THREADS, status, owner, after[0] if after else None, after[1] if after else None, limit,
-        labels.app_id, labels.agent_id, labels.run_id,
+        conn, cred, _THREADS if owner is None else _OWNED_THREADS, status, owner, after[0] if after else None,
+        after[1] if after else None, limit, labels.app_id, labels.agent_id, labels.run_id,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, [
