@@ -11,11 +11,12 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   it nothing (no tenant is set outside a transaction): a false miss, never another tenant's row, and
   every read also filters on `auth.tenant` explicitly.
 - A write is a transaction opened by `session()`: the same check and binding first, then the scope.
-  The hot writes (a trigger, a note) first try one statement, `keyed_write(write, scope)`: the key
-  check, the binding and the scope gate as CTEs in front of a data-modifying CTE `done` that reads
-  its tenant from `gate.tenant` (no row, so no write, when the key lacks the scope). It is its own
-  transaction; when it writes nothing the caller falls back to the transaction above, which tells
-  the cases apart (401, 403, 404, 409, 410, 422) exactly as before.
+  The hot writes (plain triggers and notes; those of one key that arrive together share one,
+  coalesce.py) first try one statement, `keyed_write(write, scope)`: the key check, the binding
+  and the scope gate as CTEs in front of a data-modifying CTE `done` that reads its tenant from
+  `gate.tenant` (no row, so no write, when the key lacks the scope). It is its own transaction; a
+  write it did not make falls back to the transaction above, which tells the cases apart (401,
+  403, 404, 409, 410, 422) exactly as before.
 - A webhook delivery carries no key: `hook_session()` binds the tenant of the hook its URL names,
   from `recall_hook_verify` (SECURITY DEFINER, like `recall_authenticate`), once the HMAC of the
   body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an
@@ -81,16 +82,9 @@ def keyed_write(write: str, scope: str) -> str:
     """
 
 
-async def write(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
-                ) -> tuple[str, asyncpg.Record | None]:
-    """Run a `keyed_write`: (the key's tenant, the row or None when it wrote nothing). 401 bad key, 403 scope."""
-    tenant, rows = await write_many(conn, cred, scope, sql, *args)
-    return tenant, rows[0] if rows else None
-
-
 async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
                      ) -> tuple[str, list[asyncpg.Record]]:
-    """Run a `keyed_write` whose `done` writes many rows: (the key's tenant, the rows it wrote). 401 bad key, 403 scope."""
+    """Run a `keyed_write`: (the key's tenant, the rows its `done` wrote, maybe none). 401 bad key, 403 scope."""
     rows = await conn.fetch(sql, cred.key_id, cred.secret_sha256, *args)
     if not rows:
         raise unknown_key()
