@@ -9,8 +9,10 @@ opened, for the `tenant` it bound.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -790,6 +792,11 @@ class NewTrigger(msgspec.Struct, array_like=True):
     expires_at: datetime | None
 
 
+def _arrays(rows: Iterable[msgspec.Struct]) -> list[list[Any]]:
+    """Structs of one type as one array per field, in field order: what a batch statement's unnest takes."""
+    return [list(column) for column in zip(*(msgspec.structs.astuple(r) for r in rows), strict=True)]
+
+
 # Plain triggers of one key filed on threads, together (coalesce.py; recall_file_on_threads): one statement.
 _FILE_ON_THREADS = keyed_write("""
     done AS (SELECT f.trigger_n AS n, f.trigger_occurred_at AS occurred_at, f.trigger_created_at AS created_at,
@@ -806,9 +813,9 @@ async def file_on_threads(conn: Conn, cred: Credential, filings: list[tuple[str,
     """File (thread ID, trigger) pairs in one statement, each with its trigger_filed event: each one's
     (occurred_at, created_at, expires_at), None for one whose thread is missing or gone; all None when an ID
     or a delivery is taken or the statement lost a deadlock (it is undone; each is then filed on its own)."""
-    columns = [list(column) for column in zip(*(msgspec.structs.astuple(t) for _, t in filings), strict=True)]
     try:
-        _, rows = await tenancy.write_many(conn, cred, "write", _FILE_ON_THREADS, [t for t, _ in filings], *columns)
+        _, rows = await tenancy.write_many(conn, cred, "write", _FILE_ON_THREADS, [t for t, _ in filings],
+                                           *_arrays(t for _, t in filings))
     except (asyncpg.UniqueViolationError, asyncpg.DeadlockDetectedError):
         return [None] * len(filings)
     written = {row["n"]: (row["occurred_at"], row["created_at"], row["expires_at"]) for row in rows}
@@ -819,9 +826,8 @@ async def ingest_many(conn: Conn, cred: Credential, triggers: list[NewTrigger]
                       ) -> list[tuple[datetime, datetime, datetime | None] | None]:
     """File thread-less triggers in one statement: each one's (occurred_at, created_at, expires_at); all None
     when an ID or a delivery is taken (the statement is undone; each is then filed on its own)."""
-    columns = [list(column) for column in zip(*(msgspec.structs.astuple(t) for t in triggers), strict=True)]
     try:
-        _, rows = await tenancy.write_many(conn, cred, "write", _INGEST_MANY, *columns)
+        _, rows = await tenancy.write_many(conn, cred, "write", _INGEST_MANY, *_arrays(triggers))
     except asyncpg.UniqueViolationError:  # the statement is undone: nothing was written
         return [None] * len(triggers)
     written = {row["id"]: (row["occurred_at"], row["created_at"], row["expires_at"]) for row in rows}
@@ -846,9 +852,8 @@ async def note_many(conn: Conn, cred: Credential, notes: list[NewNote]) -> list[
     """Append notes in one statement: each one's event, or None for a note it did not write (its thread or
     ref is missing or gone). All None when the statement lost a deadlock with another transaction that
     locks several threads (it is undone; each note is then appended on its own)."""
-    columns = [list(column) for column in zip(*(msgspec.structs.astuple(n) for n in notes), strict=True)]
     try:
-        _, rows = await tenancy.write_many(conn, cred, "write", _NOTE_MANY, *columns)
+        _, rows = await tenancy.write_many(conn, cred, "write", _NOTE_MANY, *_arrays(notes))
     except asyncpg.DeadlockDetectedError:
         return [None] * len(notes)
     written = {row["n"]: row for row in rows}
