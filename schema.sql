@@ -59,6 +59,14 @@ ALTER TABLE threads ADD COLUMN IF NOT EXISTS head_events jsonb NOT NULL DEFAULT 
 ALTER TABLE threads ADD COLUMN IF NOT EXISTS head_owners jsonb NOT NULL DEFAULT '[]';
 CREATE INDEX IF NOT EXISTS threads_by_created ON threads (tenant_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS threads_by_status ON threads (tenant_id, status, created_at DESC, id DESC);
+-- GET /threads?app_id= (agent_id, run_id): a label's threads in the index's order, from the cursor on,
+-- instead of a walk along threads_by_created that skips every thread without it
+CREATE INDEX IF NOT EXISTS threads_by_app ON threads (tenant_id, app_id, created_at DESC, id DESC)
+    WHERE app_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS threads_by_agent ON threads (tenant_id, agent_id, created_at DESC, id DESC)
+    WHERE agent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS threads_by_run ON threads (tenant_id, run_id, created_at DESC, id DESC)
+    WHERE run_id IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS workers (
     tenant_id    text NOT NULL REFERENCES tenants (id),
@@ -263,6 +271,13 @@ CREATE TABLE IF NOT EXISTS memories (
 ALTER TABLE memories ALTER COLUMN value SET STORAGE EXTERNAL;
 -- exactly one current version per (namespace, key): the invariant concurrent writers cannot break
 CREATE UNIQUE INDEX IF NOT EXISTS memories_current ON memories (tenant_id, namespace, key) WHERE current;
+-- GET /memories?agent_id= (app_id, run_id): a label's current memories in (namespace, key) order
+CREATE INDEX IF NOT EXISTS memories_current_by_app ON memories (tenant_id, app_id, namespace, key)
+    WHERE current AND app_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_current_by_agent ON memories (tenant_id, agent_id, namespace, key)
+    WHERE current AND agent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_current_by_run ON memories (tenant_id, run_id, namespace, key)
+    WHERE current AND run_id IS NOT NULL;
 -- a version is superseded at most once, and holds one place in its chain
 CREATE UNIQUE INDEX IF NOT EXISTS memories_supersedes ON memories (tenant_id, supersedes) WHERE supersedes IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS memories_chain ON memories (tenant_id, chain, version);

@@ -320,6 +320,7 @@ def test_lists_filter_by_namespace_prefix_kind_tags_labels_and_value(client: htt
     b = remember(client, [root, "u1", "deep"], "tz", "UTC", kind="fact", tags={"topic": "time"})
     c = remember(client, [root, "u2"], "lang", {"lang": "de"}, kind="preference", tags={"topic": "lang"})
     remember(client, [f"{root}x"], "other", "not under the prefix")
+    remember(client, [f"{root}-x"], "other", "not under it either, though it sorts between it and root/u1")
 
     def ids(**params: Any) -> list[str]:
         return [m["id"] for m in listed(client, **params)]
@@ -339,7 +340,8 @@ def test_lists_filter_by_namespace_prefix_kind_tags_labels_and_value(client: htt
 
 def test_namespaces_list_with_prefix_suffix_and_max_depth(client: httpx.Client) -> None:
     root = uuid.uuid4().hex[:12]
-    for path in ([root, "u1", "prefs"], [root, "u1", "facts"], [root, "u2", "prefs"], [root, "u2", "prefs"]):
+    for path in ([root, "u1", "prefs"], [root, "u1", "facts"], [root, "u2", "prefs"], [root, "u2", "prefs"],
+                 [f"{root}-x", "prefs"]):  # not under root, though it sorts between root and root/u1
         remember(client, path, uuid.uuid4().hex, "v")
 
     def names(**params: Any) -> list[list[str]]:

@@ -9,8 +9,9 @@ opened, for the `tenant` it bound.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -306,24 +307,45 @@ async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
     return tenant, None if row is None else Content(*row[1:])
 
 
+# Where a keyset starts when no cursor is given, as values rather than as coalesce($n, ...) in the statement:
+# under row-level security PostgreSQL uses only leakproof clauses as index conditions, and coalesce() is
+# not one, so the bound became a filter on a walk from the first row (asyncpg sends datetime.max as
+# 'infinity' and datetime.min as '-infinity').
+_NEWEST = (datetime.max.replace(tzinfo=timezone.utc), "")  # (created_at, id) < this for every row
+_OLDEST_READ = (datetime.min.replace(tzinfo=timezone.utc), 0)  # (pos, tick) > this for every read
+
+
+def _equal(column: str, param: str, given: bool) -> str:
+    """`column = param` when the filter is given, else a clause that only types the parameter. In a generic
+    plan, `(param IS NULL OR column = param)` can use no index on `column`, and its guessed selectivity
+    makes every list look short (a worker's reports were all read to be sorted): the lists build one
+    statement for each set of filters given, and PostgreSQL caches a plan for each."""
+    return f"{column} = {param}" if given else f"{param}::text IS NULL"
+
+
 _THREADS_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS threads FROM (
       SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM {threads}
       WHERE t.tenant_id = auth.tenant AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-        AND ($3::text IS NULL OR t.status = $3) AND {owner}
-        AND ($5::timestamptz IS NULL OR (t.created_at, t.id) < ($5, $6))
-        AND ($8::text IS NULL OR t.app_id = $8) AND ($9::text IS NULL OR t.agent_id = $9)
-        AND ($10::text IS NULL OR t.run_id = $10)
+        AND {owner} AND {status} AND {app} AND {agent} AND {run}
+        AND (t.created_at, t.id) < ($5, $6)
       ORDER BY t.created_at DESC, t.id DESC LIMIT $7) x
 """
-# The tenant's threads, newest first along threads_by_created (threads_by_status for a status).
-_THREADS = keyed(_THREADS_PAGE.format(threads="threads t", owner="$4::text IS NULL"))
-# One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With the owner
-# as a filter on the walk along threads_by_created, a worker owning 20 threads of the bench store's
-# 11,500 cost a scan of all of them (8 ms; tests/test_plans.py).
-_OWNED_THREADS = keyed(_THREADS_PAGE.format(
-    threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id",
-    owner="o.tenant_id = auth.tenant AND o.worker_id = $4"))
+
+
+@functools.cache
+def _threads(owned: bool, status: bool, app: bool, agent: bool, run: bool) -> str:
+    """The statement listing threads with these filters given. The tenant's threads are read newest first
+    along threads_by_created (threads_by_status, threads_by_app ... for a status or a label), from the
+    cursor on. One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With
+    the owner as a filter on the walk along threads_by_created, a worker owning 20 threads of the bench
+    store's 11,500 cost a scan of all of them (8 ms; tests/test_plans.py)."""
+    return keyed(_THREADS_PAGE.format(
+        threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id"
+        if owned else "threads t",
+        owner="o.tenant_id = auth.tenant AND o.worker_id = $4" if owned else "$4::text IS NULL",
+        status=_equal("t.status", "$3", status), app=_equal("t.app_id", "$8", app),
+        agent=_equal("t.agent_id", "$9", agent), run=_equal("t.run_id", "$10", run)))
 
 
 async def list_threads(
@@ -332,9 +354,11 @@ async def list_threads(
 ) -> tuple[str, list[tuple[ThreadIndexEntry, datetime]]]:
     """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
     with its sort key."""
+    statement = _threads(owner is not None, status is not None, labels.app_id is not None,
+                         labels.agent_id is not None, labels.run_id is not None)
     tenant, row = await tenancy.fetch(
-        conn, cred, _THREADS if owner is None else _OWNED_THREADS, status, owner, after[0] if after else None,
-        after[1] if after else None, limit, labels.app_id, labels.agent_id, labels.run_id,
+        conn, cred, statement, status, owner, *(after or _NEWEST), limit,
+        labels.app_id, labels.agent_id, labels.run_id,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, [
@@ -377,17 +401,25 @@ async def list_events(
     return tenant, State.of(row["gone"]), _events.decode(row["events"])
 
 
-_REPORTS = keyed("""
+_REPORTS = """
     SELECT recall_is_gone(w.deleted_at, w.expires_at) AS gone,
            (SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
               SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
                WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
-                 AND ($4::timestamptz IS NULL OR (r.created_at, r.id) < ($4, $5))
-                 AND ($7::text IS NULL OR r.app_id = $7) AND ($8::text IS NULL OR r.agent_id = $8)
-                 AND ($9::text IS NULL OR r.run_id = $9)
+                 AND (r.created_at, r.id) < ($4, $5)
+                 AND {app} AND {agent} AND {run}
                ORDER BY r.created_at DESC, r.id DESC LIMIT $6) x) AS reports
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
-""")
+"""
+
+
+@functools.cache
+def _reports(app: bool, agent: bool, run: bool) -> str:
+    """The statement listing a worker's reports with these labels given, along reports_by_worker from the
+    cursor on. (With `($7 IS NULL OR r.app_id = $7)` in a generic plan, the planner took the worker's
+    reports for a short list: it read all of them to sort.)"""
+    return keyed(_REPORTS.format(app=_equal("r.app_id", "$7", app), agent=_equal("r.agent_id", "$8", agent),
+                                 run=_equal("r.run_id", "$9", run)))
 
 
 async def list_reports(
@@ -395,7 +427,8 @@ async def list_reports(
 ) -> tuple[str, State, list[tuple[ReportIndexEntry, datetime]]]:
     """The key's tenant, the worker's state, and its live reports newest first (keyset on (created_at, id))."""
     tenant, row = await tenancy.fetch(
-        conn, cred, _REPORTS, worker_id, after[0] if after else None, after[1] if after else None, limit,
+        conn, cred, _reports(labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None),
+        worker_id, *(after or _NEWEST), limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
     if row is None:
@@ -1085,7 +1118,7 @@ class _MemoryKey(msgspec.Struct):
 
 _memory_keys = msgspec.json.Decoder(list[_MemoryKey])
 
-_MEMORIES = keyed("""
+_MEMORIES = """
     SELECT coalesce(json_agg(x ORDER BY x.namespace, x.key), '[]') AS memories FROM (
       SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
              m.created_at, m.expires_at,
@@ -1095,16 +1128,28 @@ _MEMORIES = keyed("""
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
          AND (m.expires_at IS NULL OR m.expires_at > now())
-         AND ($3::text IS NULL OR m.namespace = $3 OR (m.namespace >= $3 || '/' AND m.namespace < $3 || '0'))
+         AND {namespace}
          AND ($4::text IS NULL OR m.kind = $4)
          AND ($5::jsonb IS NULL OR m.tags @> $5)
-         AND ($6::text IS NULL OR m.app_id = $6) AND ($7::text IS NULL OR m.agent_id = $7)
-         AND ($8::text IS NULL OR m.run_id = $8)
+         AND {app} AND {agent} AND {run}
          AND ($9::jsonb IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
                                         THEN convert_from(m.value, 'UTF8')::jsonb @> $9 ELSE false END)
-         AND ($10::text IS NULL OR (m.namespace, m.key) > ($10, $11))
+         AND (m.namespace, m.key) > ($10, $11)
        ORDER BY m.namespace, m.key LIMIT $12) x
-""")
+"""
+# A namespace and those under it: [$3, $3 || '0') in "C" order holds the namespaces that start with $3, and
+# the filter keeps those where it ends a segment ($3, $3/...), not $3-... ('-' sorts before '/').
+_UNDER = ("m.namespace >= $3 AND m.namespace < $3 || '0' "
+          "AND substr(m.namespace, char_length($3) + 1, 1) IN ('', '/')")
+
+
+@functools.cache
+def _memories(namespace: bool, app: bool, agent: bool, run: bool) -> str:
+    """The statement listing current memories with these filters given: along memories_current (or
+    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
+    return keyed(_MEMORIES.format(
+        namespace=_UNDER if namespace else "$3::text IS NULL", app=_equal("m.app_id", "$6", app),
+        agent=_equal("m.agent_id", "$7", agent), run=_equal("m.run_id", "$8", run)))
 
 
 async def list_memories(
@@ -1113,9 +1158,12 @@ async def list_memories(
 ) -> tuple[str, list[_MemoryKey]]:
     """The key's tenant, and its current live memories in (namespace, key) order after `after`.
     `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
+    statement = _memories(namespace is not None, labels.app_id is not None, labels.agent_id is not None,
+                          labels.run_id is not None)
+    start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
-        conn, cred, _MEMORIES, namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
-        value_contains, after[0] if after else None, after[1] if after else None, limit, inline_max,
+        conn, cred, statement, namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
+        value_contains, *start, limit, inline_max,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _memory_keys.decode(row["memories"])
@@ -1152,24 +1200,27 @@ async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, bef
     return tenant, State.of(row["gone"]), _version_keys.decode(row["versions"])
 
 
-_NAMESPACES = keyed("""
+_NAMESPACES = """
     SELECT coalesce(json_agg(p.ns ORDER BY p.ns), '[]') AS namespaces FROM (SELECT d.ns FROM (
       SELECT DISTINCT (CASE WHEN $5::int IS NULL THEN m.namespace
                        ELSE array_to_string((string_to_array(m.namespace, '/'))[1:$5], '/') END) COLLATE "C" AS ns
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
          AND (m.expires_at IS NULL OR m.expires_at > now())
-         AND ($3::text IS NULL OR m.namespace = $3 OR (m.namespace >= $3 || '/' AND m.namespace < $3 || '0'))
+         AND {namespace}
          AND ($4::text IS NULL OR m.namespace = $4 OR right(m.namespace, length($4) + 1) = '/' || $4)
     ) d WHERE ($6::text IS NULL OR d.ns > $6 COLLATE "C")
     ORDER BY d.ns LIMIT $7) p
-""")
+"""
+_NAMESPACES_UNDER = {True: keyed(_NAMESPACES.format(namespace=_UNDER)),
+                     False: keyed(_NAMESPACES.format(namespace="$3::text IS NULL"))}
 
 
 async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | None, suffix: str | None,
                                  max_depth: int | None, after: str | None, limit: int) -> tuple[str, list[str]]:
     """The distinct namespaces of current live memories (cut to max_depth segments), in order after `after`."""
-    tenant, row = await tenancy.fetch(conn, cred, _NAMESPACES, prefix, suffix, max_depth, after, limit)
+    tenant, row = await tenancy.fetch(conn, cred, _NAMESPACES_UNDER[prefix is not None], prefix, suffix, max_depth,
+                                      after, limit)
     return tenant, [] if row is None else msgspec.json.decode(row["namespaces"], type=list[str])
 
 
@@ -1345,7 +1396,7 @@ _READ_PAGE = """
         FROM trace_reads r
        WHERE r.tenant_id = {tenant} AND {match}
          AND r.pos < now() - make_interval(secs => $4)
-         AND ($5::timestamptz IS NULL OR (r.pos, r.tick) > ($5, $6))
+         AND (r.pos, r.tick) > ($5, $6)
        ORDER BY r.pos, r.tick LIMIT $7) x
 """
 _RUN_READS = keyed(f"SELECT ({_READ_PAGE.format(tenant='auth.tenant', match='r.run_id = $3')}) AS reads")
@@ -1377,7 +1428,7 @@ def _reads(text: str) -> list[tuple[Read, ReadPosition]]:
 async def run_reads(conn: Conn, cred: Credential, run: str, settle: float, after: ReadPosition | None,
                     limit: int) -> tuple[str, list[tuple[Read, ReadPosition]]]:
     """The key's tenant, and a run's settled reads in order after a position, each with its position."""
-    tenant, row = await tenancy.fetch(conn, cred, _RUN_READS, run, settle, *(after or (None, None)), limit)
+    tenant, row = await tenancy.fetch(conn, cred, _RUN_READS, run, settle, *(after or _OLDEST_READ), limit)
     assert row is not None  # an aggregate: always one row
     return tenant, _reads(row["reads"])
 
@@ -1385,7 +1436,7 @@ async def run_reads(conn: Conn, cred: Credential, run: str, settle: float, after
 async def object_reads(conn: Conn, cred: Credential, kind: str, object_id: str, settle: float,
                        after: ReadPosition | None, limit: int) -> tuple[str, State, list[tuple[Read, ReadPosition]]]:
     """The key's tenant, the object's state, and its settled reads in order after a position."""
-    tenant, row = await tenancy.fetch(conn, cred, _OBJECT_READS[kind], object_id, settle, *(after or (None, None)),
+    tenant, row = await tenancy.fetch(conn, cred, _OBJECT_READS[kind], object_id, settle, *(after or _OLDEST_READ),
                                       limit)
     if row is None:
         return tenant, State.MISSING, []
@@ -1467,8 +1518,13 @@ def _after(relation: str, column: str) -> str:
 
 
 def _branch(relation: str, kind: str, linking: str, select_from: str, where: str) -> str:
+    """One relation's links: the linking objects `x` (joined on x.id = linking, or read directly), past the
+    cursor. The bound on x.id as well lets a merge join start both sides at the cursor."""
+    bounds = _after(relation, linking)
+    if linking != "x.id":
+        bounds += f" AND {_after(relation, 'x.id')}"
     return (f"(SELECT DISTINCT '{relation}'::text AS relation, {linking} AS id, '{kind}'::text AS kind, "
-            f"x.summary FROM {select_from} WHERE {where} AND {_after(relation, linking)} "
+            f"x.summary FROM {select_from} WHERE {where} AND {bounds} "
             f"AND NOT recall_is_gone(x.deleted_at, x.expires_at) ORDER BY 2 LIMIT $6)")
 
 
