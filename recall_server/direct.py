@@ -1,7 +1,7 @@
-"""The hottest requests answered in plain ASGI: GET /threads/{id}, GET /workers/{id}, POST /triggers,
-POST /threads/{id}/events.
+"""The hottest requests answered in plain ASGI: GET /threads/{id}, GET /workers/{id}, GET /memories/{id},
+POST /triggers, POST /threads/{id}/events.
 
-An agent's recall is mostly the two fetches, and what workers write is mostly plain triggers and
+An agent's recall is mostly the fetches by ID, and what workers write is mostly plain triggers and
 notes. Through the framework each paid Python per request beyond the service call and the
 database (three middlewares, routing, parameter and body extraction and validation, the response
 pipeline): on the benchmark, from the branch point to `Direct` (back to back, same store),
@@ -12,7 +12,9 @@ misses, gone IDs, budgets, bad keys and generated bodies.
 
 It takes only the plain case and passes everything else to the framework unchanged:
 - a GET with a query other than a single `budget=<digits>` within range (so every validation
-  message stays the framework's), or an ID holding `/`. A read with X-Recall-Run is traced exactly
+  message stays the framework's), or of a path segment that is not an ID of the collection's kind
+  (`/memories/current` and `/memories/namespaces` are the framework's routes, and so are sub-paths
+  and malformed or wrong-kind IDs, which it answers with its 404). A read with X-Recall-Run is traced exactly
   as trace.TraceReads traces the framework's (the same two functions), after the same 401 and 400
   checks in the same order;
 - a POST with a query, an Idempotency-Key, no Content-Length or one over the limit, a non-JSON media
@@ -27,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from recall_server import auth, errors, jsonbody, spill, trace
+from recall_server import auth, errors, ids, jsonbody, spill, trace
 from recall_server.models import CreateNote, CreateTrigger
 from recall_server.observability import request_id
 
@@ -37,9 +39,10 @@ _HEADERS = [(b"content-type", b"application/json")]
 class Direct:
     """ASGI middleware in front of the framework app; `app.state.recall` is the service its lifespan made."""
 
-    ROUTES = {  # first path segment -> (the framework's route template, the service method)
-        "threads": ("/threads/{thread_id}", "get_thread"),
-        "workers": ("/workers/{worker_id}", "get_worker"),
+    ROUTES = {  # first path segment -> (the framework's route template, the service method, the IDs' kind)
+        "threads": ("/threads/{thread_id}", "get_thread", "thread"),
+        "workers": ("/workers/{worker_id}", "get_worker", "worker"),
+        "memories": ("/memories/{memory_id}", "get_memory", "memory"),
     }
 
     def __init__(self, app: Any, max_body_bytes: int) -> None:
@@ -51,9 +54,9 @@ class Direct:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
         elif scope["method"] == "GET":
-            collection, slash, object_id = scope["path"][1:].partition("/")
-            route = self.ROUTES.get(collection) if slash and object_id and "/" not in object_id else None
-            budget = _budget(scope["query_string"]) if route is not None else None
+            collection, _, object_id = scope["path"][1:].partition("/")
+            route = self.ROUTES.get(collection)
+            budget = _budget(scope["query_string"]) if route and ids.kind_of(object_id) == route[2] else None
             if budget is None:
                 await self.app(scope, receive, send)
                 return

@@ -1,4 +1,5 @@
-"""direct.Direct answers GET /threads/{id}, GET /workers/{id} and POST /triggers exactly as the framework does.
+"""direct.Direct answers GET /threads/{id}, /workers/{id}, /memories/{id}, POST /triggers and plain notes exactly as
+the framework does.
 
 Two copies of the server's ASGI stack over the same database, one with Direct in front of the
 framework and one without, get the same requests; status, headers, body and the recorded trace must
@@ -104,18 +105,26 @@ def world(pair: Pair, database_url: str) -> dict[str, str]:
     assert c.post("/threads", json={"id": gone_thread, "title": "t"}).status_code == 201
     assert c.delete(f"/threads/{gone_thread}").status_code == 204
     assert c.delete(f"/workers/{gone_worker}").status_code == 204
+    space, memory = uid("ns"), {}
+    for name, key_, value in (("old_memory", "prefs", {"tone": "formal"}), ("memory", "prefs", {"n": "n" * 3000}),
+                              ("gone_memory", "gone", "v")):
+        created = c.post("/memories", json={"namespace": [space], "key": key_, "kind": "preference", "summary": name,
+                                            "value": value, "sources": [thread]})
+        assert created.status_code == 201, created.text
+        memory[name] = created.json()["id"]
+    assert c.delete(f"/memories/{memory['gone_memory']}").status_code == 204
     del c.headers["Authorization"]
     return {"key": key, "revoked": revoked, "thread": thread, "worker": worker, "gone_thread": gone_thread,
-            "gone_worker": gone_worker}
+            "gone_worker": gone_worker, **memory}
 
 
 ANSWERED_DIRECTLY = [  # (path, query): every hit, miss and key failure of a plain GET
     ("/threads/{thread}", ""), ("/threads/{thread}", "?budget=4096"), ("/threads/{thread}", "?budget=1000000"),
     ("/threads/{thread}", "?budget=5000"),
     ("/workers/{worker}", ""), ("/workers/{worker}", "?budget=4200"),
-    ("/threads/thr_never_made", ""), ("/threads/{worker}", ""), ("/workers/{thread}", ""),
-    ("/threads/not-an-id", ""), ("/threads/thr_" + "x" * 150, ""), ("/threads/{gone_thread}", ""),
-    ("/workers/{gone_worker}", ""),
+    ("/memories/{memory}", ""), ("/memories/{memory}", "?budget=4500"), ("/memories/{old_memory}", ""),
+    ("/threads/thr_never_made", ""), ("/memories/mem_never_made", ""), ("/threads/{gone_thread}", ""),
+    ("/workers/{gone_worker}", ""), ("/memories/{gone_memory}", ""),
 ]
 THE_FRAMEWORK_ANSWERS = [  # anything else goes through unchanged
     ("/threads/{thread}", "?budget=1"), ("/threads/{thread}", "?budget=99999999"), ("/threads/{thread}", "?budget=1e6"),
@@ -123,6 +132,10 @@ THE_FRAMEWORK_ANSWERS = [  # anything else goes through unchanged
     ("/threads/{thread}", "?budget=4096&budget=5000"), ("/threads/{thread}", "?budget="),
     ("/threads/{thread}", "?other=1"), ("/threads/{thread}/", ""), ("/threads/{thread}/events", ""),
     ("/threads", ""), ("/workers/{worker}/reports", ""),
+    ("/threads/{worker}", ""), ("/workers/{thread}", ""), ("/memories/{thread}", ""),  # not an ID of the kind
+    ("/threads/not-an-id", ""), ("/threads/thr_" + "x" * 150, ""),
+    ("/memories/current", ""), ("/memories/namespaces", ""), ("/memories/{memory}/versions", ""),
+    ("/memories/{memory}/value", ""),
 ]
 KEYS = {"key": lambda w: {"Authorization": f"Bearer {w['key']}"}, "none": lambda w: {},
         "malformed": lambda w: {"Authorization": "Bearer rk_nope"},
@@ -139,8 +152,8 @@ def test_a_plain_get_is_answered_directly_as_the_framework_answers_it(
         framework, direct, directly = pair.both(method, path.format(**world) + query, KEYS[key](world))
         same(framework, direct)
         assert directly, f"{method} {path}{query} reached the framework"
-    if key == "key" and path.startswith("/threads/{thread}"):  # the comparison is of real views
-        assert framework.status_code == 200 and framework.json()["id"] == world["thread"]
+    if key == "key" and path.startswith(("/threads/{thread}", "/memories/{memory}")):  # a comparison of real views
+        assert framework.status_code == 200 and framework.json()["id"] == path.format(**world).rsplit("/", 1)[1]
 
 
 @pytest.mark.parametrize("path,query", THE_FRAMEWORK_ANSWERS)
@@ -153,8 +166,8 @@ def test_any_other_request_goes_to_the_framework_unchanged(
 
 @pytest.mark.parametrize("run,key", [("run-direct.1", "key"), ("bad run!", "key"), ("bad run!", "none"),
                                      ("run-direct.2", "revoked")])
-@pytest.mark.parametrize("path", ["/threads/{thread}", "/workers/{worker}", "/threads/thr_never_made",
-                                  "/threads/{gone_thread}"])
+@pytest.mark.parametrize("path", ["/threads/{thread}", "/workers/{worker}", "/memories/{memory}",
+                                  "/threads/thr_never_made", "/threads/{gone_thread}", "/memories/{gone_memory}"])
 def test_a_traced_read_is_traced_as_the_framework_traces_it(
         pair: Pair, world: dict[str, str], path: str, run: str, key: str) -> None:
     traces = [pair.framework_app.state.trace, pair.direct_app.state.trace]
@@ -168,16 +181,16 @@ def test_a_traced_read_is_traced_as_the_framework_traces_it(
     assert len(direct_rows) == (framework.status_code not in (400, 401))
 
 
-_ID_CHARS = st.sampled_from(list("thrwkrpmg_-") + ["%", ".", "é", "A", "9"])
+_ID_CHARS = st.sampled_from(list("thrwkrpmeg_-") + ["%", ".", "é", "A", "9"])
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(collection=st.sampled_from(["threads", "workers"]),
-       object_id=st.one_of(st.sampled_from(["thread", "worker", "gone_thread"]), st.text(_ID_CHARS, min_size=1,
-                                                                                        max_size=20)),
+@given(collection=st.sampled_from(["threads", "workers", "memories"]),
+       object_id=st.one_of(st.sampled_from(["thread", "worker", "gone_thread", "memory", "current", "namespaces"]),
+                           st.text(_ID_CHARS, min_size=1, max_size=20)),
        query=st.one_of(st.just(""), st.integers(0, 10**8).map(lambda n: f"?budget={n}"),
                        st.text(st.sampled_from(list("budget=0123456789&e.+-")), max_size=14).map(lambda q: "?" + q)))
-def test_any_get_of_a_thread_or_worker_path_is_answered_as_the_framework_answers_it(
+def test_any_get_of_a_thread_worker_or_memory_path_is_answered_as_the_framework_answers_it(
         pair: Pair, world: dict[str, str], collection: str, object_id: str, query: str) -> None:
     object_id = world.get(object_id, object_id)
     framework, direct, _ = pair.both("GET", f"/{collection}/{object_id}{query}", KEYS["key"](world))

@@ -1212,15 +1212,18 @@ _NAMESPACES = """
     ) d WHERE ($6::text IS NULL OR d.ns > $6 COLLATE "C")
     ORDER BY d.ns LIMIT $7) p
 """
-_NAMESPACES_UNDER = {True: keyed(_NAMESPACES.format(namespace=_UNDER)),
-                     False: keyed(_NAMESPACES.format(namespace="$3::text IS NULL"))}
+
+
+@functools.cache
+def _namespaces(prefix: bool) -> str:
+    return keyed(_NAMESPACES.format(namespace=_UNDER if prefix else "$3::text IS NULL"))
 
 
 async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | None, suffix: str | None,
                                  max_depth: int | None, after: str | None, limit: int) -> tuple[str, list[str]]:
     """The distinct namespaces of current live memories (cut to max_depth segments), in order after `after`."""
-    tenant, row = await tenancy.fetch(conn, cred, _NAMESPACES_UNDER[prefix is not None], prefix, suffix, max_depth,
-                                      after, limit)
+    tenant, row = await tenancy.fetch(conn, cred, _namespaces(prefix is not None), prefix, suffix, max_depth, after,
+                                      limit)
     return tenant, [] if row is None else msgspec.json.decode(row["namespaces"], type=list[str])
 
 
