@@ -13,8 +13,8 @@ misses, gone IDs, budgets, bad keys and generated bodies.
 It takes only the plain case and passes everything else to the framework unchanged:
 - a GET with a query other than a single `budget=<digits>` within range (so every validation
   message stays the framework's), or of a path segment that is not an ID of the collection's kind
-  (`/memories/current` and `/memories/namespaces` are the framework's routes, and so are sub-paths
-  and malformed or wrong-kind IDs, which it answers with its 404). A read with X-Recall-Run is traced exactly
+  (`/memories/current` and `/memories/namespaces` are the framework's routes, and sub-paths and
+  malformed or wrong-kind IDs the framework's answers). A read with X-Recall-Run is traced exactly
   as trace.TraceReads traces the framework's (the same two functions), after the same 401 and 400
   checks in the same order;
 - a POST with a query, an Idempotency-Key, no Content-Length or one over the limit, a non-JSON media

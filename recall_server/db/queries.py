@@ -323,18 +323,28 @@ def _equal(column: str, param: str, given: bool) -> str:
     return f"{column} = {param}" if given else f"{param}::text IS NULL"
 
 
+def _given(labels: Labels) -> tuple[bool, bool, bool]:
+    return labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None
+
+
+def _label_filters(alias: str, first: int, given: tuple[bool, bool, bool]) -> str:
+    """The filters on the labels given, app_id, agent_id and run_id from parameter $`first` on."""
+    return " AND ".join(_equal(f"{alias}.{name}", f"${first + n}", on)
+                        for n, (name, on) in enumerate(zip(("app_id", "agent_id", "run_id"), given, strict=True)))
+
+
 _THREADS_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS threads FROM (
       SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM {threads}
       WHERE t.tenant_id = auth.tenant AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-        AND {owner} AND {status} AND {app} AND {agent} AND {run}
+        AND {owner} AND {status} AND {labels}
         AND (t.created_at, t.id) < ($5, $6)
       ORDER BY t.created_at DESC, t.id DESC LIMIT $7) x
 """
 
 
 @functools.cache
-def _threads(owned: bool, status: bool, app: bool, agent: bool, run: bool) -> str:
+def _threads(owned: bool, status: bool, labels: tuple[bool, bool, bool]) -> str:
     """The statement listing threads with these filters given. The tenant's threads are read newest first
     along threads_by_created (threads_by_status, threads_by_app ... for a status or a label), from the
     cursor on. One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With
@@ -344,8 +354,7 @@ def _threads(owned: bool, status: bool, app: bool, agent: bool, run: bool) -> st
         threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id"
         if owned else "threads t",
         owner="o.tenant_id = auth.tenant AND o.worker_id = $4" if owned else "$4::text IS NULL",
-        status=_equal("t.status", "$3", status), app=_equal("t.app_id", "$8", app),
-        agent=_equal("t.agent_id", "$9", agent), run=_equal("t.run_id", "$10", run)))
+        status=_equal("t.status", "$3", status), labels=_label_filters("t", 8, labels)))
 
 
 async def list_threads(
@@ -354,11 +363,9 @@ async def list_threads(
 ) -> tuple[str, list[tuple[ThreadIndexEntry, datetime]]]:
     """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
     with its sort key."""
-    statement = _threads(owner is not None, status is not None, labels.app_id is not None,
-                         labels.agent_id is not None, labels.run_id is not None)
     tenant, row = await tenancy.fetch(
-        conn, cred, statement, status, owner, *(after or _NEWEST), limit,
-        labels.app_id, labels.agent_id, labels.run_id,
+        conn, cred, _threads(owner is not None, status is not None, _given(labels)), status, owner,
+        *(after or _NEWEST), limit, labels.app_id, labels.agent_id, labels.run_id,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, [
@@ -407,19 +414,18 @@ _REPORTS = """
               SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
                WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
                  AND (r.created_at, r.id) < ($4, $5)
-                 AND {app} AND {agent} AND {run}
+                 AND {labels}
                ORDER BY r.created_at DESC, r.id DESC LIMIT $6) x) AS reports
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """
 
 
 @functools.cache
-def _reports(app: bool, agent: bool, run: bool) -> str:
+def _reports(labels: tuple[bool, bool, bool]) -> str:
     """The statement listing a worker's reports with these labels given, along reports_by_worker from the
     cursor on. (With `($7 IS NULL OR r.app_id = $7)` in a generic plan, the planner took the worker's
     reports for a short list: it read all of them to sort.)"""
-    return keyed(_REPORTS.format(app=_equal("r.app_id", "$7", app), agent=_equal("r.agent_id", "$8", agent),
-                                 run=_equal("r.run_id", "$9", run)))
+    return keyed(_REPORTS.format(labels=_label_filters("r", 7, labels)))
 
 
 async def list_reports(
@@ -427,8 +433,7 @@ async def list_reports(
 ) -> tuple[str, State, list[tuple[ReportIndexEntry, datetime]]]:
     """The key's tenant, the worker's state, and its live reports newest first (keyset on (created_at, id))."""
     tenant, row = await tenancy.fetch(
-        conn, cred, _reports(labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None),
-        worker_id, *(after or _NEWEST), limit,
+        conn, cred, _reports(_given(labels)), worker_id, *(after or _NEWEST), limit,
         labels.app_id, labels.agent_id, labels.run_id,
     )
     if row is None:
@@ -1131,7 +1136,7 @@ _MEMORIES = """
          AND {namespace}
          AND ($4::text IS NULL OR m.kind = $4)
          AND ($5::jsonb IS NULL OR m.tags @> $5)
-         AND {app} AND {agent} AND {run}
+         AND {labels}
          AND ($9::jsonb IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
                                         THEN convert_from(m.value, 'UTF8')::jsonb @> $9 ELSE false END)
          AND (m.namespace, m.key) > ($10, $11)
@@ -1144,12 +1149,11 @@ _UNDER = ("m.namespace >= $3 AND m.namespace < $3 || '0' "
 
 
 @functools.cache
-def _memories(namespace: bool, app: bool, agent: bool, run: bool) -> str:
+def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
     """The statement listing current memories with these filters given: along memories_current (or
     memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
-    return keyed(_MEMORIES.format(
-        namespace=_UNDER if namespace else "$3::text IS NULL", app=_equal("m.app_id", "$6", app),
-        agent=_equal("m.agent_id", "$7", agent), run=_equal("m.run_id", "$8", run)))
+    return keyed(_MEMORIES.format(namespace=_UNDER if namespace else "$3::text IS NULL",
+                                  labels=_label_filters("m", 6, labels)))
 
 
 async def list_memories(
@@ -1158,11 +1162,9 @@ async def list_memories(
 ) -> tuple[str, list[_MemoryKey]]:
     """The key's tenant, and its current live memories in (namespace, key) order after `after`.
     `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
-    statement = _memories(namespace is not None, labels.app_id is not None, labels.agent_id is not None,
-                          labels.run_id is not None)
     start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
-        conn, cred, statement, namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
+        conn, cred, _memories(namespace is not None, _given(labels)), namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
         value_contains, *start, limit, inline_max,
     )
     assert row is not None  # an aggregate: always one row
