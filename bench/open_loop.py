@@ -211,10 +211,11 @@ async def _run(url: str, key: str, chain: Callable[[int], list[str]], rate: floa
         conn.transport.close()
     latencies, lags = sorted(load.latencies), sorted(load.lags)
     ms = 1000.0
+    failed = {str(s): n for s, n in sorted(load.statuses.items()) if not 200 <= s < 300}
     return {
         "offered_rps": round(rate, 1), "achieved_rps": round(len(latencies) / elapsed, 1),
         "requests": total - load.warmup, "completed": len(latencies), "errors": load.errors,
-        "non2xx": sum(n for s, n in load.statuses.items() if not 200 <= s < 300),
+        "non2xx": sum(failed.values()), **({"non2xx_by_status": failed} if failed else {}),
         "p50_ms": round(_percentile(latencies, 0.50) * ms, 2), "p99_ms": round(_percentile(latencies, 0.99) * ms, 2),
         "p999_ms": round(_percentile(latencies, 0.999) * ms, 2), "max_ms": round(latencies[-1] * ms, 2)
         if latencies else None,
