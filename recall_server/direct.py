@@ -39,10 +39,10 @@ _HEADERS = [(b"content-type", b"application/json")]
 class Direct:
     """ASGI middleware in front of the framework app; `app.state.recall` is the service its lifespan made."""
 
-    ROUTES = {  # first path segment -> (the framework's route template, the service method, the IDs' kind)
-        "threads": ("/threads/{thread_id}", "get_thread", "thread"),
-        "workers": ("/workers/{worker_id}", "get_worker", "worker"),
-        "memories": ("/memories/{memory_id}", "get_memory", "memory"),
+    ROUTES = {  # the kind of the ID in the path -> (the framework's route template, the service method)
+        "thread": ("/threads/{thread_id}", "get_thread"),
+        "worker": ("/workers/{worker_id}", "get_worker"),
+        "memory": ("/memories/{memory_id}", "get_memory"),
     }
 
     def __init__(self, app: Any, max_body_bytes: int) -> None:
@@ -55,8 +55,9 @@ class Direct:
             await self.app(scope, receive, send)
         elif scope["method"] == "GET":
             collection, _, object_id = scope["path"][1:].partition("/")
-            route = self.ROUTES.get(collection)
-            budget = _budget(scope["query_string"]) if route and ids.kind_of(object_id) == route[2] else None
+            kind = ids.kind_of(object_id)
+            route = self.ROUTES.get(kind) if kind and ids.PLURAL[kind] == collection else None
+            budget = _budget(scope["query_string"]) if route is not None else None
             if budget is None:
                 await self.app(scope, receive, send)
                 return
