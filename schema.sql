@@ -649,15 +649,30 @@ END
 $$;
 
 -- How a view shows a linked object of any kind, looked up by ID (a memory's sources and versions).
+-- PL/pgSQL, not one SQL UNION ALL over the five tables: called once per link, the SQL function
+-- started all five index scans every time (~0.4 ms a call, 0.75 -> 1.6 ms for a memory read with
+-- two sources); this runs the one lookup the prefix names, as a cached plan.
 CREATE OR REPLACE FUNCTION recall_link_of(t text, obj text) RETURNS json
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce((SELECT recall_link(obj, x.summary, recall_is_gone(x.deleted_at, x.expires_at)) FROM (
-        SELECT summary, deleted_at, expires_at FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND id = obj
-        UNION ALL SELECT summary, deleted_at, expires_at FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND id = obj
-        UNION ALL SELECT summary, deleted_at, expires_at FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
-        UNION ALL SELECT summary, deleted_at, expires_at FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
-        UNION ALL SELECT summary, deleted_at, expires_at FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj
-    ) x), json_build_object('id', obj, 'deleted', true))
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+DECLARE
+    found_summary text;
+    gone boolean;
+BEGIN
+    CASE left(obj, 4)
+        WHEN 'thr_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
+                           FROM threads WHERE tenant_id = t AND id = obj;
+        WHEN 'wkr_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
+                           FROM workers WHERE tenant_id = t AND id = obj;
+        WHEN 'trg_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
+                           FROM triggers WHERE tenant_id = t AND id = obj;
+        WHEN 'rpt_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
+                           FROM reports WHERE tenant_id = t AND id = obj;
+        WHEN 'mem_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
+                           FROM memories WHERE tenant_id = t AND id = obj;
+        ELSE NULL;
+    END CASE;
+    RETURN recall_link(obj, found_summary, coalesce(gone, true));  -- no such row: shown as deleted
+END
 $$;
 
 -- Erase one version of a memory: content, labels and sources wiped, out of its pair's current slot,

@@ -160,6 +160,24 @@ def test_sources_must_be_live_and_are_shown_as_links(client: httpx.Client, graph
         "id": learned["id"], "type": "memory", "href": f"/memories/{learned['id']}", "summary": "name is Sam"}
 
 
+def test_a_source_of_every_kind_is_shown_with_its_summary_and_marked_once_it_is_gone(client: httpx.Client,
+                                                                                    graph: Graph) -> None:
+    """recall_link_of, one branch a kind: each source's own summary while it lives, `deleted` after."""
+    worker, thread = graph.worker(summary="the fixer"), graph.thread(summary="PR #9")
+    trigger = graph.trigger(summary="CI red")
+    report = graph.report(worker["id"], graph.thread()["id"], summary="found the timeout")
+    learned = remember(client, ns(), "k", "v", summary="a memory it learned from")
+    sources = [worker, thread, trigger, report, learned]
+    made = remember(client, ns(), "k", "v", sources=[s["id"] for s in sources])
+    expected = [{"id": s["id"], "summary": s["summary"]} for s in sources]
+    assert made["sources"] == client.get(f"/memories/{made['id']}").json()["sources"] == expected
+
+    for source, collection in zip(sources, ("workers", "threads", "triggers", "reports", "memories"), strict=True):
+        assert client.delete(f"/{collection}/{source['id']}").status_code == 204
+    assert client.get(f"/memories/{made['id']}").json()["sources"] == [{"id": s["id"], "deleted": True}
+                                                                        for s in sources]
+
+
 def test_a_note_may_point_at_a_memory_and_is_marked_once_the_memory_is_deleted(client: httpx.Client,
                                                                                 graph: Graph) -> None:
     thread = graph.thread()["id"]
