@@ -219,7 +219,8 @@ async def _run(url: str, key: str, chain: Callable[[int], list[str]], rate: floa
         "p50_ms": round(_percentile(latencies, 0.50) * ms, 2), "p99_ms": round(_percentile(latencies, 0.99) * ms, 2),
         "p999_ms": round(_percentile(latencies, 0.999) * ms, 2), "max_ms": round(latencies[-1] * ms, 2)
         if latencies else None,
-        "send_lag_p99_ms": round(_percentile(lags, 0.99) * ms, 2), "connections": connections,
+        "send_lag_p99_ms": round(_percentile(lags, 0.99) * ms, 2),
+        "send_lag_max_ms": round(lags[-1] * ms, 2) if lags else None, "connections": connections,
     }
 
 
