@@ -370,27 +370,37 @@ $$;
 
 DROP FUNCTION IF EXISTS recall_gone(text, text);  -- unused: every read calls recall_is_gone on its own row
 
--- When an object will be gone by expiry (NULL: not scheduled), copied into events that point at it.
--- This and recall_link_of run the one lookup the ID's prefix names, in PL/pgSQL (a cached plan per
--- branch): as SQL functions, their five tables' subqueries were all started on every call, ~150 us
--- here and ~0.4 ms in recall_link_of (its UNION ALL), which a memory read calls once per version
--- link and per source (0.75 -> 0.36 ms a read without sources, 1.6 -> 0.5 ms with two).
-CREATE OR REPLACE FUNCTION recall_expiry(t text, obj text) RETURNS timestamptz
+-- Any object by ID, from the table its prefix names: whether it exists, its summary, whether it is
+-- gone, and when it is or will be gone (NULL: not scheduled). The one lookup by ID of an unknown
+-- kind: recall_expiry, recall_link_of and recall_append_notes' ref check call it. PL/pgSQL, so a call
+-- runs the one branch it takes, from a cached plan. As SQL (a UNION ALL or CASE over the five
+-- tables' subqueries), every call started all five: ~0.4 ms in recall_link_of, which a memory read
+-- calls per version link and source (0.75 -> 0.36 ms a read without sources, 1.6 -> 0.5 ms with
+-- two), and ~0.8 ms in each statement of plain notes, ref or not.
+CREATE OR REPLACE FUNCTION recall_lookup(t text, obj text, OUT present boolean, OUT summary text, OUT gone boolean,
+                                         OUT gone_at timestamptz)
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
-DECLARE
-    gone_at timestamptz;
 BEGIN
     CASE left(obj, 4)
-        WHEN 'thr_' THEN SELECT coalesce(x.deleted_at, x.expires_at) INTO gone_at FROM threads x WHERE x.tenant_id = t AND x.id = obj;
-        WHEN 'wkr_' THEN SELECT coalesce(x.deleted_at, x.expires_at) INTO gone_at FROM workers x WHERE x.tenant_id = t AND x.id = obj;
-        WHEN 'trg_' THEN SELECT coalesce(x.deleted_at, x.expires_at) INTO gone_at FROM triggers x WHERE x.tenant_id = t AND x.id = obj;
-        WHEN 'rpt_' THEN SELECT coalesce(x.deleted_at, x.expires_at) INTO gone_at FROM reports x WHERE x.tenant_id = t AND x.id = obj;
-        WHEN 'mem_' THEN SELECT coalesce(x.deleted_at, x.expires_at) INTO gone_at FROM memories x WHERE x.tenant_id = t AND x.id = obj;
+        WHEN 'thr_' THEN SELECT x.summary, recall_is_gone(x.deleted_at, x.expires_at), coalesce(x.deleted_at, x.expires_at)
+                           INTO summary, gone, gone_at FROM threads x WHERE x.tenant_id = t AND x.id = obj;
+        WHEN 'wkr_' THEN SELECT x.summary, recall_is_gone(x.deleted_at, x.expires_at), coalesce(x.deleted_at, x.expires_at)
+                           INTO summary, gone, gone_at FROM workers x WHERE x.tenant_id = t AND x.id = obj;
+        WHEN 'trg_' THEN SELECT x.summary, recall_is_gone(x.deleted_at, x.expires_at), coalesce(x.deleted_at, x.expires_at)
+                           INTO summary, gone, gone_at FROM triggers x WHERE x.tenant_id = t AND x.id = obj;
+        WHEN 'rpt_' THEN SELECT x.summary, recall_is_gone(x.deleted_at, x.expires_at), coalesce(x.deleted_at, x.expires_at)
+                           INTO summary, gone, gone_at FROM reports x WHERE x.tenant_id = t AND x.id = obj;
+        WHEN 'mem_' THEN SELECT x.summary, recall_is_gone(x.deleted_at, x.expires_at), coalesce(x.deleted_at, x.expires_at)
+                           INTO summary, gone, gone_at FROM memories x WHERE x.tenant_id = t AND x.id = obj;
         ELSE NULL;
     END CASE;
-    RETURN gone_at;
+    present := FOUND;  -- false for no row, and for an ID of no kind (no statement ran)
 END
 $$;
+
+-- When an object will be gone by expiry (NULL: not scheduled), copied into events that point at it.
+CREATE OR REPLACE FUNCTION recall_expiry(t text, obj text) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT (recall_lookup(t, obj)).gone_at $$;
 
 -- How a view shows a linked object: {id, summary}, or {id, deleted: true} once it is gone.
 CREATE OR REPLACE FUNCTION recall_link(obj text, summary text, gone boolean) RETURNS json
@@ -520,22 +530,10 @@ CREATE OR REPLACE FUNCTION recall_append_notes(p_tenant text, p_threads text[], 
 RETURNS TABLE (note_n bigint, note_seq bigint, note_at timestamptz)
 LANGUAGE sql VOLATILE AS $$
     WITH checked AS (
-      SELECT array_agg(CASE WHEN u.r IS NULL OR (g.found AND NOT recall_is_gone(g.deleted_at, g.expires_at))
-                            THEN u.t END ORDER BY u.n) AS threads,
-             array_agg(coalesce(g.deleted_at, g.expires_at) ORDER BY u.n) AS gone_ats
+      SELECT array_agg(CASE WHEN u.r IS NULL OR (g.present AND NOT g.gone) THEN u.t END ORDER BY u.n) AS threads,
+             array_agg(g.gone_at ORDER BY u.n) AS gone_ats
         FROM unnest(p_threads, p_refs) WITH ORDINALITY u(t, r, n)
-        LEFT JOIN LATERAL (
-          SELECT true AS found, deleted_at, expires_at FROM triggers
-           WHERE left(u.r, 4) = 'trg_' AND tenant_id = p_tenant AND id = u.r
-          UNION ALL SELECT true, deleted_at, expires_at FROM threads
-           WHERE left(u.r, 4) = 'thr_' AND tenant_id = p_tenant AND id = u.r
-          UNION ALL SELECT true, deleted_at, expires_at FROM workers
-           WHERE left(u.r, 4) = 'wkr_' AND tenant_id = p_tenant AND id = u.r
-          UNION ALL SELECT true, deleted_at, expires_at FROM reports
-           WHERE left(u.r, 4) = 'rpt_' AND tenant_id = p_tenant AND id = u.r
-          UNION ALL SELECT true, deleted_at, expires_at FROM memories
-           WHERE left(u.r, 4) = 'mem_' AND tenant_id = p_tenant AND id = u.r
-        ) g ON u.r IS NOT NULL)
+        LEFT JOIN LATERAL recall_lookup(p_tenant, u.r) g ON u.r IS NOT NULL)
     SELECT a.event_n, a.event_seq, a.event_at
       FROM checked, recall_append_events(p_tenant, 'note', checked.threads, p_summaries, p_refs, checked.gone_ats, false) a
 $$;
@@ -658,28 +656,13 @@ BEGIN
 END
 $$;
 
--- How a view shows a linked object of any kind, looked up by ID (a memory's sources and versions);
--- PL/pgSQL, as recall_expiry.
+-- How a view shows a linked object of any kind, looked up by ID (a memory's sources and versions).
 CREATE OR REPLACE FUNCTION recall_link_of(t text, obj text) RETURNS json
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
-    found_summary text;
-    gone boolean;
+    found_one record := recall_lookup(t, obj);
 BEGIN
-    CASE left(obj, 4)
-        WHEN 'thr_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
-                           FROM threads WHERE tenant_id = t AND id = obj;
-        WHEN 'wkr_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
-                           FROM workers WHERE tenant_id = t AND id = obj;
-        WHEN 'trg_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
-                           FROM triggers WHERE tenant_id = t AND id = obj;
-        WHEN 'rpt_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
-                           FROM reports WHERE tenant_id = t AND id = obj;
-        WHEN 'mem_' THEN SELECT summary, recall_is_gone(deleted_at, expires_at) INTO found_summary, gone
-                           FROM memories WHERE tenant_id = t AND id = obj;
-        ELSE NULL;
-    END CASE;
-    RETURN recall_link(obj, found_summary, coalesce(gone, true));  -- no such row: shown as deleted
+    RETURN recall_link(obj, found_one.summary, NOT found_one.present OR found_one.gone);
 END
 $$;
 
