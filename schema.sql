@@ -376,7 +376,7 @@ DROP FUNCTION IF EXISTS recall_gone(text, text);  -- unused: every read calls re
 -- runs the one branch it takes, from a cached plan. As SQL (a UNION ALL or CASE over the five
 -- tables' subqueries), every call started all five: ~0.4 ms in recall_link_of, which a memory read
 -- calls per version link and source (0.75 -> 0.36 ms a read without sources, 1.6 -> 0.5 ms with
--- two), and ~0.8 ms in each statement of plain notes, ref or not.
+-- two), and 0.8-1.3 ms in each statement of plain notes, ref or not.
 CREATE OR REPLACE FUNCTION recall_lookup(t text, obj text, OUT present boolean, OUT summary text, OUT gone boolean,
                                          OUT gone_at timestamptz)
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$

@@ -234,18 +234,25 @@ def test_an_expired_object_is_gone_at_once_before_any_sweep(client: httpx.Client
 
 def test_an_event_pointing_at_a_short_lived_object_of_any_kind_is_marked_once_it_expires(client: httpx.Client,
                                                                                           graph: Graph) -> None:
-    """recall_expiry, one branch a kind: the expiry of what an event points at goes on the event, so the
-    event is marked from that moment on, before any sweep. Notes with an Idempotency-Key take the
-    transaction's append (queries.append_event), as a filed report's event does."""
+    """recall_lookup, one branch a kind: the expiry of what an event points at goes on the event, so the
+    event is marked from that moment on, before any sweep. A plain note takes the statement of notes
+    (recall_append_notes), one with an Idempotency-Key the transaction's append (recall_expiry), as a
+    filed report's event does."""
     thread = graph.thread()["id"]
-    worker = graph.worker(ttl=1)["id"]
-    memory = client.post("/memories", json={"namespace": ["t", uid("ns")], "key": "k", "value": 1, "ttl": 1}).json()
-    refs = [graph.thread(ttl=1)["id"], worker, graph.trigger(ttl=1)["id"], memory["id"]]
-    for ref in refs:
-        assert client.post(f"/threads/{thread}/events", json={"summary": "see", "ref": ref}, headers=idem()).status_code == 201
-    report = graph.report(graph.worker()["id"], thread, ttl=1)["id"]
-    refs.append(report)
-    marked = lambda: [(e["ref"], e.get("ref_deleted", False)) for e in client.get(f"/threads/{thread}/events").json()["data"]]  # noqa: E731
+    memory = client.post("/memories", json={"namespace": ["t", uid("ns")], "key": "k", "value": 1, "ttl": 1})
+    assert memory.status_code == 201
+    targets = [graph.thread(ttl=1)["id"], graph.worker(ttl=1)["id"], graph.trigger(ttl=1)["id"], memory.json()["id"]]
+    refs = []
+    for ref in targets:
+        for headers in ({}, idem()):
+            note = client.post(f"/threads/{thread}/events", json={"summary": "see", "ref": ref}, headers=headers)
+            assert note.status_code == 201
+            refs.append(ref)
+    refs.append(graph.report(graph.worker()["id"], thread, ttl=1)["id"])
+
+    def marked() -> list[tuple[str, bool]]:
+        return [(e["ref"], e.get("ref_deleted", False)) for e in client.get(f"/threads/{thread}/events").json()["data"]]
+
     assert marked() == [(ref, False) for ref in refs]
     time.sleep(1.5)
     assert marked() == [(ref, True) for ref in refs]
