@@ -1164,8 +1164,8 @@ async def list_memories(
     `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
     start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
-        conn, cred, _memories(namespace is not None, _given(labels)), namespace, kind, tags, labels.app_id, labels.agent_id, labels.run_id,
-        value_contains, *start, limit, inline_max,
+        conn, cred, _memories(namespace is not None, _given(labels)), namespace, kind, tags,
+        labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _memory_keys.decode(row["memories"])
