@@ -51,13 +51,21 @@ class _Room:
         return True
 
 
+def _all_fit(items: list[Any], room: _Room) -> bool:
+    """Take the room for all of the items if they fit: their list's encoding but its brackets, which the
+    view's empty list already counts. What taking them one by one costs, in one encoding."""
+    return room.take(len(_encode(items)) - 2)
+
+
 def _links(items: list[Link], room: _Room) -> list[Link]:
     """Every linked ID, always; then summaries, in order, while they fit. No neighbour is ever lost.
 
     The field limits in models.py make the bare IDs fit even the smallest budget.
     """
+    if _all_fit(items, room):
+        return list(items)
     bare = [Link(id=item.id) for item in items]
-    room.left -= sum(len(_encode(b)) + 1 for b in bare)
+    room.left -= sum(len(_encode(b)) + 1 for b in bare) - 1  # a comma between each two
     return [item if room.take(len(_encode(item)) - len(_encode(b))) else b for item, b in zip(items, bare)]
 
 
@@ -72,9 +80,11 @@ def recent_limit(budget: int) -> int:
 
 def _recent(items: list[Any], room: _Room) -> list[Any]:
     """Of the newest items (given newest first, fetched up to recent_limit), those that fit, in given order."""
+    if _all_fit(items, room):
+        return list(items)
     out = []
     for item in items:
-        if not room.take(len(_encode(item)) + 1):
+        if not room.take(len(_encode(item)) + bool(out)):  # and a comma after the one before
             break
         out.append(item)
     return out

@@ -350,6 +350,7 @@ def test_any_thread_view_fits_keeps_its_owners_and_shows_the_newest_events_in_or
     row = thread_row(events, last_seq, owners=owners, title=title or "t", summary=summary)
     view = spill.thread_view(row, budget)
     assert size(view) <= budget
+    assert spill.thread_view(row, size(view)) == view  # exact at the byte: it needs all of what it took
     assert_every_link_kept(view.owner_workers, owners)
     seqs = [event.seq for event in view.events]
     assert seqs == list(range(last_seq - len(seqs) + 1, last_seq + 1))
@@ -475,6 +476,24 @@ def test_a_bigger_budget_shows_more_events() -> None:
     small = spill.thread_view(row, spill.MIN_BUDGET)
     large = spill.thread_view(row, 32_768)
     assert 0 < len(small.events) < len(large.events)
+
+
+def test_a_view_its_budget_long_shows_everything_and_one_byte_less_drops_the_last_that_fitted() -> None:
+    """The budget is exact at the byte: what fits is shown, whether taken one by one or all at once."""
+    owners = [Link(id=f"wkr_o{i}", summary=f"owner {i}") for i in range(3)]
+    row = thread_row(newest_events(40, fetched=10), 40, owners=owners)
+    full = size(spill.thread_view(row, spill.MAX_BUDGET))
+    exact, short = spill.thread_view(row, full), spill.thread_view(row, full - 1)
+    assert (size(exact), len(exact.events), exact.owner_workers) == (full, 10, owners)
+    assert ([e.seq for e in short.events], short.owner_workers) == (list(range(32, 41)), owners)
+    assert spill.thread_view(row, size(short)) == short
+
+    bare = thread_row([], 0, owners=owners)
+    full = size(spill.thread_view(bare, spill.MAX_BUDGET))
+    assert spill.thread_view(bare, full).owner_workers == owners
+    short = spill.thread_view(bare, full - 1)
+    assert short.owner_workers == [*owners[:2], Link(id="wkr_o2")]
+    assert spill.thread_view(bare, size(short)) == short
 
 
 # ---- workers: the most recent threads and reports that fit ----------------------------------

@@ -63,7 +63,7 @@ class Database:
         self.pool = pool
         self.timeout = timeout
         self.queue_limit = queue_limit
-        self.waiting = 0
+        self.taken = 0  # requests holding a connection or waiting for one (asyncpg's idle count walks the pool)
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int) -> Database:
@@ -86,7 +86,7 @@ class Database:
             size, idle = self.pool.get_size(), self.pool.get_idle_size()
             POOL.labels("in_use").set(size - idle)
             POOL.labels("idle").set(idle)
-            POOL.labels("waiting").set(self.waiting)
+            POOL.labels("waiting").set(max(0, self.taken - self.pool.get_max_size()))
             await asyncio.sleep(interval)
 
     def _unavailable(self, reason: str, detail: str) -> Unavailable:
@@ -96,44 +96,51 @@ class Database:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection; a full queue, waiting too long, or losing the database is a 503."""
-        if self.waiting >= self.queue_limit and self.pool.get_idle_size() == 0:
+        size = self.pool.get_max_size()
+        if self.taken >= size + self.queue_limit:
             raise self._unavailable("overloaded", "The server is at capacity; retry shortly.")
-        self.waiting += 1
+        self.taken += 1
         try:
-            if self.pool.get_idle_size():  # one is free now: nothing to wait for, and no timer to arm
-                conn = await self.pool.acquire()
-            else:
-                async with asyncio.timeout(self.timeout):  # not acquire(timeout=): that spawns a task per call
+            try:
+                # While no more requests hold or wait for a connection than the pool has, one is in its
+                # queue for this request: nothing to wait for (opening it is bounded by the connect
+                # timeout), and no timer to arm.
+                if self.taken <= size:
                     conn = await self.pool.acquire()
-        except asyncio.TimeoutError:
-            raise self._unavailable("timeout", "No database connection became free in time; retry shortly.") from None
-        except _UNREACHABLE:
-            await self.pool.expire_connections()
-            raise self._unavailable("unreachable", "The database is unavailable; retry shortly.") from None
+                else:
+                    async with asyncio.timeout(self.timeout):  # not acquire(timeout=): that spawns a task per call
+                        conn = await self.pool.acquire()
+            except asyncio.TimeoutError:
+                raise self._unavailable("timeout",
+                                        "No database connection became free in time; retry shortly.") from None
+            except _UNREACHABLE:
+                await self.pool.expire_connections()
+                raise self._unavailable("unreachable", "The database is unavailable; retry shortly.") from None
+            broken = False  # timed out or lost: not worth a ROLLBACK round trip to a server that may be stalled
+            try:
+                yield conn
+            except asyncio.TimeoutError:
+                broken = True
+                raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
+            except (*_UNREACHABLE, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+                if isinstance(exc, asyncpg.InterfaceError) and not _closed(conn):
+                    raise  # a programming error on a live connection is a bug (500), not an outage
+                # InternalClientError ("another operation is in progress"): the protocol state of a
+                # connection whose backend was terminated under it; the connection is unusable.
+                broken = True
+                # Connections opened before an outage are dead: replace them all, not one request at a time.
+                await self.pool.expire_connections()
+                raise self._unavailable("unreachable",
+                                        "The database connection was lost; retry shortly.") from None
+            finally:
+                # asyncpg may already have closed and released it (a timed-out ROLLBACK or reset terminates
+                # the connection); then any call on the proxy, terminate() included, raises InterfaceError,
+                # which used to replace the 503 with a 500.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    if broken:
+                        conn.terminate()  # close the socket now; the pool opens a fresh connection when needed
+                with contextlib.suppress(Exception):  # a failed reset: asyncpg terminated it, nothing to hand back
+                    await self.pool.release(conn, timeout=self.timeout)
         finally:
-            self.waiting -= 1
-        broken = False  # timed out or lost: not worth a ROLLBACK round trip to a server that may be stalled
-        try:
-            yield conn
-        except asyncio.TimeoutError:
-            broken = True
-            raise self._unavailable("timeout", "The database did not answer in time; retry shortly.") from None
-        except (*_UNREACHABLE, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
-            if isinstance(exc, asyncpg.InterfaceError) and not _closed(conn):
-                raise  # a programming error on a live connection is a bug (500), not an outage
-            # InternalClientError ("another operation is in progress"): the protocol state of a
-            # connection whose backend was terminated under it; the connection is unusable.
-            broken = True
-            # Connections opened before an outage are dead: replace them all, not one request at a time.
-            await self.pool.expire_connections()
-            raise self._unavailable("unreachable", "The database connection was lost; retry shortly.") from None
-        finally:
-            # asyncpg may already have closed and released it (a timed-out ROLLBACK or reset terminates
-            # the connection); then any call on the proxy, terminate() included, raises InterfaceError,
-            # which used to replace the 503 with a 500.
-            with contextlib.suppress(asyncpg.InterfaceError):
-                if broken:
-                    conn.terminate()  # close the socket now; the pool opens a fresh connection when needed
-            with contextlib.suppress(Exception):  # a failed reset: asyncpg terminated it, nothing to hand back
-                await self.pool.release(conn, timeout=self.timeout)
+            self.taken -= 1
 
