@@ -1,6 +1,6 @@
 """recall-server benchmark: the server as a user runs it, a seeded store, wrk, and ceilings from the same run.
 
-    python bench/run.py [--workers 2] [--duration 10] [--connections 32] [--rounds 3] [--skip-peer]
+    python bench/run.py [--workers 2] [--duration 10] [--connections 32] [--rounds 3] [--pairs 7] [--skip-peer]
                         [--home DIR] [--only get_thread,ceiling_fetch,open_loop,...]
 
 Prints a table and writes bench/results/latest.json and latest.md. Every headline figure is also
@@ -320,6 +320,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each ceiling and fetch scenario (median)")
+    parser.add_argument("--pairs", type=int, default=7, help="paired runs of each target and the fetch ceiling")
+    parser.add_argument("--pair-seconds", type=int, default=3, help="seconds per wrk run of a pair")
     parser.add_argument("--home", type=Path, help="keep the embedded store here and reuse it (seeded once)")
     parser.add_argument("--only", help="comma-separated scenario names (default: all); results go to stdout only")
     args = parser.parse_args()
@@ -417,6 +419,24 @@ def main() -> None:
             runs[name].append(compared[name]())
     for name, done in runs.items():
         s[name] = median_run(done)
+
+    # Paired: each target right after the fetch ceiling (or right before: the order turns every pair, so a
+    # drift hits both alike), in short runs; the median of the per-pair ratios and their range. Beside the
+    # rounds' figures above, not instead of them: on this machine the ceiling's own rounds differ by up
+    # to half from one minute to the next, and a round runs each pair minutes apart.
+    if want("paired"):
+        log(f"paired runs: {args.pairs} x ({args.pair_seconds} s ceiling, {args.pair_seconds} s target)")
+        wrk.duration, full = args.pair_seconds, wrk.duration
+        for target in ("get_thread", "get_worker", "ingest_4k"):
+            ratios_of_pairs = []
+            for n in range(args.pairs):
+                order = ("ceiling_fetch", target) if n % 2 == 0 else (target, "ceiling_fetch")
+                ran = {name: compared[name]()["rps"] for name in order}
+                ratios_of_pairs.append(round(ran[target] / ran["ceiling_fetch"], 3))
+            ordered = sorted(ratios_of_pairs)
+            s[f"paired_{target}"] = {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
+                                     "ratios": ratios_of_pairs}
+        wrk.duration = full
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
@@ -535,6 +555,10 @@ def main() -> None:
     paired("get_worker / fetch_ceiling", "get_worker", "ceiling_fetch")
     paired("ingest_4k / fetch_ceiling", "ingest_4k", "ceiling_fetch")
     paired("ingest_4k / write_ceiling", "ingest_4k", "ceiling_write")
+    for target in ("get_thread", "get_worker", "ingest_4k"):
+        if f"paired_{target}" in s:
+            ratios[f"{target} / fetch_ceiling, paired ({args.pairs} x {args.pair_seconds} s)"] = \
+                s[f"paired_{target}"]["median"]
     ratios["get_thread / langgraph_peer"] = ratio("get_thread", "peer_langgraph_get_thread")
     ratios["mcp_recall_get_b7 / get_thread_b7"] = ratio("mcp_recall_get_b7", "get_thread_b7")
     ratios["get_trigger / http_ceiling"] = ratio("get_trigger", "ceiling_http")
