@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -17,6 +18,8 @@ import pytest
 from faults import PostgresProxy, backends_stopped, rss_kib, thread_row_locked
 from helpers import Graph, ServerProcess, assert_problem, scratch_dir
 
+from recall_server.db.pool import Database, as_app_role
+from recall_server.errors import Unavailable
 from recall_server.process import ServerProcess as PlainServerProcess
 
 pytestmark = pytest.mark.fault
@@ -118,6 +121,39 @@ def test_overload_queues_to_a_bound_then_sheds_with_503_and_writes_nothing_half(
             assert rss_kib(server.proc.pid) - rss_before < 64 * 1024, "memory stays bounded"
     finally:
         server.stop()
+
+
+def test_a_request_finding_every_connection_taken_waits_the_timeout_and_no_longer(
+    server: ServerProcess, database_url: str,  # server: the store migrated, recall_app there
+) -> None:
+    """No request waits for a connection unbounded: with the pool's one connection held (by a request
+    between statements, so no statement timeout frees it), the next waits the database timeout and is
+    refused (a 503); once it is free, the next gets it at once."""
+    async def go() -> float:
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=0.5, queue_limit=4)
+        try:
+            free = asyncio.Event()
+
+            async def hold() -> None:
+                async with db.connection():
+                    await free.wait()
+
+            holder = asyncio.create_task(hold())
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            with pytest.raises(Unavailable, match="No database connection became free in time"):
+                async with asyncio.timeout(5), db.connection():  # hung: TimeoutError, and the test fails
+                    pass
+            waited = time.monotonic() - started
+            free.set()
+            await holder
+            async with asyncio.timeout(1), db.connection() as conn:
+                assert await conn.fetchval("SELECT 1") == 1
+            return waited
+        finally:
+            await db.close()
+
+    assert 0.4 < asyncio.run(go()) < BOUND
 
 
 def test_sigterm_finishes_in_flight_requests_and_loses_no_acknowledged_write(
