@@ -307,6 +307,9 @@ def cite_heavily(dsn: str) -> None:
     query(dsn, "ANALYZE report_refs")
 
 
+PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratios to the fetch ceiling
+
+
 def median_run(runs: list[dict]) -> dict:
     """The run with the median req/s, noting every run's req/s when there were several."""
     median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
@@ -427,7 +430,7 @@ def main() -> None:
     if want("paired"):
         log(f"paired runs: {args.pairs} x ({args.pair_seconds} s ceiling, {args.pair_seconds} s target)")
         wrk.duration, full = args.pair_seconds, wrk.duration
-        for target in ("get_thread", "get_worker", "ingest_4k"):
+        for target in PAIRED:
             ratios_of_pairs = []
             for n in range(args.pairs):
                 order = ("ceiling_fetch", target) if n % 2 == 0 else (target, "ceiling_fetch")
@@ -555,7 +558,7 @@ def main() -> None:
     paired("get_worker / fetch_ceiling", "get_worker", "ceiling_fetch")
     paired("ingest_4k / fetch_ceiling", "ingest_4k", "ceiling_fetch")
     paired("ingest_4k / write_ceiling", "ingest_4k", "ceiling_write")
-    for target in ("get_thread", "get_worker", "ingest_4k"):
+    for target in PAIRED:
         if f"paired_{target}" in s:
             ratios[f"{target} / fetch_ceiling, paired ({args.pairs} x {args.pair_seconds} s)"] = \
                 s[f"paired_{target}"]["median"]
