@@ -308,6 +308,7 @@ def cite_heavily(dsn: str) -> None:
 
 
 PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratios to the fetch ceiling
+OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -463,7 +464,7 @@ def main() -> None:
         saturation = s["get_thread"]["rps"]
         pk = [f"/pk/{path.rpartition('/')[2]}" for path in threads]
         chains = hop_chains(url, key, 200)
-        for pct in (25, 50):
+        for pct in OPEN_LOOP_LOADS:
             rate = saturation * pct / 100
             log(f"store settled in {settle(owner)} s (the rounds above filed triggers and events)")
             log(f"open loop at {pct}% of get_thread saturation ({rate:.0f}/s)")
@@ -572,7 +573,7 @@ def main() -> None:
     ratios["get_current_memory / get_thread"] = ratio("get_current_memory", "get_thread")
     ratios["get_memory / get_thread"] = ratio("get_memory", "get_thread")
     ratios["remember_write / get_thread"] = ratio("remember_write", "get_thread")
-    for pct in (25, 50):  # latency, so the other way up: how many times the ceiling's p99 at the same rate
+    for pct in OPEN_LOOP_LOADS:  # latency, so the other way up: how many times the ceiling's p99 at the same rate
         a, b = s.get(f"open_get_thread_{pct}pct"), s.get(f"open_ceiling_fetch_{pct}pct")
         if a and b and b["p99_ms"]:
             ratios[f"open loop {pct}%: get_thread p99 / fetch_ceiling p99"] = round(a["p99_ms"] / b["p99_ms"], 3)
