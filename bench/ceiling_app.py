@@ -139,8 +139,9 @@ class PlainFetch:
 def from_env() -> ObservabilityMiddleware:
     """The ASGI factory the worker processes import (the server wraps its app the same way)."""
     dsn = os.environ.get("RECALL_APP_DATABASE_URL") or as_app_role(os.environ["DATABASE_URL"])
-    return ObservabilityMiddleware(PlainFetch(create_app(dsn, int(os.environ.get("RECALL_POOL_MIN", "2")),
-                                                         int(os.environ.get("RECALL_POOL_MAX", "10")))))
+    pool_max = int(os.environ.get("RECALL_POOL_MAX", "10"))  # and the floor as the server has it (config.py)
+    pool_min = int(os.environ.get("RECALL_POOL_MIN") or pool_max)
+    return ObservabilityMiddleware(PlainFetch(create_app(dsn, pool_min, pool_max)))
 
 
 def main() -> None:

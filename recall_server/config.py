@@ -30,7 +30,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     body_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     # Open connections per worker process; more wait in the listen backlog.
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 512
-    pool_min: int = 2
+    # Connections a process keeps open (None: all of pool_max, opened at start). Above this floor a
+    # connection idle 60 s is closed, and a request that needs one again waits for it to be opened.
+    pool_min: int | None = None
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
     queue_limit: int = 64  # requests per process that may wait for a busy pool before 503s start

@@ -67,6 +67,8 @@ class Database:
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int) -> Database:
+        # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
+        # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
             max_inactive_connection_lifetime=60, reset=_reset, server_settings=SESSION,
