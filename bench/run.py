@@ -460,7 +460,8 @@ def main() -> None:
         # Latency at a fixed offered load (bench/open_loop.py: due times t0 + i/rate, latency from the due
         # time), at 25% and 50% of get_thread's closed-loop throughput measured above; the three-hop chains
         # (thread -> its first owner -> a payload that worker's report cites) at a third of that rate each.
-        # The latency ceiling: the fetch ceiling's route (ceiling_fetch) at the same rate, right before.
+        # The latency ceilings: the HTTP ceiling's route (ceiling_http: no database) and the fetch ceiling's
+        # (ceiling_fetch) at the same rate, right before: what this machine gives any request at that load.
         saturation = s["get_thread"]["rps"]
         pk = [f"/pk/{path.rpartition('/')[2]}" for path in threads]
         chains = hop_chains(url, key, 200)
@@ -468,6 +469,7 @@ def main() -> None:
             rate = saturation * pct / 100
             log(f"store settled in {settle(owner)} s (the rounds above filed triggers and events)")
             log(f"open loop at {pct}% of get_thread saturation ({rate:.0f}/s)")
+            s[f"open_ceiling_http_{pct}pct"] = open_loop(ceilings.url, key, lambda i: ["/constant"], rate, args.duration)
             s[f"open_ceiling_fetch_{pct}pct"] = open_loop(ceilings.url, key, lambda i: [pk[(i * 7919) % len(pk)]],
                                                           rate, args.duration)
             s[f"open_get_thread_{pct}pct"] = open_loop(url, key, lambda i: [threads[(i * 7919) % len(threads)]],
@@ -574,9 +576,10 @@ def main() -> None:
     ratios["get_memory / get_thread"] = ratio("get_memory", "get_thread")
     ratios["remember_write / get_thread"] = ratio("remember_write", "get_thread")
     for pct in OPEN_LOOP_LOADS:  # latency, so the other way up: how many times the ceiling's p99 at the same rate
-        a, b = s.get(f"open_get_thread_{pct}pct"), s.get(f"open_ceiling_fetch_{pct}pct")
-        if a and b and b["p99_ms"]:
-            ratios[f"open loop {pct}%: get_thread p99 / fetch_ceiling p99"] = round(a["p99_ms"] / b["p99_ms"], 3)
+        for ceiling in ("fetch", "http"):
+            a, b = s.get(f"open_get_thread_{pct}pct"), s.get(f"open_ceiling_{ceiling}_{pct}pct")
+            if a and b and b["p99_ms"]:
+                ratios[f"open loop {pct}%: get_thread p99 / {ceiling}_ceiling p99"] = round(a["p99_ms"] / b["p99_ms"], 3)
     if "inline_size" in s:
         ratios["inline size 1M / 10 events"] = round(s["inline_size"]["events_1m"] / s["inline_size"]["events_10"], 3)
     table = render(results)
