@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import msgspec
@@ -38,11 +37,12 @@ from litestar.params import FromPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recall_server import config  # noqa: E402
+from recall_server.db.pool import as_app_role  # noqa: E402
 from recall_server.direct import read_body  # noqa: E402
 from recall_server.observability import ObservabilityMiddleware  # noqa: E402
 from recall_server.process import freeze_heap  # noqa: E402
 
-APP_ROLE = "recall_app"
 TENANT = "bench"
 
 # The tenant bound transaction-locally in the same statement as the read, as the server's GETs do;
@@ -58,12 +58,6 @@ INSERT = """
     INSERT INTO bench_write_ceiling (body)
     SELECT $1 FROM (SELECT set_config('app.tenant_id', $2, true)) s RETURNING id
 """
-
-
-def as_app_role(dsn: str) -> str:
-    """The owner's DSN with the user swapped for recall_app (trust/peer auth, as the embedded store)."""
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(netloc=f"{APP_ROLE}@{parts.netloc.rpartition('@')[2]}"))
 
 
 async def _reset(conn: asyncpg.Connection) -> None:
@@ -138,10 +132,9 @@ class PlainFetch:
 
 def from_env() -> ObservabilityMiddleware:
     """The ASGI factory the worker processes import (the server wraps its app the same way)."""
-    dsn = os.environ.get("RECALL_APP_DATABASE_URL") or as_app_role(os.environ["DATABASE_URL"])
-    pool_max = int(os.environ.get("RECALL_POOL_MAX", "10"))  # and the floor as the server has it (config.py)
-    pool_min = int(os.environ.get("RECALL_POOL_MIN") or pool_max)
-    return ObservabilityMiddleware(PlainFetch(create_app(dsn, pool_min, pool_max)))
+    settings = config.load()  # the server's DSN, pool size and floor, from the same environment
+    dsn = settings.app_database_url or as_app_role(settings.database_url)
+    return ObservabilityMiddleware(PlainFetch(create_app(dsn, settings.pool_floor, settings.pool_max)))
 
 
 def main() -> None:

@@ -131,9 +131,8 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = await Database.open(
-            settings.app_database_url or as_app_role(settings.database_url), max_size=settings.pool_max,
-            min_size=settings.pool_max if settings.pool_min is None else settings.pool_min,
-            timeout=settings.db_timeout, queue_limit=settings.queue_limit,
+            settings.app_database_url or as_app_role(settings.database_url), min_size=settings.pool_floor,
+            max_size=settings.pool_max, timeout=settings.db_timeout, queue_limit=settings.queue_limit,
         )
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)

@@ -47,6 +47,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
     delivery_ttl: int = 7 * 86_400  # seconds a webhook delivery is kept to answer its redelivery (then purged)
 
+    @property
+    def pool_floor(self) -> int:
+        """The connections a process opens at start and keeps: pool_min, or all of pool_max."""
+        return self.pool_max if self.pool_min is None else self.pool_min
+
 
 # Settings field -> environment variable. DATABASE_URL is the conventional name; the rest are prefixed.
 ENV_NAMES = {
