@@ -133,6 +133,7 @@ def create_app(settings: Settings) -> Litestar:
         db = await Database.open(
             settings.app_database_url or as_app_role(settings.database_url), min_size=settings.pool_floor,
             max_size=settings.pool_max, timeout=settings.db_timeout, queue_limit=settings.queue_limit,
+            queue_wait=settings.queue_wait,
         )
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)

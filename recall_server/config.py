@@ -35,7 +35,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     pool_min: int | None = None
     pool_max: int = 10
     db_timeout: float = 5.0  # seconds: connect, acquire and statement time before a 503
-    queue_limit: int = 64  # requests per process that may wait for a busy pool before 503s start
+    # A request finding the pool busy is refused (503) when the longest waiter has waited queue_wait
+    # seconds, or queue_limit requests per process already wait (pool.Database).
+    queue_wait: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    queue_limit: int = 512
     metrics_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR: worker processes share metrics there
     migrate_on_start: bool = True
     idempotency_ttl: int = 86_400  # seconds an Idempotency-Key's outcome is kept

@@ -44,7 +44,8 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
     cred = auth.parse(f"Bearer {api_key}")
 
     async def run() -> list[tuple[int, int, str]]:
-        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10, queue_limit=4)
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10,
+                                 queue_limit=4, queue_wait=1)
         try:
             async with db.connection() as conn:
                 recall = Recall(db, CursorCodec(await queries.cursor_secret(conn)), Settings())

@@ -295,7 +295,8 @@ def test_a_failed_trace_write_is_counted_kept_for_the_next_flush_and_never_writt
     run = uid("run")
 
     async def go() -> tuple[int, int, int]:
-        db = await Database.open(as_app_role(proxy.url), min_size=1, max_size=2, timeout=2, queue_limit=4)
+        db = await Database.open(as_app_role(proxy.url), min_size=1, max_size=2, timeout=2,
+                                 queue_limit=4, queue_wait=1)
         try:
             trace = Trace(db, CursorCodec(b"x" * 32), flush_interval=1.0)
             for _ in range(3):
@@ -324,7 +325,8 @@ def test_a_batch_the_database_refuses_as_data_is_dropped_and_counted_not_retried
     key = create_key(database_url, "default", "read")
 
     async def go() -> tuple[int, int, float]:
-        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5, queue_limit=4)
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5,
+                                 queue_limit=4, queue_wait=1)
         try:
             trace = Trace(db, CursorCodec(b"x" * 32))
             trace.record(parse(f"Bearer {key}"), uid("run"), time.time_ns() // 1000, "thr_x", "/threads/{thread_id}",

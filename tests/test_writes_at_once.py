@@ -344,7 +344,8 @@ def test_the_pool_asks_for_no_notices(server: Any, database_url: str) -> None:
     """A payload token over to_tsvector's 2047-character limit made PostgreSQL send "word is too long to be
     indexed" with every trigger filed; the pool's connections ask for warnings and errors only (pool.SESSION)."""
     async def go() -> tuple[list[str], list[str]]:
-        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5, queue_limit=1)
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=5,
+                                 queue_limit=1, queue_wait=1)
         try:
             async with db.connection() as conn:
                 heard: list[str] = []
