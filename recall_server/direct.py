@@ -5,7 +5,7 @@ An agent's recall is mostly the fetches by ID, and what workers write is mostly 
 notes. Through the framework each paid Python per request beyond the service call and the
 database (three middlewares, routing, parameter and body extraction and validation, the response
 pipeline): on the benchmark, from the branch point to `Direct` (back to back, same store),
-get_thread 0.604 -> 0.739 of the fetch ceiling (README, "Benchmarks"). `Direct` answers them
+get_thread 0.604 -> 0.739 of the fetch ceiling (bench/HISTORY.md, second session). `Direct` answers them
 itself, with the same service call, the same problem renderer and the same headers;
 tests/test_direct.py checks that its answers are the framework route's, byte for byte, over hits,
 misses, gone IDs, budgets, bad keys and generated bodies.
