@@ -9,9 +9,11 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -160,6 +162,30 @@ def test_a_server_opens_its_whole_pool_at_start_so_a_burst_waits_for_no_connect(
         server.stop()
 
 
+@asynccontextmanager
+async def one_connection_held(database_url: str, **limits: float) -> AsyncIterator[tuple[Database, Any]]:
+    """A pool of one connection, held by a request between statements (so no statement timeout frees
+    it), and the coroutine function that frees it (and waits until the holder has given it back)."""
+    db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, **limits)
+    free = asyncio.Event()
+
+    async def hold() -> None:
+        async with db.connection():
+            await free.wait()
+
+    async def release() -> None:
+        free.set()
+        await holder
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0.1)
+    try:
+        yield db, release
+    finally:
+        await release()
+        await db.close()
+
+
 def test_a_request_finding_every_connection_taken_waits_the_timeout_and_no_longer(
     server: ServerProcess, database_url: str,  # server: the store migrated, recall_app there
 ) -> None:
@@ -167,29 +193,16 @@ def test_a_request_finding_every_connection_taken_waits_the_timeout_and_no_longe
     between statements, so no statement timeout frees it), the next waits the database timeout and is
     refused (a 503); once it is free, the next gets it at once."""
     async def go() -> float:
-        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=0.5,
-                                 queue_limit=4, queue_wait=1)
-        try:
-            free = asyncio.Event()
-
-            async def hold() -> None:
-                async with db.connection():
-                    await free.wait()
-
-            holder = asyncio.create_task(hold())
-            await asyncio.sleep(0.1)
+        async with one_connection_held(database_url, timeout=0.5, queue_limit=4, queue_wait=1) as (db, release):
             started = time.monotonic()
             with pytest.raises(Unavailable, match="No database connection became free in time"):
                 async with asyncio.timeout(5), db.connection():  # hung: TimeoutError, and the test fails
                     pass
             waited = time.monotonic() - started
-            free.set()
-            await holder
+            await release()
             async with asyncio.timeout(1), db.connection() as conn:
                 assert await conn.fetchval("SELECT 1") == 1
             return waited
-        finally:
-            await db.close()
 
     assert 0.4 < asyncio.run(go()) < BOUND
 
@@ -202,21 +215,11 @@ def test_a_queue_sheds_once_its_longest_waiter_has_waited_queue_wait_and_rides_o
     (503), not after the database timeout, and every request that queued is served once the connection
     is free. (A count of 64 was ~30 ms of work at 2,300 GETs/s: any stall longer than that shed.)"""
     async def go() -> float:
-        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10,
-                                 queue_limit=100, queue_wait=1.0)
-        try:
-            free = asyncio.Event()
-
-            async def hold() -> None:
-                async with db.connection():
-                    await free.wait()
-
+        async with one_connection_held(database_url, timeout=10, queue_limit=100, queue_wait=1.0) as (db, release):
             async def use() -> int:
                 async with db.connection() as conn:
                     return await conn.fetchval("SELECT 1")
 
-            holder = asyncio.create_task(hold())
-            await asyncio.sleep(0.05)
             first = asyncio.create_task(use())
             await asyncio.sleep(0.05)
             second = asyncio.create_task(use())  # the first has waited ~0.05 s of 1: queued, not refused
@@ -227,13 +230,10 @@ def test_a_queue_sheds_once_its_longest_waiter_has_waited_queue_wait_and_rides_o
                 async with asyncio.timeout(5), db.connection():  # queued instead: TimeoutError, and the test fails
                     pass
             refused_in = time.monotonic() - started
-            free.set()
+            await release()
             assert [await first, await second] == [1, 1], "every request that queued is served"
-            await holder
             assert not db.waiting
             return refused_in
-        finally:
-            await db.close()
 
     assert asyncio.run(go()) < 0.5
 
