@@ -213,7 +213,7 @@ def test_a_queue_sheds_once_its_longest_waiter_has_waited_queue_wait_and_rides_o
     """The queue is bounded in time: with the pool's one connection held, requests still queue while
     the one waiting longest has waited less than `queue_wait`; after that the next is refused at once
     (503), not after the database timeout, and every request that queued is served once the connection
-    is free. (A count of 64 was ~30 ms of work at 2,300 GETs/s: any stall longer than that shed.)"""
+    is free. (A count of 64 was 30-55 ms of work at 2,300 GETs/s: any stall longer than that shed.)"""
     async def go() -> float:
         async with one_connection_held(database_url, timeout=10, queue_limit=100, queue_wait=1.0) as (db, release):
             async def use() -> int:

@@ -61,7 +61,7 @@ class Database:
     busy gets 503 at once when the request waiting longest has already waited `queue_wait` seconds,
     or when `queue_limit` requests already wait, instead of piling up.
 
-    Time first: what a count of waiters means depends on how fast they are served (64 was ~30 ms of
+    Time first: what a count of waiters means depends on how fast they are served (64 was 30-55 ms of
     work at 2,300 GETs/s here, and shed on any stall longer than that), what a wait means does not.
     Under an overload the queue holds about `queue_wait` seconds of work; a stall shorter than that
     is ridden out. The count is the backstop on what waiting requests hold."""
