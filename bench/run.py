@@ -311,10 +311,10 @@ PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratio
 OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
 
-def median_run(runs: list[dict]) -> dict:
-    """The run with the median req/s, noting every run's req/s when there were several."""
-    median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
-    return {**median, "rps_runs": [r["rps"] for r in runs]} if len(runs) > 1 else median
+def median_run(runs: list[dict], by: str = "rps") -> dict:
+    """The run with the median `by` (req/s, or a latency), noting every run's when there were several."""
+    median = sorted(runs, key=lambda r: r[by])[len(runs) // 2]
+    return {**median, f"{by}_runs": [r[by] for r in runs]} if len(runs) > 1 else median
 
 
 def main() -> None:
@@ -484,8 +484,7 @@ def main() -> None:
                 for name, (target, chain, offered) in scenarios.items():
                     open_runs[name].append(open_loop(target, key, chain, offered, args.duration))
             for name, done in open_runs.items():
-                median = sorted(done, key=lambda r: r["p99_ms"])[len(done) // 2]
-                s[name] = {**median, "p99_runs": [r["p99_ms"] for r in done]} if len(done) > 1 else median
+                s[name] = median_run(done, by="p99_ms")
 
     # Search before the write scenarios: their rows (ingest_4k_log's "PASSED ... in 3.05s" lines) would
     # make the rare words common. With --home, a store that already ran them has them too.
