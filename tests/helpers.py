@@ -1,4 +1,4 @@
-"""Test helpers: real server processes, unique IDs, an object factory, the problem assertion."""
+"""Test helpers: real server processes, unique IDs, an object factory, the problem assertion, metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from recall_server.process import ServerProcess as _ServerProcess
 
@@ -121,3 +122,20 @@ def assert_problem(response: httpx.Response, status: int, mentions: str | None =
     if mentions is not None:
         assert mentions in response.text, body
     return body
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """GET /metrics without a key; every sample by (name, labels)."""
+    response = httpx.get(url + "/metrics", timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.text) for s in family.samples}
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; a series not yet exposed counts as 0."""
+    return samples.get((name, frozenset(labels.items())), 0.0)

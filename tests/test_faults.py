@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from faults import PostgresProxy, backends_stopped, rss_kib, thread_row_locked
-from helpers import Graph, ServerProcess, assert_problem, scratch_dir
+from helpers import Graph, ServerProcess, assert_problem, sample, scrape, scratch_dir
 
 from recall_server.db.pool import Database, as_app_role
 from recall_server.errors import Unavailable
@@ -106,6 +106,9 @@ def test_overload_queues_to_a_bound_then_sheds_with_503_and_writes_nothing_half(
             with thread_row_locked(database_url, "default", thread) as release, ThreadPoolExecutor(40) as pool:
                 futures = [pool.submit(append, i) for i in range(40)]
                 time.sleep(2)  # 2 requests hold the pool (blocked on the lock), 3 queue, the rest are shed
+                pool_gauges = scrape(server.url)  # published each second: the queue as it has stood for 2 s
+                assert [sample(pool_gauges, "recall_db_pool_connections", state=state)
+                        for state in ("in_use", "waiting")] == [2, 3], "the gauges show who holds and who waits"
                 started = time.monotonic()
                 assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
                 assert time.monotonic() - started < 1, "the process stays responsive"

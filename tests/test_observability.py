@@ -17,29 +17,11 @@ import httpx
 import psutil
 import pytest
 from faults import PostgresProxy
-from helpers import Graph, ServerProcess, assert_problem, uid
-from prometheus_client.parser import text_string_to_metric_families
+from helpers import Graph, ServerProcess, assert_problem, sample, scrape, uid
 
 from recall_server.process import ServerProcess as PlainServerProcess
 
 GENERATED_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")  # what the server accepts is what it must make
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(url: str) -> Samples:
-    """GET /metrics without a key; every sample by (name, labels)."""
-    response = httpx.get(url + "/metrics", timeout=30)
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain; version=")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(response.text) for s in family.samples}
-
-
-def sample(samples: Samples, name: str, **labels: str) -> float:
-    """One sample's value; a series not yet exposed counts as 0."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
 
 def json_lines(log: Path) -> list[dict]:
     """Every line of the server's log, each of which must be one JSON object."""

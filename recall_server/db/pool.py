@@ -98,7 +98,7 @@ class Database:
             size, idle = self.pool.get_size(), self.pool.get_idle_size()
             POOL.labels("in_use").set(size - idle)
             POOL.labels("idle").set(idle)
-            POOL.labels("waiting").set(max(0, self.taken - self.pool.get_max_size()))
+            POOL.labels("waiting").set(len(self.waiting))
             await asyncio.sleep(interval)
 
     def _unavailable(self, reason: str, detail: str) -> Unavailable:
