@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -123,9 +125,37 @@ def make_key(dsn: str) -> str:
     return asyncio.run(go())
 
 
+def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
+    """User and system CPU seconds used so far by each named process tree (a root pid and its descendants)."""
+    used = {}
+    for group, pid in roots.items():
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        used[group] = 0.0
+        for proc in tree:
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            used[group] += times.user + times.system
+    return used
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far, all cores together."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+
+
 class Wrk:
     def __init__(self, binary: str, threads: int, connections: int, duration: int, key: str) -> None:
         self.binary, self.threads, self.connections, self.duration, self.key = binary, threads, connections, duration, key
+        # base URL -> {group: root pid}: whose CPU a run against that URL counts (the server's processes, the
+        # PostgreSQL cluster's), beside wrk's own and the machine's
+        self.cpu_of: dict[str, dict[str, int]] = {}
 
     def run(self, url: str, paths: list[str], method: str = "GET", body: str | None = None,
             connections: int | None = None, headers: dict[str, str] | None = None) -> dict:
@@ -145,13 +175,26 @@ class Wrk:
 
             if method == "GET":  # unmeasured first: caches warm, statements prepared in every pooled connection
                 wrk(max(1, self.duration // 5))
+            roots = self.cpu_of.get(url, {})
+            before, machine_before = cpu_seconds(roots), machine_busy()
+            wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             out = wrk(self.duration)
+            wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            after, machine_after = cpu_seconds(roots), machine_busy()
         line = next(l for l in out.splitlines() if l.startswith("BENCH_JSON "))
         r = json.loads(line.removeprefix("BENCH_JSON "))
-        r["rps"] = round(r["requests"] / (r["duration_us"] / 1e6), 1)
+        seconds = r["duration_us"] / 1e6
+        r["rps"] = round(r["requests"] / seconds, 1)
         r["p50_ms"] = round(r["p50_us"] / 1000, 2)
         r["p99_ms"] = round(r["p99_us"] / 1000, 2)
-        return {k: r[k] for k in ("rps", "p50_ms", "p99_ms", "requests", "errors", "non2xx")}
+        # Where the CPU went: per request and in cores, by process group (what a ratio between two stacks
+        # is made of: on 2 cores, a stack that can use only one of them is capped there whatever it costs)
+        used = {group: after[group] - before[group] for group in after if group in before}
+        used["wrk"] = (wrk_after.ru_utime + wrk_after.ru_stime) - (wrk_before.ru_utime + wrk_before.ru_stime)
+        cpu = {"us_per_request": {g: round(c / max(r["requests"], 1) * 1e6, 1) for g, c in used.items()},
+               "cores": {g: round(c / seconds, 2) for g, c in used.items()},
+               "machine_cores": round((machine_after - machine_before) / seconds, 2)}
+        return {**{k: r[k] for k in ("rps", "p50_ms", "p99_ms", "requests", "errors", "non2xx")}, "cpu": cpu}
 
 
 def pgbench(dsn: str, connections: int, duration: int) -> dict:
@@ -366,6 +409,10 @@ def main() -> None:
     secret = query(owner, "SELECT value FROM server_secrets WHERE name = 'cursor'")[0][0]
     wrk = Wrk(wrk_bin, 2, args.connections, args.duration, key)
     url = server.url
+    # The embedded cluster's processes (its postmaster's first line is its pid); a DATABASE_URL server's are not ours to count
+    postgres = {} if os.environ.get("DATABASE_URL") else \
+        {"postgres": int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])}
+    wrk.cpu_of = {url: {"server": server.proc.pid, **postgres}, ceilings.url: {"ceilings": ceilings.proc.pid, **postgres}}
     threads = [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]
     results: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "workers": args.workers,
@@ -528,6 +575,7 @@ def main() -> None:
     if peer is not None:
         try:
             log("peer: LangGraph GET /threads/{thread_id}")
+            wrk.cpu_of[peer_url] = {"peer": peer.pid}
             thread_id = httpx.post(f"{peer_url}/threads", json={}, timeout=30).json()["thread_id"]
             # Interleaved with get_thread, round by round: the rounds' get_thread ran ~20 minutes earlier, and on
             # this machine the speed of both moves by half in that time (the peer ratio was 3.64, 1.94 and 2.94
@@ -541,6 +589,19 @@ def main() -> None:
             s["get_thread_beside_peer"] = median_run(beside)
             per_round = sorted(b["rps"] / p["rps"] for p, b in zip(peer_runs, beside))
             s["get_thread_beside_peer"]["peer_ratio_median_of_rounds"] = round(per_round[len(per_round) // 2], 3)
+            # And paired, as the fetch-ceiling targets are: short runs back to back, the order turning each pair
+            if want("paired"):
+                wrk.duration, full = args.pair_seconds, wrk.duration
+                pairs = []
+                for n in range(args.pairs):
+                    order = ("peer", "get_thread") if n % 2 == 0 else ("get_thread", "peer")
+                    ran = {name: (wrk.run(peer_url, [f"/threads/{thread_id}"]) if name == "peer"
+                                  else compared["get_thread"]())["rps"] for name in order}
+                    pairs.append(round(ran["get_thread"] / ran["peer"], 3))
+                wrk.duration = full
+                ordered = sorted(pairs)
+                s["paired_peer"] = {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
+                                    "ratios": pairs}
         finally:
             os.killpg(peer.pid, signal.SIGTERM)
     server.stop()
@@ -589,6 +650,8 @@ def main() -> None:
     if "get_thread_beside_peer" in s:
         ratios["get_thread / langgraph_peer, interleaved, median of rounds"] = \
             s["get_thread_beside_peer"]["peer_ratio_median_of_rounds"]
+    if "paired_peer" in s:
+        ratios[f"get_thread / langgraph_peer, paired ({args.pairs} x {args.pair_seconds} s)"] = s["paired_peer"]["median"]
     ratios["mcp_recall_get_b7 / get_thread_b7"] = ratio("mcp_recall_get_b7", "get_thread_b7")
     ratios["get_trigger / http_ceiling"] = ratio("get_trigger", "ceiling_http")
     ratios["get_payload_41k / http_ceiling"] = ratio("get_payload_41k", "ceiling_http")
@@ -625,7 +688,7 @@ def render(results: dict) -> str:
         if "rps" in r:
             notes = [f"mean {r['mean_ms']} ms" if "mean_ms" in r else "",
                      f"median of {', '.join(map(str, r['rps_runs']))}" if "rps_runs" in r else "",
-                     f"non-2xx {r['non2xx']}" if r.get("non2xx") else ""]
+                     f"non-2xx {r['non2xx']}" if r.get("non2xx") else "", _cpu_note(r.get("cpu"))]
             lines.append(f"| {name} | {r['rps']} | {r.get('p50_ms', '')} | {r.get('p99_ms', '')} | "
                          f"{'; '.join(n for n in notes if n)} |")
         else:
@@ -634,6 +697,15 @@ def render(results: dict) -> str:
     lines += ["", "| ratio | value |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in results["ratios"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_note(cpu: dict | None) -> str:
+    """'CPU us/request server 156 + postgres 95 + wrk 16; cores 1.08 + 0.66 + 0.11 of 1.88 busy'."""
+    if not cpu:
+        return ""
+    per, cores = cpu["us_per_request"], cpu["cores"]
+    return (f"CPU us/request {' + '.join(f'{g} {us:.0f}' for g, us in per.items())}; "
+            f"cores {' + '.join(str(cores[g]) for g in per)} of {cpu['machine_cores']} busy")
 
 
 if __name__ == "__main__":
