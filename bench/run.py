@@ -125,22 +125,24 @@ def make_key(dsn: str) -> str:
     return asyncio.run(go())
 
 
-def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
-    """User and system CPU seconds used so far by each named process tree (a root pid and its descendants)."""
-    used = {}
+def cpu_seconds(roots: dict[str, int]) -> dict[str, dict[int, float]]:
+    """User and system CPU seconds used so far by each process of each named tree (a root pid and its
+    descendants), by pid: a process that exits takes its count with it (a PostgreSQL backend, an autovacuum
+    worker), so a group's use is the sum of its processes' differences, not the difference of two sums."""
+    used: dict[str, dict[int, float]] = {}
     for group, pid in roots.items():
+        used[group] = {}
         try:
             root = psutil.Process(pid)
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
-        used[group] = 0.0
         for proc in tree:
             try:
                 times = proc.cpu_times()
             except psutil.NoSuchProcess:
                 continue
-            used[group] += times.user + times.system
+            used[group][proc.pid] = times.user + times.system
     return used
 
 
@@ -189,7 +191,8 @@ class Wrk:
         r["p99_ms"] = round(r["p99_us"] / 1000, 2)
         # Where the CPU went: per request and in cores, by process group (what a ratio between two stacks
         # is made of: on 2 cores, a stack that can use only one of them is capped there whatever it costs)
-        used = {group: after[group] - before[group] for group in after if group in before}
+        used = {group: sum(c - before.get(group, {}).get(pid, 0.0) for pid, c in procs.items())
+                for group, procs in after.items()}
         used["wrk"] = (wrk_after.ru_utime + wrk_after.ru_stime) - (wrk_before.ru_utime + wrk_before.ru_stime)
         cpu = {"us_per_request": {g: round(c / max(r["requests"], 1) * 1e6, 1) for g, c in used.items()},
                "cores": {g: round(c / seconds, 2) for g, c in used.items()},
