@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -357,6 +358,19 @@ PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratio
 OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
 
+def paired_runs(wrk: Wrk, seconds: int, pairs: int, target: Callable[[], dict], base: Callable[[], dict]) -> dict:
+    """`pairs` pairs of `seconds`-long runs back to back, `base` first in every other pair (so a drift hits
+    both alike): each pair's ratio target / base (req/s), and their median and range."""
+    wrk.duration, full = seconds, wrk.duration
+    ratios = []
+    for n in range(pairs):
+        ran = {run: run()["rps"] for run in ((base, target) if n % 2 == 0 else (target, base))}
+        ratios.append(round(ran[target] / ran[base], 3))
+    wrk.duration = full
+    ordered = sorted(ratios)
+    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1], "ratios": ratios}
+
+
 def median_run(runs: list[dict], by: str = "rps") -> dict:
     """The run with the median `by` (req/s, or a latency), noting every run's when there were several."""
     median = sorted(runs, key=lambda r: r[by])[len(runs) // 2]
@@ -481,17 +495,9 @@ def main() -> None:
     # to half from one minute to the next, and a round runs each pair minutes apart.
     if want("paired"):
         log(f"paired runs: {args.pairs} x ({args.pair_seconds} s ceiling, {args.pair_seconds} s target)")
-        wrk.duration, full = args.pair_seconds, wrk.duration
         for target in PAIRED:
-            ratios_of_pairs = []
-            for n in range(args.pairs):
-                order = ("ceiling_fetch", target) if n % 2 == 0 else (target, "ceiling_fetch")
-                ran = {name: compared[name]()["rps"] for name in order}
-                ratios_of_pairs.append(round(ran[target] / ran["ceiling_fetch"], 3))
-            ordered = sorted(ratios_of_pairs)
-            s[f"paired_{target}"] = {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
-                                     "ratios": ratios_of_pairs}
-        wrk.duration = full
+            s[f"paired_{target}"] = paired_runs(wrk, args.pair_seconds, args.pairs, compared[target],
+                                                compared["ceiling_fetch"])
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
@@ -594,17 +600,8 @@ def main() -> None:
             s["get_thread_beside_peer"]["peer_ratio_median_of_rounds"] = round(per_round[len(per_round) // 2], 3)
             # And paired, as the fetch-ceiling targets are: short runs back to back, the order turning each pair
             if want("paired"):
-                wrk.duration, full = args.pair_seconds, wrk.duration
-                pairs = []
-                for n in range(args.pairs):
-                    order = ("peer", "get_thread") if n % 2 == 0 else ("get_thread", "peer")
-                    ran = {name: (wrk.run(peer_url, [f"/threads/{thread_id}"]) if name == "peer"
-                                  else compared["get_thread"]())["rps"] for name in order}
-                    pairs.append(round(ran["get_thread"] / ran["peer"], 3))
-                wrk.duration = full
-                ordered = sorted(pairs)
-                s["paired_peer"] = {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
-                                    "ratios": pairs}
+                s["paired_peer"] = paired_runs(wrk, args.pair_seconds, args.pairs, compared["get_thread"],
+                                               lambda: wrk.run(peer_url, [f"/threads/{thread_id}"]))
         finally:
             os.killpg(peer.pid, signal.SIGTERM)
     server.stop()
