@@ -144,7 +144,10 @@ def test_a_forged_or_foreign_cursor_is_a_400(client: httpx.Client, graph: Graph)
     page = client.get("/search", params={"q": w, "limit": 1}).json()
     assert_problem(client.get("/search", params={"q": word(), "cursor": page["next_cursor"]}), 400, "cursor")
     body, mac = page["next_cursor"].split(".")
-    assert_problem(client.get("/search", params={"q": w, "cursor": f"{body}.{mac[:-2]}AA"}), 400, "cursor")
+    # another MAC, still canonical base64: its first character (six whole bits) changed. (Its last two set to
+    # "AA" left 1 token in 256 as it was: the last character of 16 bytes carries 2 bits, one of A, Q, g, w.)
+    forged_mac = ("B" if mac[0] == "A" else "A") + mac[1:]
+    assert_problem(client.get("/search", params={"q": w, "cursor": f"{body}.{forged_mac}"}), 400, "cursor")
     for score in ("sNaN", "NaN", "-Infinity", "1e999999", "x"):  # positions a forger might try: still 400s
         forged = base64.urlsafe_b64encode(json.dumps([score, "2026-01-01T00:00:00Z", "thr_x"]).encode())
         assert_problem(client.get("/search", params={"q": w, "cursor": f"{forged.decode().rstrip('=')}.{mac}"}),
