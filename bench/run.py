@@ -367,8 +367,7 @@ def paired_runs(wrk: Wrk, seconds: int, pairs: int, target: Callable[[], dict], 
         ran = {run: run()["rps"] for run in ((base, target) if n % 2 == 0 else (target, base))}
         ratios.append(round(ran[target] / ran[base], 3))
     wrk.duration = full
-    ordered = sorted(ratios)
-    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1], "ratios": ratios}
+    return {"median": statistics.median_high(ratios), "min": min(ratios), "max": max(ratios), "ratios": ratios}
 
 
 def median_run(runs: list[dict], by: str = "rps") -> dict:
@@ -596,8 +595,8 @@ def main() -> None:
                 beside.append(compared["get_thread"]())
             s["peer_langgraph_get_thread"] = median_run(peer_runs)
             s["get_thread_beside_peer"] = median_run(beside)
-            per_round = sorted(b["rps"] / p["rps"] for p, b in zip(peer_runs, beside))
-            s["get_thread_beside_peer"]["peer_ratio_median_of_rounds"] = round(per_round[len(per_round) // 2], 3)
+            s["get_thread_beside_peer"]["peer_ratio_median_of_rounds"] = round(
+                statistics.median_high(b["rps"] / p["rps"] for p, b in zip(peer_runs, beside)), 3)
             # And paired, as the fetch-ceiling targets are: short runs back to back, the order turning each pair
             if want("paired"):
                 s["paired_peer"] = paired_runs(wrk, args.pair_seconds, args.pairs, compared["get_thread"],
@@ -633,8 +632,8 @@ def main() -> None:
         hits the round's pair alike: the median of the per-round ratios is steadier than the ratio of the
         medians (given beside it, not instead of it)."""
         if "rps_runs" in s.get(a, {}) and "rps_runs" in s.get(b, {}):
-            rounds = sorted(x / y for x, y in zip(s[a]["rps_runs"], s[b]["rps_runs"], strict=True))
-            ratios[f"{name}, median of rounds"] = round(rounds[len(rounds) // 2], 3)
+            ratios[f"{name}, median of rounds"] = round(
+                statistics.median_high(x / y for x, y in zip(s[a]["rps_runs"], s[b]["rps_runs"], strict=True)), 3)
 
     paired("get_thread_traced / get_thread", "get_thread_traced", "get_thread")
     paired("get_thread / fetch_ceiling", "get_thread", "ceiling_fetch")
