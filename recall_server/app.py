@@ -20,6 +20,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
 from recall_server import __version__, config, errors
+from recall_server.auth import KeyCache
 from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
@@ -138,6 +139,7 @@ def create_app(settings: Settings) -> Litestar:
         async with db.connection() as conn:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
+        app.state.key_cache = KeyCache()  # the key checks this process may rely on for a moment (auth.KeyCache)
         app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings)
         app.state.trace = trace = Trace(db, CursorCodec(secret), settings.trace_flush_interval, settings.trace_buffer)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started

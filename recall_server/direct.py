@@ -86,7 +86,7 @@ class Direct:
 
     async def _create(self, scope: dict[str, Any], receive: Any, send: Any, model: type, create: Any) -> None:
         try:
-            cred = auth.from_headers(scope["headers"])
+            cred = auth.from_headers(scope["headers"], self.app.state.key_cache)
             body = await read_body(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
         except errors.Problem as problem:
             await self._problem(scope, send, problem)
@@ -110,7 +110,8 @@ class Direct:
                       budget: int) -> None:
         """The view, or the problem the framework's error handler would render (app._problem_response)."""
         try:
-            cred = auth.from_headers(scope["headers"])  # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
+            # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
+            cred = auth.from_headers(scope["headers"], self.app.state.key_cache)
             run = trace.run_of(scope)
         except errors.Problem as problem:
             await self._problem(scope, send, problem)

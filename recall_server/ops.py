@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from recall_server import auth
 from recall_server.db import queries as q
+from recall_server.db import tenancy
 from recall_server.errors import NotFound
 from recall_server.ids import State
 from recall_server.models import HookView, KeyView, NewHook, NewKey
@@ -46,7 +47,10 @@ async def list_keys(conn: q.Conn, tenant: str | None) -> list[KeyView]:
 
 
 async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
-    return await q.revoke_key(conn, key_id, None)
+    """Revoke on an owner connection outside a transaction, and return once every server process refuses it."""
+    revoked = await q.revoke_key(conn, key_id, None)
+    await tenancy.after_revoking()
+    return revoked
 
 
 async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float) -> int:

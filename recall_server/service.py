@@ -598,6 +598,7 @@ class Recall:
             revoked = await q.revoke_key(conn, key_id, tenant)
         if revoked is None:
             raise NotFound(f"No API key with ID {key_id} exists.", id=key_id)
+        await tenancy.after_revoking()  # committed: now wait until no process relies on an earlier check
         return revoked
 
     # ---- webhooks: endpoints (admin scope, within the caller's tenant) and deliveries ----

@@ -25,10 +25,10 @@ from helpers import Graph, create_key, run_script, run_sql, with_database
 from test_inline_views import add_events
 
 from recall_server import auth
-from recall_server.auth import Credential
+from recall_server.auth import Credential, KeyCache
 from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
-from recall_server.db import queries
+from recall_server.db import queries, tenancy
 from recall_server.db.migrate import migrate
 from recall_server.db.pool import Database, as_app_role
 from recall_server.rows import Labels
@@ -41,7 +41,8 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
     sql("ANALYZE")
     trigger = graph.trigger(thread_id=thread["id"])
     report = graph.report(worker["id"], thread["id"], refs=[trigger["id"]])
-    cred = auth.parse(f"Bearer {api_key}")
+    # Each statement twice: behind the key check, and behind a check the process remembers (tenancy.BOUND)
+    creds = [auth.parse(f"Bearer {api_key}"), auth.parse(f"Bearer {api_key}", KeyCache(clock=lambda: 0.0))]
 
     async def run() -> list[tuple[int, int, str]]:
         db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10,
@@ -49,7 +50,7 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
         try:
             async with db.connection() as conn:
                 recall = Recall(db, CursorCodec(await queries.cursor_secret(conn)), Settings())
-            for _ in range(8):
+            for cred in [creds[0]] * 8 + [creds[1]] * 9:  # the first of the remembered ones checks the key
                 await recall.get_thread(cred, thread["id"], 4096)
                 await recall.get_worker(cred, worker["id"], 4096)
                 await recall.get_trigger(cred, trigger["id"], 4096)
@@ -66,7 +67,7 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
 
     statements = asyncio.run(run())
     hot = [s for s in statements if s[0] + s[1] >= 8]
-    assert len(hot) >= 7, statements
+    assert len(hot) >= 14 and sum(tenancy.BOUND in s[2] for s in hot) >= 7, statements
     replanned = [s[2] for s in hot if s[0] == 0]
     assert not replanned, "re-planned on every execution:\n" + "\n\n".join(replanned)
 

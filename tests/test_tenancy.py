@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
 
-from recall_server.db.pool import as_app_role
+from recall_server import auth, ops
+from recall_server.auth import REVOCATION_WINDOW, KeyCache
+from recall_server.db import queries, tenancy
+from recall_server.db.pool import Database, as_app_role
+from recall_server.errors import Forbidden, Unauthorized
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +118,97 @@ def test_revocation_reaches_every_worker_process(database_url: str, tmp_path: Pa
             assert [c.get("/threads").status_code for _ in range(10)] == [401] * 10
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("by", ["api", "cli"])
+def test_a_revoke_returns_only_once_no_process_relies_on_an_earlier_check(
+    as_key, base_url: str, database_url: str, by: str
+) -> None:
+    """Each process may rely on a check of a key for REVOCATION_WINDOW (auth.KeyCache): a revoke waits that
+    out after it commits, so the request after it is refused however recently its key was checked. The
+    CLI's revoke is ops.revoke_key, run here in process: the CLI's own start-up takes longer than the window."""
+    made = as_key("a_admin").post("/admin/keys", json={"scope": "read"}).json()
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {made['key']}"}) as fresh:
+        assert fresh.get("/threads").status_code == 200  # checked, and remembered by the process that served it
+        started = time.monotonic()
+        if by == "api":
+            assert as_key("a_admin").delete(f"/admin/keys/{made['id']}").json()["revoked_at"]
+        else:
+            assert asyncio.run(_owner(database_url, lambda conn: ops.revoke_key(conn, made["id"]))).revoked_at
+        assert time.monotonic() - started >= REVOCATION_WINDOW
+        assert_problem(fresh.get("/threads"), 401)
+
+
+async def _owner(database_url: str, operation: Any) -> Any:
+    """`operation` on an owner connection, as the CLI runs it (cli._owner)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        return await operation(conn)
+    finally:
+        await conn.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_remembered_check_binds_its_own_tenant_and_scope_and_only_within_the_window(
+    database_url: str, tenant_keys: dict[str, str]
+) -> None:
+    """The statements behind a remembered check (tenancy.BOUND) bind the tenant and scope the key's last
+    check found, for REVOCATION_WINDOW after that check was sent; then the key is looked up again. A key
+    revoked straight in api_keys, bypassing the revoke's wait, shows how long a process relies on it."""
+    key = create_key(database_url, "tenant-a", "read")
+    clock = Clock()
+    keys = KeyCache(clock=clock)
+    cred = auth.parse(f"Bearer {key}", keys)
+    forged = auth.parse(f"Bearer {key[:-1]}{'B' if key[-1] == 'A' else 'A'}", keys)  # same ID, another secret
+
+    async def run() -> None:
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10,
+                                 queue_limit=4, queue_wait=1)
+        try:
+            async with db.connection() as conn:
+                assert (await queries.own_key(conn, cred)).tenant == "tenant-a"  # looked up, then remembered
+                assert keys.get(cred) == ("tenant-a", "read")
+                owner = await asyncpg.connect(database_url)
+                try:
+                    assert await owner.execute("UPDATE api_keys SET revoked_at = now() WHERE id = $1",
+                                               cred.key_id) == "UPDATE 1"
+                finally:
+                    await owner.close()
+                clock.now = REVOCATION_WINDOW / 2
+                assert (await queries.own_key(conn, cred)).tenant == "tenant-a"  # bound, not looked up
+                with pytest.raises(Unauthorized):
+                    await queries.own_key(conn, forged)  # the same key ID with another secret is looked up: 401
+            with pytest.raises(Forbidden):  # the remembered scope decides, as the looked-up one would
+                async with tenancy.session(db, cred, "write"):
+                    pass
+            clock.now = REVOCATION_WINDOW  # a window after the check was sent
+            assert keys.get(cred) is None
+            async with db.connection() as conn:
+                with pytest.raises(Unauthorized):
+                    await queries.own_key(conn, cred)
+        finally:
+            await db.close()
+
+    asyncio.run(run())
+
+
+def test_the_remembered_checks_are_bounded_and_the_oldest_goes_first() -> None:
+    clock = Clock()
+    keys = KeyCache(size=2, clock=clock)
+    a, b, c = (auth.Credential(n * 16, bytes(32)) for n in "abc")
+    keys.put(a, clock.now, "t", "read")
+    keys.put(b, clock.now, "t", "read")
+    keys.put(a, clock.now, "t", "write")  # checked again: the newest now
+    keys.put(c, clock.now, "t", "read")
+    assert (keys.get(a), keys.get(b), keys.get(c)) == (("t", "write"), None, ("t", "read"))
+    assert len(keys.checked) == 2
 
 
 def test_admin_endpoints_manage_keys_within_the_tenant_only(as_key, base_url: str) -> None:

@@ -304,7 +304,7 @@ async def fetch_content(conn: Conn, cred: Credential, kind: str, object_id: str,
                         known_sha256: bytes | None) -> tuple[str, Content | None]:
     """A trigger's payload or a report's body; `data` is None when its SHA-256 is `known_sha256`."""
     tenant, row = await tenancy.fetch(conn, cred, _CONTENT[kind], object_id, known_sha256)
-    return tenant, None if row is None else Content(*row[1:])
+    return tenant, None if row is None else Content(*row[2:])
 
 
 # Where a keyset starts when no cursor is given, as values rather than as coalesce($n, ...) in the statement:
@@ -536,7 +536,7 @@ async def own_key(conn: Conn, cred: Credential) -> KeyView:
     """The key a request carries, in one statement with its own check (401 if it is not valid)."""
     _, row = await tenancy.fetch(conn, cred, _OWN_KEY, cred.key_id)
     assert row is not None  # the key check just found it
-    return KeyView(*row[1:])
+    return KeyView(*row[2:])
 
 
 async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:

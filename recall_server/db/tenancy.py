@@ -24,43 +24,81 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
 
 The binding is transaction-local (`is_local`), so a pooled connection never carries one
 request's tenant into the next.
+
+A key this process checked within the last auth.REVOCATION_WINDOW (its Credential's KeyCache says
+so) skips the lookup: the same statements run behind BOUND, which binds the tenant and scope that
+check found ($1, $2). A revoke returns only after that window (`after_revoking`), so it is refused
+from the next request on, in every process, as before.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
 
-from recall_server.auth import SCOPES, Credential
+from recall_server.auth import REVOCATION_WINDOW, SCOPES, Credential
 from recall_server.db.pool import Database
 from recall_server.errors import Forbidden, bad_signature, unknown_hook, unknown_key
 from recall_server.webhooks import signing
 
 KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
                FROM recall_authenticate($1, $2) a"""
+BOUND = """SELECT set_config('app.tenant_id', $1::text, true) AS tenant, $2::text AS scope"""
+
+
+@functools.cache
+def _bound(sql: str) -> str:
+    """A statement behind KEY_CHECK, behind BOUND instead."""
+    assert sql.count(KEY_CHECK) == 1
+    return sql.replace(KEY_CHECK, BOUND)
+
+
+async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple[object, ...],
+               many: bool = False) -> list[asyncpg.Record]:
+    """A statement behind the key check, or behind BOUND for a key the process checked within the
+    window. Its rows start with the tenant and the scope; a check that found the key is remembered."""
+    run = conn.fetch if many else conn.fetchrow
+    if cred.keys is not None and (bound := cred.keys.get(cred)) is not None:
+        found = await run(_bound(sql), *bound, *args)
+        return found if many else [found]
+    sent = cred.keys.clock() if cred.keys is not None else 0.0
+    found = await run(sql, cred.key_id, cred.secret_sha256, *args)
+    rows = found if many else [] if found is None else [found]
+    if not rows:
+        raise unknown_key()
+    if cred.keys is not None:
+        cred.keys.put(cred, sent, rows[0][0], rows[0][1])
+    return rows
+
+
+async def after_revoking() -> None:
+    """Wait out the window in which a process may still rely on a check made before a revocation that
+    has just committed (auth.KeyCache): after this, every process refuses the key."""
+    await asyncio.sleep(REVOCATION_WINDOW)
 
 
 def keyed(read: str) -> str:
     """`read` (for tenant `auth.tenant`, parameters from $3) as one statement behind the key check.
 
-    The row it returns starts with the key's tenant; the read's own columns follow, all NULL when
-    it found nothing (so a read's first column must never be NULL on a row it found).
+    The row it returns starts with the key's tenant and scope; the read's own columns follow, all NULL
+    when it found nothing (so a read's first column must never be NULL on a row it found).
     """
     return f"""
         WITH auth AS MATERIALIZED ({KEY_CHECK})
-        SELECT auth.tenant AS bound_tenant, v.* FROM auth LEFT JOIN LATERAL ({read} OFFSET 0) v ON true
+        SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, v.*
+          FROM auth LEFT JOIN LATERAL ({read} OFFSET 0) v ON true
     """
 
 
 async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: object
                 ) -> tuple[str, asyncpg.Record | None]:
     """Run a `keyed` read: (the key's tenant, the row or None when the read found none). 401 for a bad key."""
-    row = await conn.fetchrow(sql, cred.key_id, cred.secret_sha256, *args)
-    if row is None:
-        raise unknown_key()
-    return row[0], None if row[1] is None else row
+    row = (await _run(conn, cred, sql, args))[0]
+    return row[0], None if row[2] is None else row
 
 
 def _require_scope(granted: str, needed: str) -> None:
@@ -85,9 +123,7 @@ def keyed_write(write: str, scope: str) -> str:
 async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
                      ) -> tuple[str, list[asyncpg.Record]]:
     """Run a `keyed_write`: (the key's tenant, the rows its `done` wrote, maybe none). 401 bad key, 403 scope."""
-    rows = await conn.fetch(sql, cred.key_id, cred.secret_sha256, *args)
-    if not rows:
-        raise unknown_key()
+    rows = await _run(conn, cred, sql, args, many=True)
     _require_scope(rows[0][1], scope)
     return rows[0][0], [row for row in rows if row[2] is not None]
 
@@ -96,10 +132,7 @@ async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql
 async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
     """A transaction bound to the key's tenant: (connection, tenant). 401 unknown/revoked key, 403 scope."""
     async with db.connection() as conn, conn.transaction():
-        found = await conn.fetchrow(KEY_CHECK, cred.key_id, cred.secret_sha256)
-        if found is None:
-            raise unknown_key()
-        tenant, granted = found
+        tenant, granted = (await _run(conn, cred, KEY_CHECK, ()))[0]
         _require_scope(granted, scope)
         yield conn, tenant
 

@@ -101,7 +101,8 @@ class RequireKey:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "OPTIONS":  # OPTIONS says which methods exist, nothing about data
-            scope.setdefault("state", {})["credential"] = auth.from_headers(scope["headers"])
+            cred = auth.from_headers(scope["headers"], scope["app"].state.key_cache)
+            scope.setdefault("state", {})["credential"] = cred
         await self.app(scope, receive, send)
 
 
