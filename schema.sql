@@ -215,8 +215,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_shown_id ON idempotency_keys USING gin (shows);
 
--- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read
--- on every request, so it takes effect at once in every server process.
+-- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read by
+-- every key check; a server process relies on a check for auth.REVOCATION_WINDOW (0.1 s) at most,
+-- and a revoke waits that out before it returns (db/tenancy.py).
 CREATE TABLE IF NOT EXISTS api_keys (
     id            text PRIMARY KEY CHECK (id ~ '^[0-9a-f]{16}$'),
     tenant_id     text NOT NULL REFERENCES tenants (id),
