@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -15,6 +14,8 @@ from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
 
 from recall_server import auth, ops
 from recall_server.auth import REVOCATION_WINDOW, KeyCache
+from recall_server.cli import _owner as cli_owner
+from recall_server.config import Settings
 from recall_server.db import queries, tenancy
 from recall_server.db.pool import Database, as_app_role
 from recall_server.errors import Forbidden, Unauthorized
@@ -126,7 +127,7 @@ def test_a_revoke_returns_only_once_no_process_relies_on_an_earlier_check(
 ) -> None:
     """Each process may rely on a check of a key for REVOCATION_WINDOW (auth.KeyCache): a revoke waits that
     out after it commits, so the request after it is refused however recently its key was checked. The
-    CLI's revoke is ops.revoke_key, run here in process: the CLI's own start-up takes longer than the window."""
+    CLI's revoke runs in process (cli._owner, the CLI's runner): its start-up takes longer than the window."""
     made = as_key("a_admin").post("/admin/keys", json={"scope": "read"}).json()
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {made['key']}"}) as fresh:
         assert fresh.get("/threads").status_code == 200  # checked, and remembered by the process that served it
@@ -134,18 +135,10 @@ def test_a_revoke_returns_only_once_no_process_relies_on_an_earlier_check(
         if by == "api":
             assert as_key("a_admin").delete(f"/admin/keys/{made['id']}").json()["revoked_at"]
         else:
-            assert asyncio.run(_owner(database_url, lambda conn: ops.revoke_key(conn, made["id"]))).revoked_at
+            revoked = cli_owner(Settings(database_url=database_url), lambda conn: ops.revoke_key(conn, made["id"]))
+            assert revoked.revoked_at
         assert time.monotonic() - started >= REVOCATION_WINDOW
         assert_problem(fresh.get("/threads"), 401)
-
-
-async def _owner(database_url: str, operation: Any) -> Any:
-    """`operation` on an owner connection, as the CLI runs it (cli._owner)."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await operation(conn)
-    finally:
-        await conn.close()
 
 
 class Clock:
