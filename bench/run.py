@@ -113,6 +113,16 @@ def settle(dsn: str, timeout: float = 300) -> float:
     return round(time.perf_counter() - started, 1)
 
 
+def seed(dsn: str) -> None:
+    """Seed the store with bench/seed.sql, unless it already holds what that makes (a reused --home).
+    The server has migrated it first."""
+    if not query(dsn, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_big'"):
+        log("seeding the store (10k threads, 100k triggers, a 1M-event thread)")
+        started = time.perf_counter()
+        execute_file(dsn, HERE / "seed.sql")
+        log(f"seeded in {time.perf_counter() - started:.0f} s")
+
+
 def make_key(dsn: str) -> str:
     from recall_server import ops
 
@@ -360,14 +370,22 @@ OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
 def paired_runs(wrk: Wrk, seconds: int, pairs: int, target: Callable[[], dict], base: Callable[[], dict]) -> dict:
     """`pairs` pairs of `seconds`-long runs back to back, `base` first in every other pair (so a drift hits
-    both alike): each pair's ratio target / base (req/s), and their median and range."""
+    both alike): each pair's ratio target / base (req/s), and their median and range; and, where the runs
+    counted CPU, the median µs per request of each side's processes and PostgreSQL's (wrk's left out)."""
     wrk.duration, full = seconds, wrk.duration
-    ratios = []
+    ratios: list[float] = []
+    cpu: dict[Callable[[], dict], list[float]] = {target: [], base: []}
     for n in range(pairs):
-        ran = {run: run()["rps"] for run in ((base, target) if n % 2 == 0 else (target, base))}
-        ratios.append(round(ran[target] / ran[base], 3))
+        ran = {run: run() for run in ((base, target) if n % 2 == 0 else (target, base))}
+        ratios.append(round(ran[target]["rps"] / ran[base]["rps"], 3))
+        for run, result in ran.items():
+            if "cpu" in result:
+                cpu[run].append(sum(us for group, us in result["cpu"]["us_per_request"].items() if group != "wrk"))
     wrk.duration = full
-    return {"median": statistics.median_high(ratios), "min": min(ratios), "max": max(ratios), "ratios": ratios}
+    out = {"median": statistics.median_high(ratios), "min": min(ratios), "max": max(ratios), "ratios": ratios}
+    if cpu[target] and cpu[base]:
+        out["us_per_request"] = [round(statistics.median_high(cpu[target]), 1), round(statistics.median_high(cpu[base]), 1)]
+    return out
 
 
 def median_run(runs: list[dict], by: str = "rps") -> dict:
@@ -415,11 +433,7 @@ def main() -> None:
                              command=[sys.executable, str(HERE / "ceiling_app.py")], DATABASE_URL=owner,
                              RECALL_POOL_MAX=pool_max, PROMETHEUS_MULTIPROC_DIR=ceiling_metrics)
     ceilings.start(timeout=120)
-    if not query(owner, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_big'"):
-        log("seeding the store (10k threads, 100k triggers, a 1M-event thread)")
-        started = time.perf_counter()
-        execute_file(owner, HERE / "seed.sql")
-        log(f"seeded in {time.perf_counter() - started:.0f} s")
+    seed(owner)
     log(f"store settled in {settle(owner)} s")
     key = make_key(owner)
     secret = query(owner, "SELECT value FROM server_secrets WHERE name = 'cursor'")[0][0]
