@@ -20,22 +20,35 @@ harness timed at ~15 us a request less client CPU made no difference here (bench
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from run import ROOT, Wrk, embedded, ensure_wrk, log, make_key, paired_runs, seed, settle
+from run import (
+    PAYLOAD_4K,
+    ROOT,
+    THREADS,
+    WORKERS,
+    Wrk,
+    embedded,
+    ensure_wrk,
+    log,
+    make_key,
+    paired_runs,
+    postmaster_pid,
+    seed,
+    server_env,
+    settle,
+)
 
 from recall_server.process import ServerProcess
 
-# The scenarios as bench/run.py runs them: a fetch by ID over 1,429 threads and 1,000 workers, a 4 KB trigger.
-PAYLOAD_4K = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
+# The scenarios as bench/run.py runs them.
 SCENARIOS = {
-    "get_thread": lambda wrk, url: wrk.run(url, [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]),
-    "get_worker": lambda wrk, url: wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)]),
+    "get_thread": lambda wrk, url: wrk.run(url, THREADS),
+    "get_worker": lambda wrk, url: wrk.run(url, WORKERS),
     "ingest_4k": lambda wrk, url: wrk.run(url, ["/triggers"], method="POST", body=PAYLOAD_4K),
 }
 
@@ -69,8 +82,7 @@ def main() -> None:
     subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), args.rev], cwd=ROOT, check=True)
     log(f"starting the embedded PostgreSQL in {home}")
     owner = embedded.start(home / "data")
-    env = {"DATABASE_URL": owner, "RECALL_LOG_LEVEL": "warning", "RECALL_SWEEP_INTERVAL": "0",
-           "RECALL_POOL_MAX": str(max(4, args.connections // args.workers))}  # as bench/run.py
+    env = server_env(owner, args.connections, args.workers)
     new = ServerProcess(home / "ab-tree.log", "--workers", str(args.workers), **env)
     old = ServerProcess(home / f"ab-{args.rev}.log", "--workers", str(args.workers), PYTHONPATH=str(tree),
                         PYTHONSAFEPATH="1", **env)
@@ -80,8 +92,7 @@ def main() -> None:
         seed(owner)
         log(f"store settled in {settle(owner)} s")
         wrk = Wrk(ensure_wrk(), 2, args.connections, args.pair_seconds, make_key(owner))
-        postgres = {"postgres": int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])}
-        wrk.cpu_of = {server.url: {"server": server.proc.pid, **postgres} for server in (new, old)}
+        wrk.cpu_of = {server.url: {"server": server.proc.pid, "postgres": postmaster_pid(home)} for server in (new, old)}
         print(f"| scenario | working tree / {args.rev}, req/s (median of {args.pairs} pairs of {args.pair_seconds} s) "
               f"| range | CPU us/request, working tree | {args.rev} |\n|---|---:|---|---:|---:|", flush=True)
         for name in scenarios:

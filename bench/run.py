@@ -47,6 +47,12 @@ from open_loop import open_loop  # noqa: E402  (bench/, on sys.path as the scrip
 
 RESULTS = HERE / "results"
 
+# What the fetch and ingest scenarios send (bench/ab.py sends the same): the seeded store's threads and
+# workers, and a 4 KB trigger.
+THREADS = [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]
+WORKERS = [f"/workers/wkr_b{i}" for i in range(1, 1001)]
+PAYLOAD_4K = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
+
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -121,6 +127,18 @@ def seed(dsn: str) -> None:
         started = time.perf_counter()
         execute_file(dsn, HERE / "seed.sql")
         log(f"seeded in {time.perf_counter() - started:.0f} s")
+
+
+def server_env(dsn: str, connections: int, workers: int) -> dict[str, str]:
+    """The environment `recall-server serve` runs with here: quiet, no sweep, and a pool per worker that
+    together match wrk's connections."""
+    return {"DATABASE_URL": dsn, "RECALL_LOG_LEVEL": "warning", "RECALL_SWEEP_INTERVAL": "0",
+            "RECALL_POOL_MAX": str(max(4, connections // workers))}
+
+
+def postmaster_pid(home: Path) -> int:
+    """The pid of the embedded cluster under `home` (its postmaster.pid's first line), whose processes' CPU is counted."""
+    return int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])
 
 
 def make_key(dsn: str) -> str:
@@ -417,9 +435,8 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     log(f"starting the embedded PostgreSQL in {home}")
     owner = os.environ.get("DATABASE_URL") or embedded.start(home / "data")
-    pool_max = str(max(4, args.connections // args.workers))
-    server = ServerProcess(home / "server.log", "--workers", str(args.workers), DATABASE_URL=owner,
-                           RECALL_LOG_LEVEL="warning", RECALL_POOL_MAX=pool_max, RECALL_SWEEP_INTERVAL="0")
+    env = server_env(owner, args.connections, args.workers)
+    server = ServerProcess(home / "server.log", "--workers", str(args.workers), **env)
     server.start(timeout=120)
     # The write ceiling's table (bench/ceiling_app.py POST /asgi/insert), emptied for each run.
     query(owner, "CREATE TABLE IF NOT EXISTS bench_write_ceiling (id bigint GENERATED ALWAYS AS IDENTITY "
@@ -431,7 +448,7 @@ def main() -> None:
     ceiling_metrics = tempfile.mkdtemp(prefix="recall-bench-metrics-")
     ceilings = ServerProcess(home / "ceiling.log", "--workers", str(args.workers),
                              command=[sys.executable, str(HERE / "ceiling_app.py")], DATABASE_URL=owner,
-                             RECALL_POOL_MAX=pool_max, PROMETHEUS_MULTIPROC_DIR=ceiling_metrics)
+                             RECALL_POOL_MAX=env["RECALL_POOL_MAX"], PROMETHEUS_MULTIPROC_DIR=ceiling_metrics)
     ceilings.start(timeout=120)
     seed(owner)
     log(f"store settled in {settle(owner)} s")
@@ -439,11 +456,9 @@ def main() -> None:
     secret = query(owner, "SELECT value FROM server_secrets WHERE name = 'cursor'")[0][0]
     wrk = Wrk(wrk_bin, 2, args.connections, args.duration, key)
     url = server.url
-    # The embedded cluster's processes (its postmaster's first line is its pid); a DATABASE_URL server's are not ours to count
-    postgres = {} if os.environ.get("DATABASE_URL") else \
-        {"postgres": int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])}
+    # The embedded cluster's processes; a DATABASE_URL server's are not ours to count
+    postgres = {} if os.environ.get("DATABASE_URL") else {"postgres": postmaster_pid(home)}
     wrk.cpu_of = {url: {"server": server.proc.pid, **postgres}, ceilings.url: {"ceilings": ceilings.proc.pid, **postgres}}
-    threads = [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]
     results: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "workers": args.workers,
                                  "connections": args.connections, "duration_s": args.duration,
@@ -458,24 +473,23 @@ def main() -> None:
         # The same fetch without the framework, as direct.Direct serves GET /threads/{id} and /workers/{id}.
         "ceiling_fetch_asgi": lambda: wrk.run(ceilings.url, [f"/asgi/pk/thr_b{i}" for i in range(1, 10001, 7)]),
         "ceiling_db_pgbench": lambda: pgbench(owner, args.connections, args.duration),
-        "get_thread": lambda: wrk.run(url, threads),
+        "get_thread": lambda: wrk.run(url, THREADS),
         # the same reads, each recorded in the recall trace (X-Recall-Run): what tracing costs
-        "get_thread_traced": lambda: wrk.run(url, threads, headers={"X-Recall-Run": "bench-run"}),
+        "get_thread_traced": lambda: wrk.run(url, THREADS, headers={"X-Recall-Run": "bench-run"}),
         # one thread read as a plain GET and as the MCP tool recall_get over streamable HTTP (/mcp,
         # stateless: one JSON-RPC tools/call per request, no initialize): what the MCP surface costs
         "get_thread_b7": lambda: wrk.run(url, ["/threads/thr_b7"]),
         "mcp_recall_get_b7": lambda: wrk.run(url, ["/mcp"], method="POST", body=MCP_RECALL_GET,
                                              headers={"Accept": "application/json, text/event-stream"}),
-        "get_worker": lambda: wrk.run(url, [f"/workers/wkr_b{i}" for i in range(1, 1001)]),
+        "get_worker": lambda: wrk.run(url, WORKERS),
         "get_trigger": lambda: wrk.run(url, [f"/triggers/trg_b{i}" for i in range(1, 100001, 37)]),
         "get_payload_41k": lambda: wrk.run(url, ["/triggers/trg_b41k/payload"]),
         "get_unknown_404": lambda: wrk.run(url, [f"/threads/thr_missing{i}" for i in range(1, 2000)]),
     }
     # Writes, interleaved with the ceilings too: their ratio to the fetch ceiling is a target.
-    payload_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
-    compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=payload_4k)
+    compared["ingest_4k"] = lambda: wrk.run(url, ["/triggers"], method="POST", body=PAYLOAD_4K)
     # The stack's write ceiling: the same body inserted as one row and committed, per request.
-    compared["ceiling_write"] = lambda: wrk.run(ceilings.url, ["/asgi/insert"], method="POST", body=payload_4k)
+    compared["ceiling_write"] = lambda: wrk.run(ceilings.url, ["/asgi/insert"], method="POST", body=PAYLOAD_4K)
     # The same 4 KB as application/octet-stream, which search does not index: what indexing the text costs
     unindexed_4k = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096,
                                "content_type": "application/octet-stream"})
@@ -533,7 +547,7 @@ def main() -> None:
         # The latency ceilings: the HTTP ceiling's route (ceiling_http: no database) and the fetch ceiling's
         # (ceiling_fetch) at the same rate, right before: what this machine gives any request at that load.
         saturation = s["get_thread"]["rps"]
-        pk = [f"/pk/{path.rpartition('/')[2]}" for path in threads]
+        pk = [f"/pk/{path.rpartition('/')[2]}" for path in THREADS]
         chains = hop_chains(url, key, 200)
         # Like the closed-loop figures, `--rounds` interleaved rounds, each scenario its median run by p99: one
         # 10 s window's p99 at 2,300/s is its 233rd slowest request, so a single 100 ms stall of the machine
@@ -544,7 +558,7 @@ def main() -> None:
             scenarios = {
                 f"open_ceiling_http_{pct}pct": (ceilings.url, lambda i: ["/constant"], rate),
                 f"open_ceiling_fetch_{pct}pct": (ceilings.url, lambda i: [pk[(i * 7919) % len(pk)]], rate),
-                f"open_get_thread_{pct}pct": (url, lambda i: [threads[(i * 7919) % len(threads)]], rate),
+                f"open_get_thread_{pct}pct": (url, lambda i: [THREADS[(i * 7919) % len(THREADS)]], rate),
                 f"open_three_hops_{pct}pct": (url, lambda i: chains[i % len(chains)], rate / 3),
             }
             open_runs: dict[str, list[dict]] = {name: [] for name in scenarios}
