@@ -876,7 +876,7 @@ END $$;
 
 INSERT INTO schema_migrations (version) VALUES (3) ON CONFLICT DO NOTHING;
 
--- ---- webhooks (issue 16) -------------------------------------------------------------------
+-- ---- webhooks ---------------------------------------------------------------------------------
 -- A hook is a webhook endpoint of one tenant: POST /hooks/github/{id}, authenticated by an
 -- HMAC-SHA256 of the body (X-Hub-Signature-256) under the hook's secret. Like api_keys this is a
 -- global lookup (the hook ID in the URL is all a delivery carries), read by recall_app only
@@ -1065,7 +1065,7 @@ BEGIN
     END IF;
 END $$;
 
--- ---- search and backlinks (issue 14) ------------------------------------------------------
+-- ---- search and backlinks --------------------------------------------------------------------
 -- Full-text search: each object keeps a STORED generated tsvector of its own columns, so every
 -- write (and recall_erase, which overwrites the content) keeps it current with no trigger and no
 -- second statement. Config 'simple' (lower-casing, no stemming, no stop words): what agents look

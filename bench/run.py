@@ -460,7 +460,7 @@ def main() -> None:
     postgres = {} if os.environ.get("DATABASE_URL") else {"postgres": postmaster_pid(home)}
     wrk.cpu_of = {url: {"server": server.proc.pid, **postgres}, ceilings.url: {"ceilings": ceilings.proc.pid, **postgres}}
     results: dict = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                                 "platform": platform.platform(), "workers": args.workers,
+                                 "platform": f"{platform.system()} {platform.machine()}", "workers": args.workers,
                                  "connections": args.connections, "duration_s": args.duration,
                                  "rounds": args.rounds}}
     s = results["scenarios"] = {}

@@ -29,7 +29,7 @@ class KeyCache:
     its tenant and scope: a request with one of them binds that tenant without looking the key up again.
 
     The lookup is a second relation in every request's statement: 26 us of the ~135 us of PostgreSQL
-    time a GET /threads/{id} took (bench/HISTORY.md, sixteenth session). Revocation stays exact as the
+    time a GET /threads/{id} took (get_thread, alternating pairs with the check removed). Revocation stays exact as the
     API and the CLI show it. An entry is used only within the window after the check that made it was
     sent, so that check's snapshot predates any revocation it missed; and a revoke returns only once the
     window has passed since it committed. So no request that starts after a revoke returned is served

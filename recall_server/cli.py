@@ -346,21 +346,22 @@ def hooks_revoke(hook_id: str, data_dir: Path | None) -> None:
 
 
 @main.command()
-@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="Base URL of a running server.")
-@click.option("--key", envvar="RECALL_API_KEY", default=None,
-              help="API key (env RECALL_API_KEY); default: the one `serve` saved in the data directory.")
+@click.option("--url", default=None, help="Base URL of a running server (env RECALL_URL; default: the local `serve`).")
+@click.option("--key", default=None,
+              help="API key (env RECALL_API_KEY); default: the one the local `serve` saved in its data directory.")
 @data_dir_option
-def demo(url: str, key: str | None, data_dir: Path | None) -> None:
+def demo(url: str | None, key: str | None, data_dir: Path | None) -> None:
     """Load the PR #412 story into a running server and print the hop-by-hop recall."""
     from recall_server.demo import run
 
+    if key is None and data_dir is not None and _key_file(_settings(data_dir=data_dir)).is_file():
+        key = _key_file(_settings(data_dir=data_dir)).read_text().strip()
+    url, key = config.client_target(url, key)
     if key is None:
-        path = _key_file(_settings(data_dir=data_dir))
-        if not path.exists():
-            raise click.ClickException(f"no API key: pass --key or set RECALL_API_KEY ({path} does not exist)")
-        key = path.read_text().strip()
+        raise click.ClickException("no API key: pass --key or set RECALL_API_KEY (and RECALL_URL for another "
+                                   "server), or start the local server with `recall-server serve`, which saves one")
     try:
-        run(url.rstrip("/"), key, click.echo)
+        run(url, key, click.echo)
     except urllib.error.URLError as exc:
         click.echo(f"cannot reach {url}: {exc.reason}; start it with `recall-server serve`", err=True)
         sys.exit(1)

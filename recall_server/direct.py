@@ -4,8 +4,8 @@ POST /triggers, POST /threads/{id}/events.
 An agent's recall is mostly the fetches by ID, and what workers write is mostly plain triggers and
 notes. Through the framework each paid Python per request beyond the service call and the
 database (three middlewares, routing, parameter and body extraction and validation, the response
-pipeline): on the benchmark, from the branch point to `Direct` (back to back, same store),
-get_thread 0.604 -> 0.739 of the fetch ceiling (bench/HISTORY.md, second session). `Direct` answers them
+pipeline): on the benchmark, the framework route against `Direct` (back to back, same store),
+get_thread 0.604 -> 0.739 of the fetch ceiling. `Direct` answers them
 itself, with the same service call, the same problem renderer and the same headers;
 tests/test_direct.py checks that its answers are the framework route's, byte for byte, over hits,
 misses, gone IDs, budgets, bad keys and generated bodies.

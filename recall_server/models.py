@@ -489,7 +489,7 @@ class ReadPage(Struct):
     has_more: bool
 
 
-# ---- search, backlinks, grep (issue 14) ------------------------------------------------------
+# ---- search, backlinks, grep --------------------------------------------------------------------
 
 
 class SearchHit(Struct, omit_defaults=True):

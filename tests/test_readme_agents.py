@@ -1,4 +1,5 @@
-"""The README's "Use it from an agent" Python snippets run as written (extracted, so they cannot drift)."""
+"""The Python snippets of the README's "Use it from an agent" and docs/agents.md run as written (extracted, so they
+cannot drift)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import pytest
 
 from recall_server import demo
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def snippet(containing: str) -> str:
-    """The one ```python block of the agent section that contains this text."""
-    text = README.read_text()
+    """The one ```python block of the README's agent section or of docs/agents.md that contains this text."""
+    text = (ROOT / "README.md").read_text()
     section = text[text.index("## Use it from an agent"):]
-    section = section[:section.index("\n## ", 3)]
+    section = section[:section.index("\n## ", 3)] + (ROOT / "docs" / "agents.md").read_text()
     [code] = [b for b in re.findall(r"```python\n(.*?)```", section, re.S) if containing in b]
     return code
 

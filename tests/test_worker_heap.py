@@ -1,7 +1,7 @@
 """A worker exempts what start-up built from later garbage collections (process.freeze_heap).
 
 Under load a full collection walking the ~100k start-up objects took 60-100 ms every ~1 s and stalled
-every request in flight (README, "Benchmarks", fifth session); how long one takes is the benchmark's
+every request in flight (docs/benchmarks.md); how long one takes is the benchmark's
 to measure, that the app freezes its heap once started is this test's.
 """
 

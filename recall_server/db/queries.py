@@ -1447,7 +1447,7 @@ async def object_reads(conn: Conn, cred: Credential, kind: str, object_id: str, 
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _reads(row["reads"])
 
-# ---- search and backlinks (issue 14) -------------------------------------------------------
+# ---- search and backlinks ---------------------------------------------------------------------
 # Search: one statement behind the key check. recall_search_hits (schema.sql: why it runs as the owner)
 # finds the page's IDs in the bound tenant with the GIN indexes, filtered like the lists (live only,
 # labels, created_at window), ranked by ts_rank (normalization 0: it depends on the row and the query
