@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JUNIT = ROOT / "reports" / "schemathesis-junit.xml"
 
 
+@pytest.mark.slow  # a minute of generated requests: the full run only
 def test_schemathesis_finds_no_failures(base_url: str, api_key: str) -> None:
     if os.environ.get("RECALL_BASE_URL") and os.environ.get("RECALL_SCHEMATHESIS") != "1":
         pytest.skip("schemathesis PATCHes and DELETEs IDs it makes up (e.g. the documented example thr_pr_412): "

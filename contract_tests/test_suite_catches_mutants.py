@@ -24,6 +24,7 @@ MUTANTS = {
 }
 
 
+@pytest.mark.slow  # a contract run per mutant build: the full run only
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_the_contract_suite_fails_on_a_broken_build_for_the_reason_the_mutant_breaks(
     tmp_path: Path, mutant: str
