@@ -1,7 +1,7 @@
 """The schema and the queries obey the rules a Citus deployment distributing every tenant table by tenant_id needs.
 
 Citus is not installed here: this reads the live schema from PostgreSQL's catalog after migration
-(and the SQL in recall_server/db/queries.py) and checks the rules themselves, so this test is the
+(and the SQL in recall_server/db/queries/) and checks the rules themselves, so this test is the
 proof behind README.md's "Scaling out":
 
 - every tenant table has a text tenant_id, and all of them are co-located on it;
@@ -9,7 +9,7 @@ proof behind README.md's "Scaling out":
 - every foreign key between tenant tables includes tenant_id, matched to tenant_id; tenant tables
   point otherwise only at reference tables, and nothing else points at a tenant table;
 - the tables without a tenant distribution are exactly the ones named below, each with its role;
-- no statement in queries.py touches two tenants (each tenant table it reads or writes is pinned
+- no statement in db/queries/ touches two tenants (each tenant table it reads or writes is pinned
   to the one tenant parameter $1, or joined on tenant_id to a pinned row), except the operator
   statements listed in ALL_TENANTS, which say why.
 """
@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
+import pkgutil
 import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from helpers import run_script, run_sql, with_database
@@ -136,7 +139,7 @@ def test_every_foreign_key_between_tenant_tables_matches_tenant_id_to_tenant_id(
     assert any(r["source"] in distributed and r["target"] in distributed for r in rows)  # the check saw some
 
 
-# ---- the statements in queries.py --------------------------------------------------------
+# ---- the statements in db/queries/ -------------------------------------------------------
 
 _SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b")
 _KEYWORDS = ("WHERE", "ON", "JOIN", "SET", "USING", "LEFT", "ORDER", "GROUP", "LIMIT", "VALUES", "RETURNING",
@@ -144,9 +147,16 @@ _KEYWORDS = ("WHERE", "ON", "JOIN", "SET", "USING", "LEFT", "ORDER", "GROUP", "L
 
 
 def statements() -> dict[str, list[str]]:
-    """Function name in queries.py -> the SQL it runs: its string literals (f-string holes kept as {}),
+    """Function name in db/queries/ -> the SQL it runs: its string literals (f-string holes kept as {}),
     plus the module-level templates it names (by their runtime values)."""
-    tree = ast.parse(Path(queries.__file__).read_text())
+    found: dict[str, list[str]] = {}
+    for info in pkgutil.iter_modules(queries.__path__):
+        found.update(_statements(importlib.import_module(f"{queries.__name__}.{info.name}")))
+    return found
+
+
+def _statements(module: ModuleType) -> dict[str, list[str]]:
+    tree = ast.parse(Path(module.__file__ or "").read_text())
     found: dict[str, list[str]] = {}
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -158,7 +168,7 @@ def statements() -> dict[str, list[str]]:
                 texts.append(sub.value)
             elif isinstance(sub, ast.JoinedStr):
                 texts.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in sub.values))
-            elif isinstance(sub, ast.Name) and isinstance(template := getattr(queries, sub.id, None), (str, dict)):
+            elif isinstance(sub, ast.Name) and isinstance(template := getattr(module, sub.id, None), (str, dict)):
                 texts += [template] if isinstance(template, str) else [v for v in template.values() if isinstance(v, str)]
         sql = [t for t in texts if _SQL.search(t)]
         if sql:

@@ -1,6 +1,6 @@
 """recall_server.spill: every view fits its byte budget, keeps every linked ID, and spills what does not fit.
 
-Rows are built the way the fetch queries in db/queries.py build them: content arrives whole when it
+Rows are built the way the fetch queries in db/queries/ build them: content arrives whole when it
 may fit the budget and as a PREVIEW_BYTES prefix otherwise; events, threads and reports arrive
 newest first and only the newest few hundred of them, however long the history is.
 """

@@ -1,0 +1,80 @@
+"""What the statements of several aggregates share: the connection type, decoders, label filters, heads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from recall_server.models import Event, Link
+from recall_server.rows import Labels
+
+Conn = asyncpg.Connection
+
+links_json = msgspec.json.Decoder(list[Link])
+events_json = msgspec.json.Decoder(list[Event])
+
+
+def labels_of(row: asyncpg.Record) -> dict[str, object]:
+    return {"app_id": row["app_id"], "agent_id": row["agent_id"], "run_id": row["run_id"],
+            "expires_at": row["expires_at"], "gone": row["gone"]}
+
+
+HEAD_SIZE = 10  # recall_head_size() in schema.sql; spill.RECENT (tests/test_thread_head.py)
+
+
+class HeadOwner(msgspec.Struct):
+    id: str
+    summary: str
+    deleted: bool
+    expires_at: datetime | None
+
+
+head_owners_json = msgspec.json.Decoder(list[HeadOwner])
+
+
+def head_owner(o: HeadOwner, now: datetime) -> Link:
+    """recall_link of an owner (or a worker's thread), from a head."""
+    if o.deleted or (o.expires_at is not None and o.expires_at <= now):
+        return Link(id=o.id, deleted=True)
+    return Link(id=o.id, summary=o.summary)
+
+
+# Where a keyset starts when no cursor is given, as values rather than as coalesce($n, ...) in the statement:
+# under row-level security PostgreSQL uses only leakproof clauses as index conditions, and coalesce() is
+# not one, so the bound became a filter on a walk from the first row (asyncpg sends datetime.max as
+# 'infinity' and datetime.min as '-infinity').
+NEWEST = (datetime.max.replace(tzinfo=timezone.utc), "")  # (created_at, id) < this for every row
+OLDEST_READ = (datetime.min.replace(tzinfo=timezone.utc), 0)  # (pos, tick) > this for every read
+
+
+def equal(column: str, param: str, given: bool) -> str:
+    """`column = param` when the filter is given, else a clause that only types the parameter. In a generic
+    plan, `(param IS NULL OR column = param)` can use no index on `column`, and its guessed selectivity
+    makes every list look short (a worker's reports were all read to be sorted): the lists build one
+    statement for each set of filters given, and PostgreSQL caches a plan for each."""
+    return f"{column} = {param}" if given else f"{param}::text IS NULL"
+
+
+def given(labels: Labels) -> tuple[bool, bool, bool]:
+    return labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None
+
+
+def label_filters(alias: str, first: int, given: tuple[bool, bool, bool]) -> str:
+    """The filters on the labels given, app_id, agent_id and run_id from parameter $`first` on."""
+    return " AND ".join(equal(f"{alias}.{name}", f"${first + n}", on)
+                        for n, (name, on) in enumerate(zip(("app_id", "agent_id", "run_id"), given, strict=True)))
+
+
+# A thread's head gains the new event and drops the oldest beyond recall_head_size(): the statements
+# that append take it from here, under the row lock their UPDATE holds.
+HEAD_PREPEND = """recall_head_with(jsonb_build_array(recall_head_event(t.last_seq + 1, {type}, v.at, {summary}, {ref},
+                                                                 {gone_at})), t.head_events)"""
+
+
+def arrays(rows: Iterable[msgspec.Struct]) -> list[list[Any]]:
+    """Structs of one type as one array per field, in field order: what a batch statement's unnest takes."""
+    return [list(column) for column in zip(*(msgspec.structs.astuple(r) for r in rows), strict=True)]

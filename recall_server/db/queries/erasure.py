@@ -1,0 +1,92 @@
+"""Erasure and expiry: erase one ID, sweep expired objects, and the verify-erasure findings."""
+
+from __future__ import annotations
+
+from recall_server.db.queries._common import Conn
+
+async def erase(conn: Conn, tenant: str, object_id: str) -> None:
+    """Delete: content wiped, copies scrubbed, the ID kept as a tombstone (see recall_erase)."""
+    await conn.execute("SELECT recall_erase($1, $2)", tenant, object_id)
+
+
+async def sweep(conn: Conn, batch: int) -> int:
+    """Purge up to `batch` expired objects, in every tenant; returns how many."""
+    return await conn.fetchval("SELECT recall_sweep($1)", batch)
+
+
+async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
+    """Every place where content of this ID could still be read; empty when it is fully erased."""
+    rows = await conn.fetch(
+        """
+        SELECT place FROM (
+          SELECT 'triggers: the trigger row still has content' AS place FROM triggers
+           WHERE tenant_id = $1 AND id = $2 AND (summary <> '' OR octet_length(payload) > 0 OR external_id IS NOT NULL)
+          UNION ALL SELECT 'reports: the report row still has content' FROM reports
+           WHERE tenant_id = $1 AND id = $2 AND (summary <> '' OR octet_length(body) > 0)
+          UNION ALL SELECT 'workers: the worker row still has content' FROM workers
+           WHERE tenant_id = $1 AND id = $2 AND (name <> '' OR summary <> '')
+          UNION ALL SELECT 'threads: the thread row still has content' FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND (title <> '' OR summary <> '')
+          UNION ALL SELECT 'thread_events: summary copied into ' || thread_id || ' seq ' || seq FROM thread_events
+           WHERE tenant_id = $1 AND ref = $2 AND type IN ('trigger_filed', 'report_filed') AND summary <> ''
+          UNION ALL SELECT 'thread_events: the thread''s own event seq ' || seq FROM thread_events
+           WHERE tenant_id = $1 AND thread_id = $2
+          UNION ALL SELECT 'threads: the head of ' || id || ' still copies a summary of it' FROM threads
+           WHERE tenant_id = $1 AND (
+             jsonb_path_exists(head_events, '$[*] ? (@.ref == $id && @.summary != "" &&
+                                                     (@.type == "trigger_filed" || @.type == "report_filed"))',
+                               jsonb_build_object('id', $2))
+             OR jsonb_path_exists(head_owners, '$[*] ? (@.id == $id && @.summary != "")', jsonb_build_object('id', $2)))
+          UNION ALL SELECT 'threads: the erased thread''s head still shows its log' FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NOT NULL AND (head_events <> '[]' OR head_owners <> '[]')
+          UNION ALL SELECT 'triggers: ' || id || ' filed on the thread still has content' FROM triggers
+           WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(payload) > 0)
+          UNION ALL SELECT 'reports: ' || id || ' about the thread still has content' FROM reports
+           WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
+          UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
+           WHERE tenant_id = $1 AND body IS NOT NULL AND shows @> ARRAY[$2]
+          UNION ALL SELECT 'memories: gone version ' || v.id || ' of the pair still has content' FROM memories v
+           WHERE v.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
+             AND (v.namespace <> '' OR v.key <> '' OR v.summary <> '' OR octet_length(v.value) > 0 OR v.tags <> '{}'
+                  OR v.app_id IS NOT NULL OR v.agent_id IS NOT NULL OR v.run_id IS NOT NULL)
+          UNION ALL SELECT 'memory_sources: gone version ' || s.memory_id || ' still lists its sources'
+            FROM memory_sources s JOIN memories v ON v.tenant_id = s.tenant_id AND v.id = s.memory_id
+           WHERE s.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
+          UNION ALL SELECT 'idempotency_keys: stored response of key ' || k.key || ' shows gone version ' || v.id
+            FROM memories v JOIN idempotency_keys k ON k.tenant_id = v.tenant_id AND k.body IS NOT NULL
+                                                    AND k.shows @> ARRAY[v.id]
+           WHERE v.tenant_id = $1 AND v.id <> $2
+             AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND recall_is_gone(v.deleted_at, v.expires_at)
+        ) found ORDER BY place
+        """,
+        tenant, object_id,
+    )
+    return [r[0] for r in rows]
+
+
+async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
+    """Places where the search index still holds terms of this ID's content, or of what was filed on it
+    (verify-erasure). An erased row's generated vector is empty."""
+    rows = await conn.fetch(
+        """
+        SELECT place FROM (
+          SELECT 'triggers: the search index still has terms of ' || id AS place FROM triggers
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'reports: the search index still has terms of ' || id FROM reports
+           WHERE tenant_id = $1 AND (id = $2 OR thread_id = $2) AND search <> ''::tsvector
+          UNION ALL SELECT 'workers: the search index still has terms of ' || id FROM workers
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+          UNION ALL SELECT 'threads: the search index still has terms of ' || id FROM threads
+           WHERE tenant_id = $1 AND id = $2 AND search <> ''::tsvector
+          UNION ALL SELECT 'memories: the search index still has terms of ' || id FROM memories
+           WHERE tenant_id = $1 AND search <> ''::tsvector
+             AND (id = $2 OR (pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+                              AND recall_is_gone(deleted_at, expires_at)))
+        ) found ORDER BY place
+        """,
+        tenant, object_id,
+    )
+    return [r[0] for r in rows]

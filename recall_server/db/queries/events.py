@@ -1,0 +1,95 @@
+"""Thread events: a page of the log, appending one, appending many notes at once, one by seq."""
+
+from __future__ import annotations
+
+import asyncpg
+import msgspec
+
+from recall_server.auth import Credential
+from recall_server.db import tenancy
+from recall_server.db.queries._common import HEAD_PREPEND, Conn, arrays, events_json
+from recall_server.db.tenancy import keyed, keyed_write
+from recall_server.ids import State
+from recall_server.models import Event
+
+_event = msgspec.json.Decoder(Event)
+
+
+# A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's last_seq
+# rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages on every
+# execution (tests/test_plans.py).
+_EVENTS = keyed("""
+    SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+           (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM thread_events e
+             WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
+               AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
+    FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
+""")
+
+
+async def list_events(
+    conn: Conn, cred: Credential, thread_id: str, after_seq: int, limit: int,
+) -> tuple[str, State, list[Event]]:
+    """The key's tenant, the thread's state, and the `limit` events after a seq, in order."""
+    tenant, row = await tenancy.fetch(conn, cred, _EVENTS, thread_id, after_seq, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), events_json.decode(row["events"])
+
+
+_APPEND = f"""
+    WITH v AS (SELECT clock_timestamp() AS at, CASE WHEN $5::text IS NOT NULL THEN recall_expiry($1, $5) END AS gone_at),
+    s AS (
+      UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
+             head_events = {HEAD_PREPEND.format(type="$3", summary="$4", ref="$5", gone_at="v.gone_at")}
+        FROM v WHERE t.tenant_id = $1 AND t.id = $2 RETURNING t.last_seq)
+    INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)
+    SELECT $1, $2, s.last_seq, $3, v.at, $4, $5, v.gone_at FROM s, v
+    RETURNING seq, type, at, summary, ref
+"""
+
+
+async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summary: str,
+                       ref: str | None) -> Event | None:
+    """Take the thread's next seq under its row lock and append; None if the thread is missing.
+
+    The UPDATE holds the row lock until commit, so appends to one thread commit in seq order; it
+    prepends the event to the thread's head (dropping the oldest beyond recall_head_size()).
+    """
+    row = await conn.fetchrow(_APPEND, tenant, thread_id, type_, summary, ref)
+    return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])
+
+
+_NOTE_MANY = keyed_write("""
+    done AS (SELECT f.note_n AS n, f.note_seq AS seq, f.note_at AS at
+               FROM gate, recall_append_notes(gate.tenant, $3::text[], $4::text[], $5::text[]) f)
+""", "write")
+
+
+class NewNote(msgspec.Struct, array_like=True):
+    """A plain note to append with others (note_many): the arrays recall_append_notes takes, in order."""
+    thread_id: str
+    summary: str
+    ref: str | None
+
+
+async def note_many(conn: Conn, cred: Credential, notes: list[NewNote]) -> list[Event | None]:
+    """Append notes in one statement: each one's event, or None for a note it did not write (its thread or
+    ref is missing or gone). All None when the statement lost a deadlock with another transaction that
+    locks several threads (it is undone; each note is then appended on its own)."""
+    try:
+        _, rows = await tenancy.write_many(conn, cred, "write", _NOTE_MANY, *arrays(notes))
+    except asyncpg.DeadlockDetectedError:
+        return [None] * len(notes)
+    written = {row["n"]: row for row in rows}
+    return [None if (row := written.get(i)) is None else
+            Event(seq=row["seq"], type="note", at=row["at"], summary=note.summary, ref=note.ref)
+            for i, note in enumerate(notes, 1)]
+
+
+async def event_at(conn: Conn, tenant: str, thread_id: str, seq: int) -> Event | None:
+    row = await conn.fetchval(
+        "SELECT recall_event(e) FROM thread_events e WHERE tenant_id = $1 AND thread_id = $2 AND seq = $3",
+        tenant, thread_id, seq,
+    )
+    return None if row is None else _event.decode(row)

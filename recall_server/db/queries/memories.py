@@ -1,0 +1,253 @@
+"""Memories: the view by ID or (namespace, key), the lists (memories, versions, namespaces), writing a version."""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+
+import asyncpg
+import msgspec
+
+from recall_server.auth import Credential
+from recall_server.db import tenancy
+from recall_server.db.queries._common import Conn, given, label_filters, labels_of, links_json
+from recall_server.db.tenancy import keyed
+from recall_server.ids import State
+from recall_server.models import Link
+from recall_server.rows import Labels, MemoryRow
+
+# A memory's namespace is stored as its segments joined by '/' (COLLATE "C"), so a namespace
+# prefix p is the index range [p || '/', p || '0') plus p itself ('0' follows '/').
+
+_link = msgspec.json.Decoder(Link | None)
+_tags = msgspec.json.Decoder(dict[str, str])
+
+_MEMORY_COLUMNS = """
+    m.id, m.namespace, m.key, m.kind, m.summary, m.content_type, octet_length(m.value) AS size,
+    CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
+    CASE WHEN octet_length(m.value) <= $4 THEN ''::bytea
+         ELSE substring(m.value FROM octet_length(m.value) - $5 + 1) END AS tail,
+    m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
+    m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+    CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                   WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
+    CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
+    CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
+    (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
+       FROM memory_sources s WHERE s.tenant_id = m.tenant_id AND s.memory_id = m.id) AS sources
+"""
+_MEMORY = keyed(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3")
+_MEMORY_CURRENT = keyed(f"""
+    SELECT {_MEMORY_COLUMNS} FROM memories m
+    WHERE m.tenant_id = auth.tenant AND m.namespace = $3 AND m.key = $6 AND m.current
+""")
+
+
+def _memory_row(row: asyncpg.Record) -> MemoryRow:
+    return MemoryRow(
+        id=row["id"], namespace=row["namespace"], key=row["key"], kind=row["kind"], summary=row["summary"],
+        content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
+        tags=_tags.decode(row["tags"]),
+        confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
+        sources=links_json.decode(row["sources"]), chain_created_at=row["chain_created_at"],
+        supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
+        superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
+        **labels_of(row),
+    )
+
+
+async def fetch_memory(conn: Conn, cred: Credential, memory_id: str, inline_max: int,
+                       preview: int) -> tuple[str, MemoryRow | None]:
+    tenant, row = await tenancy.fetch(conn, cred, _MEMORY, memory_id, inline_max, preview)
+    return tenant, None if row is None else _memory_row(row)
+
+
+async def fetch_current_memory(conn: Conn, cred: Credential, namespace: str, key: str, inline_max: int,
+                               preview: int) -> tuple[str, MemoryRow | None]:
+    """The current version of (namespace, key), gone or not; None when the pair has none."""
+    tenant, row = await tenancy.fetch(conn, cred, _MEMORY_CURRENT, namespace, inline_max, preview, key)
+    return tenant, None if row is None else _memory_row(row)
+
+
+_PAIR_EXISTED = keyed("SELECT true AS existed FROM memories WHERE tenant_id = auth.tenant AND pair = $3 LIMIT 1")
+
+
+async def memory_pair_existed(conn: Conn, cred: Credential, pair: bytes) -> bool:
+    """Whether the pair ever had a version in the key's tenant (after a miss on its current one)."""
+    _, row = await tenancy.fetch(conn, cred, _PAIR_EXISTED, pair)
+    return row is not None
+
+
+class _MemoryKey(msgspec.Struct):
+    id: str
+    namespace: str
+    key: str
+    kind: str
+    version: int
+    summary: str
+    content_type: str
+    tags: dict[str, str]
+    confirmed: str
+    created_at: datetime
+    chain_created_at: datetime | None  # version 1's, on later versions
+    expires_at: datetime | None
+    text: str | None  # the value, when it is small enough to show in the list
+
+
+_memory_keys = msgspec.json.Decoder(list[_MemoryKey])
+
+_MEMORIES = """
+    SELECT coalesce(json_agg(x ORDER BY x.namespace, x.key), '[]') AS memories FROM (
+      SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
+             m.created_at, m.expires_at,
+             CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
+                                            WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
+             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
+        FROM memories m
+       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
+         AND (m.expires_at IS NULL OR m.expires_at > now())
+         AND {namespace}
+         AND ($4::text IS NULL OR m.kind = $4)
+         AND ($5::jsonb IS NULL OR m.tags @> $5)
+         AND {labels}
+         AND ($9::jsonb IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
+                                        THEN convert_from(m.value, 'UTF8')::jsonb @> $9 ELSE false END)
+         AND (m.namespace, m.key) > ($10, $11)
+       ORDER BY m.namespace, m.key LIMIT $12) x
+"""
+# A namespace and those under it: [$3, $3 || '0') in "C" order holds the namespaces that start with $3, and
+# the filter keeps those where it ends a segment ($3, $3/...), not $3-... ('-' sorts before '/').
+_UNDER = ("m.namespace >= $3 AND m.namespace < $3 || '0' "
+          "AND substr(m.namespace, char_length($3) + 1, 1) IN ('', '/')")
+
+
+@functools.cache
+def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
+    """The statement listing current memories with these filters given: along memories_current (or
+    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
+    return keyed(_MEMORIES.format(namespace=_UNDER if namespace else "$3::text IS NULL",
+                                  labels=label_filters("m", 6, labels)))
+
+
+async def list_memories(
+    conn: Conn, cred: Credential, namespace: str | None, kind: str | None, tags: str | None, labels: Labels,
+    value_contains: str | None, after: tuple[str, str] | None, limit: int, inline_max: int,
+) -> tuple[str, list[_MemoryKey]]:
+    """The key's tenant, and its current live memories in (namespace, key) order after `after`.
+    `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
+    start = after or (namespace or "", "")  # every key is longer than ''
+    tenant, row = await tenancy.fetch(
+        conn, cred, _memories(namespace is not None, given(labels)), namespace, kind, tags,
+        labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _memory_keys.decode(row["memories"])
+
+
+class _VersionKey(msgspec.Struct):
+    id: str
+    version: int
+    summary: str
+    current: bool
+    gone: bool
+    created_at: datetime
+
+
+_version_keys = msgspec.json.Decoder(list[_VersionKey])
+
+_VERSIONS = keyed("""
+    SELECT recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+           (SELECT coalesce(json_agg(x ORDER BY x.version DESC), '[]') FROM (
+              SELECT v.id, v.version, v.summary, v.current, recall_is_gone(v.deleted_at, v.expires_at) AS gone,
+                     v.created_at
+                FROM memories v WHERE v.tenant_id = m.tenant_id AND v.chain = m.chain AND v.version < $4
+               ORDER BY v.version DESC LIMIT $5) x) AS versions
+    FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3
+""")
+
+
+async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int,
+                               limit: int) -> tuple[str, State, list[_VersionKey]]:
+    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first."""
+    tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _version_keys.decode(row["versions"])
+
+
+_NAMESPACES = """
+    SELECT coalesce(json_agg(p.ns ORDER BY p.ns), '[]') AS namespaces FROM (SELECT d.ns FROM (
+      SELECT DISTINCT (CASE WHEN $5::int IS NULL THEN m.namespace
+                       ELSE array_to_string((string_to_array(m.namespace, '/'))[1:$5], '/') END) COLLATE "C" AS ns
+        FROM memories m
+       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
+         AND (m.expires_at IS NULL OR m.expires_at > now())
+         AND {namespace}
+         AND ($4::text IS NULL OR m.namespace = $4 OR right(m.namespace, length($4) + 1) = '/' || $4)
+    ) d WHERE ($6::text IS NULL OR d.ns > $6 COLLATE "C")
+    ORDER BY d.ns LIMIT $7) p
+"""
+
+
+@functools.cache
+def _namespaces(prefix: bool) -> str:
+    return keyed(_NAMESPACES.format(namespace=_UNDER if prefix else "$3::text IS NULL"))
+
+
+async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | None, suffix: str | None,
+                                 max_depth: int | None, after: str | None, limit: int) -> tuple[str, list[str]]:
+    """The distinct namespaces of current live memories (cut to max_depth segments), in order after `after`."""
+    tenant, row = await tenancy.fetch(conn, cred, _namespaces(prefix is not None), prefix, suffix, max_depth, after,
+                                      limit)
+    return tenant, [] if row is None else msgspec.json.decode(row["namespaces"], type=list[str])
+
+
+async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) -> None:
+    """Serialise writers of one (namespace, key) for this transaction (no space occurs in a tenant or namespace)."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1 || ' ' || $2 || ' ' || $3, 15))",
+                       tenant, namespace, key)
+
+
+async def insert_memory(
+    conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes, kind: str, summary: str,
+    content_type: str, value: bytes, sha: bytes, tags: str, confirmed: str, labels: Labels, req_hash: bytes,
+    expires_at: datetime | None,
+) -> int:
+    """Insert the pair's new current version, superseding the current one in the same statement; its version.
+
+    A current version that is gone (expired) is closed, not superseded: the new one starts a new chain.
+    Without `expires_at`, scratchpad and state memories take their tenant's default lifetime.
+    The caller holds the pair's lock, so the chain stays gap-free.
+    """
+    return await conn.fetchval(
+        """
+        WITH old AS (
+          UPDATE memories m SET current = false,
+                 superseded_by = CASE WHEN recall_is_gone(m.deleted_at, m.expires_at) THEN NULL ELSE $2 END
+           WHERE m.tenant_id = $1 AND m.namespace = $3 AND m.key = $4 AND m.current
+          RETURNING m.id, m.chain, m.version, recall_is_gone(m.deleted_at, m.expires_at) AS gone),
+        prev AS (SELECT * FROM old WHERE NOT gone)
+        INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,
+                              tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current,
+                              supersedes, expires_at)
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16,
+               coalesce(prev.chain, $2), coalesce(prev.version, 0) + 1, true, prev.id,
+               coalesce($17, clock_timestamp() + (SELECT CASE $6 WHEN 'scratchpad' THEN t.memory_scratchpad_ttl
+                                                               WHEN 'state' THEN t.memory_state_ttl END
+                                                   FROM tenants t WHERE t.id = $1))
+          FROM (SELECT 1) one LEFT JOIN prev ON true
+        RETURNING version
+        """,
+        tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
+        labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at,
+    )
+
+
+async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
+    await conn.execute(
+        """
+        INSERT INTO memory_sources (tenant_id, memory_id, position, source_id)
+        SELECT $1, $2, s.position, s.id FROM unnest($3::text[]) WITH ORDINALITY AS s(id, position)
+        """,
+        tenant, memory_id, sources,
+    )

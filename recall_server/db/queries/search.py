@@ -1,0 +1,154 @@
+"""The lens: full-text search and backlinks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+import msgspec
+
+from recall_server import ids
+from recall_server.auth import Credential
+from recall_server.db import tenancy
+from recall_server.db.queries._common import Conn
+from recall_server.db.tenancy import keyed
+from recall_server.ids import State
+from recall_server.rows import BacklinkRow, Labels, SearchRow
+
+# Search: one statement behind the key check. recall_search_hits (schema.sql: why it runs as the owner)
+# finds the page's IDs in the bound tenant with the GIN indexes, filtered like the lists (live only,
+# labels, created_at window), ranked by ts_rank (normalization 0: it depends on the row and the query
+# only, never on the rest of the corpus) rounded to a numeric, so the keyset (score, created_at, id)
+# compares exactly and pages are stable while objects are added. Each hit's summary and snippet are
+# then read here, as recall_app under the tenant policy (a hit it cannot see drops out); ts_headline
+# reads the row's text again, for the page's rows only.
+
+SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_search_text in schema.sql)
+
+_HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
+             "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
+
+_SEARCH = keyed(f"""
+    SELECT coalesce(json_agg(json_build_object(
+             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
+             'thread_id', s.thread_id)
+           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+    JOIN LATERAL (
+      SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet, NULL AS thread_id
+        FROM threads x WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")}, NULL FROM workers x
+       WHERE h.hit_kind = 'worker' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")},
+             x.thread_id
+        FROM triggers x WHERE h.hit_kind = 'trigger' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}, x.thread_id
+        FROM reports x WHERE h.hit_kind = 'report' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT x.summary, {_HEADLINE.format(
+          text=f"x.summary || ' — ' || x.key || ' — ' || replace(x.namespace, '/', ' ') || ' — ' "
+               f"|| recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
+        FROM memories x WHERE h.hit_kind = 'memory' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+    ) s ON true
+""")
+
+
+_search_rows = msgspec.json.Decoder(list[SearchRow])
+
+
+async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], status: str | None, labels: Labels,
+                 since: datetime | None, until: datetime | None, after: tuple[Decimal, datetime, str] | None,
+                 limit: int) -> tuple[str, list[SearchRow]]:
+    """The key's tenant, and its live objects matching `text`, best first then newest (keyset on
+    (score, created_at, id), the score exact as a decimal string)."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
+        after[0] if after else None, after[1] if after else None, after[2] if after else None,
+        status, limit,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _search_rows.decode(row["hits"])
+
+
+# Backlinks: per kind of the linked-to object, the relations that can point at it. Each branch walks an
+# index on (tenant_id, <link column>, <linking id>) in ID order from the cursor's position and stops
+# after a page (no sort of every link: a trigger cited 10,000 times costs what one cited 50 times does);
+# the page is keyset on (relation, id), both immutable, so paging is exactly-once while links are
+# added. Linking objects that are gone are left out.
+
+
+def _after(relation: str, column: str) -> str:
+    """Only rows past the cursor ($4 relation, $5 id): none if it is past this relation, else IDs above $5."""
+    return (f"coalesce($4::text <= '{relation}', true) "
+            f"AND {column} > (CASE WHEN $4::text = '{relation}' THEN $5::text ELSE '' END)")
+
+
+def _branch(relation: str, kind: str, linking: str, select_from: str, where: str) -> str:
+    """One relation's links: the linking objects `x` (joined on x.id = linking, or read directly), past the
+    cursor. The bound on x.id as well lets a merge join start both sides at the cursor."""
+    bounds = _after(relation, linking)
+    if linking != "x.id":
+        bounds += f" AND {_after(relation, 'x.id')}"
+    return (f"(SELECT DISTINCT '{relation}'::text AS relation, {linking} AS id, '{kind}'::text AS kind, "
+            f"x.summary FROM {select_from} WHERE {where} AND {bounds} "
+            f"AND NOT recall_is_gone(x.deleted_at, x.expires_at) ORDER BY 2 LIMIT $6)")
+
+
+_BACKLINK_BRANCHES = {
+    "cites": [_branch("cites", "report", "rr.report_id",
+                      "report_refs rr JOIN reports x ON x.tenant_id = rr.tenant_id AND x.id = rr.report_id",
+                      "rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id")],
+    "neighbour": [_branch("neighbour", "trigger", "nb.trigger_id",
+                          "trigger_neighbours nb JOIN triggers x ON x.tenant_id = nb.tenant_id AND x.id = nb.trigger_id",
+                          "nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id")],
+    "event": [_branch("event", "thread", "e.thread_id",
+                      "thread_events e JOIN threads x ON x.tenant_id = e.tenant_id AND x.id = e.thread_id",
+                      "e.tenant_id = o.tenant_id AND e.ref = o.id")],
+    "owner": [_branch("owner", "thread", "ow.thread_id",
+                      "thread_owners ow JOIN threads x ON x.tenant_id = ow.tenant_id AND x.id = ow.thread_id",
+                      "ow.tenant_id = o.tenant_id AND ow.worker_id = o.id")],
+    "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id"),
+               _branch("thread", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id")],
+    "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.worker_id = o.id")],
+    # a memory's sources: only current versions (a superseded one is history, not a link to follow)
+    "source": [_branch("source", "memory", "ms.memory_id",
+                       "memory_sources ms JOIN memories x ON x.tenant_id = ms.tenant_id AND x.id = ms.memory_id",
+                       "ms.tenant_id = o.tenant_id AND ms.source_id = o.id AND x.current")],
+}
+BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
+    "trigger": ["cites", "neighbour", "event", "source"],
+    "thread": ["event", "thread", "source"],
+    "worker": ["event", "owner", "worker", "source"],
+    "report": ["event", "source"],
+    "memory": ["event", "source"],
+}
+_BACKLINKS = {
+    kind: keyed(f"""
+        SELECT recall_is_gone(o.deleted_at, o.expires_at) AS gone,
+          (SELECT coalesce(json_agg(json_build_object('relation', b.relation, 'id', b.id, 'type', b.kind,
+                                                      'summary', b.summary) ORDER BY b.relation, b.id), '[]')
+             FROM (SELECT * FROM ({' UNION ALL '.join(b for r in relations for b in _BACKLINK_BRANCHES[r])}) u
+                    ORDER BY u.relation, u.id LIMIT $6) b) AS links
+        FROM {ids.PLURAL[kind]} o WHERE o.tenant_id = auth.tenant AND o.id = $3
+    """)
+    for kind, relations in BACKLINK_RELATIONS.items()
+}
+
+
+_backlink_rows = msgspec.json.Decoder(list[BacklinkRow])
+
+
+async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, after: tuple[str, str] | None,
+                    limit: int) -> tuple[str, State, list[BacklinkRow]]:
+    """The key's tenant, the object's state, and the live objects linking to it in (relation, id) order."""
+    tenant, row = await tenancy.fetch(conn, cred, _BACKLINKS[kind], object_id,
+                                      after[0] if after else None, after[1] if after else None, limit)
+    if row is None:
+        return tenant, State.MISSING, []
+    return tenant, State.of(row["gone"]), _backlink_rows.decode(row["links"])

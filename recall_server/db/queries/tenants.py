@@ -1,0 +1,49 @@
+"""Tenants and their settings (operator CLI, as the owner); the server's own rows."""
+
+from __future__ import annotations
+
+from recall_server.db.queries._common import Conn
+
+
+async def create_tenant(conn: Conn, tenant: str) -> bool:
+    return await conn.fetchval(
+        "INSERT INTO tenants (id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true", tenant
+    ) is not None
+
+
+async def tenant_exists(conn: Conn, tenant: str) -> bool:
+    return await conn.fetchval("SELECT true FROM tenants WHERE id = $1", tenant) is not None
+
+
+async def set_retention(conn: Conn, tenant: str, days: float | None) -> bool:
+    return await conn.fetchval(
+        """
+        UPDATE tenants SET closed_thread_retention = CASE WHEN $2::float8 IS NULL THEN NULL
+                                                         ELSE make_interval(secs => $2 * 86400) END
+        WHERE id = $1 RETURNING true
+        """,
+        tenant, days,
+    ) is not None
+
+
+async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, state: float | None) -> bool:
+    """Set the default lifetimes (seconds; 0 keeps until deleted, None leaves it as it is)."""
+    return await conn.fetchval(
+        """
+        UPDATE tenants SET
+          memory_scratchpad_ttl = CASE WHEN $2::float8 IS NULL THEN memory_scratchpad_ttl
+                                       WHEN $2 = 0 THEN NULL ELSE make_interval(secs => $2) END,
+          memory_state_ttl = CASE WHEN $3::float8 IS NULL THEN memory_state_ttl
+                                  WHEN $3 = 0 THEN NULL ELSE make_interval(secs => $3) END
+        WHERE id = $1 RETURNING true
+        """,
+        tenant, scratchpad, state,
+    ) is not None
+
+
+async def cursor_secret(conn: Conn) -> bytes:
+    return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
+
+
+async def ping(conn: Conn) -> None:
+    await conn.fetchval("SELECT 1")
