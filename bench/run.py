@@ -142,7 +142,7 @@ def postmaster_pid(home: Path) -> int:
 
 
 def make_key(dsn: str) -> str:
-    from recall_server import ops
+    from recall_server.service import ops
 
     async def go() -> str:
         conn = await asyncpg.connect(dsn)
@@ -342,7 +342,7 @@ MCP_RECALL_GET = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
 def webhook_deliveries(wrk: Wrk, url: str, owner: str) -> dict:
     """Signed GitHub check_run deliveries (the published example, ~14 KB) for 500 pull requests of one
     repository, each with a fresh delivery GUID: a trigger filed on a PR thread per request."""
-    from recall_server import ops
+    from recall_server.service import ops
     from recall_server.webhooks import signing
 
     async def make_hook():

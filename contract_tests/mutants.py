@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sys
 
-from recall_server import cursor, errors, service
+from recall_server import cursor, errors
 from recall_server.cli import main
+from recall_server.service.views import Views
 
-_get_thread = service.Recall.get_thread
+_get_thread = Views.get_thread
 _next = cursor.Pager.next
 
 
@@ -35,7 +36,7 @@ def skipping_cursor(self, tenant, position):
 
 
 MUTANTS = {
-    "empty-miss": (service.Recall, "get_thread", empty_miss),
+    "empty-miss": (Views, "get_thread", empty_miss),
     "skipping-cursor": (cursor.Pager, "next", skipping_cursor),
 }
 

@@ -50,10 +50,9 @@ from recall_server.routes import (
     triggers,
     workers,
 )
-from recall_server.memories import RecallWithMemories
 from recall_server.routes import trace as trace_routes
-from recall_server.service import Recall
-from recall_server.trace import Trace, TraceReads
+from recall_server.service import Service
+from recall_server.service.trace import TraceReads
 
 log = logging.getLogger("recall_server")
 
@@ -111,14 +110,14 @@ def _options_handlers(handlers: list[Any]) -> list[Any]:
     return [make(path, ", ".join(sorted(allowed))) for path, allowed in methods.items()]
 
 
-async def _sweep_forever(recall: Recall, interval: float) -> None:
+async def _sweep_forever(service: Service, interval: float) -> None:
     """Purge expired content periodically (expiry is already enforced on every read; this frees the bytes)."""
     if interval <= 0:
         return
     while True:
         await asyncio.sleep(interval)
         try:
-            purged = await recall.sweep()
+            purged = await service.sweep()
             if purged:
                 log.info("sweep purged %d expired objects", purged)
         except Exception:  # a sweep that fails (database down) is retried on the next tick
@@ -140,19 +139,17 @@ def create_app(settings: Settings) -> Litestar:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
         app.state.key_cache = KeyCache()  # the key checks this process may rely on for a moment (auth.KeyCache)
-        app.state.recall = recall = RecallWithMemories(db, CursorCodec(secret), settings)
-        app.state.trace = trace = Trace(db, CursorCodec(secret), settings.trace_flush_interval, settings.trace_buffer)
+        app.state.service = service = Service(db, CursorCodec(secret), settings)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
-        background = [asyncio.create_task(_sweep_forever(recall, settings.sweep_interval)),
-                      asyncio.create_task(db.publish_forever())]
-        background.append(asyncio.create_task(trace.flush_forever()))
+        background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),
+                      asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever())]
         try:
             yield
         finally:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            await trace.flush()  # what the last interval buffered (a crash loses at most that)
+            await service.trace.flush()  # what the last interval buffered (a crash loses at most that)
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
             log.info("shutdown complete: pool closed")
@@ -164,7 +161,7 @@ def create_app(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
-                   middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (trace.py)
+                   middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (service/trace.py)
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,

@@ -53,7 +53,7 @@ def _owner(settings: Settings, operation: Callable[[asyncpg.Connection], Awaitab
 
 def _bootstrap_local_key(settings: Settings) -> None:
     """Embedded default: on first start, one write key for `default`, printed once, kept 0600 in the data dir."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     path = _key_file(settings)
     if path.exists():
@@ -174,7 +174,7 @@ def tenants() -> None:
 @data_dir_option
 def tenants_create(name: str, data_dir: Path | None) -> None:
     """Create tenant NAME (lowercase letters, digits, - and _)."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     try:
         created = _owner(_settings(data_dir=data_dir), lambda conn: ops.create_tenant(conn, name))
@@ -190,7 +190,7 @@ def tenants_create(name: str, data_dir: Path | None) -> None:
 @data_dir_option
 def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> None:
     """Set how long tenant NAME keeps closed/merged threads (applies from the next status change)."""
-    from recall_server import ops
+    from recall_server.service import ops
     from recall_server.errors import NotFound
 
     try:
@@ -210,7 +210,7 @@ def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> N
 @data_dir_option
 def tenants_memory_ttl(name: str, scratchpad: float | None, state: float | None, data_dir: Path | None) -> None:
     """Set tenant NAME's default lifetimes of scratchpad and state memories (applies to new writes)."""
-    from recall_server import ops
+    from recall_server.service import ops
     from recall_server.errors import NotFound
 
     try:
@@ -226,7 +226,7 @@ def tenants_memory_ttl(name: str, scratchpad: float | None, state: float | None,
 def sweep(batch: int, data_dir: Path | None) -> None:
     """Purge the content of every expired object, trace reads past RECALL_TRACE_TTL and webhook deliveries
     past RECALL_DELIVERY_TTL, now (serve also does this periodically)."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     settings = _settings(data_dir=data_dir)
     purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl, settings.delivery_ttl))
@@ -239,7 +239,7 @@ def sweep(batch: int, data_dir: Path | None) -> None:
 @data_dir_option
 def verify_erasure(object_id: str, tenant: str, data_dir: Path | None) -> None:
     """Report every place OBJECT_ID's content could still be read; exit 1 if there is any."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     findings = _owner(_settings(data_dir=data_dir), lambda conn: ops.verify_erasure(conn, tenant, object_id))
     for place in findings:
@@ -261,7 +261,7 @@ def keys() -> None:
 @data_dir_option
 def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> None:
     """Create a key; it is printed once, alone on the last line, and cannot be recovered."""
-    from recall_server import ops
+    from recall_server.service import ops
     from recall_server.errors import NotFound
 
     try:
@@ -277,7 +277,7 @@ def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> N
 @data_dir_option
 def keys_list(tenant: str | None, data_dir: Path | None) -> None:
     """List keys (never their secrets)."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     for k in _owner(_settings(data_dir=data_dir), lambda conn: ops.list_keys(conn, tenant)):
         state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M:%S}" if k.revoked_at else "active"
@@ -289,7 +289,7 @@ def keys_list(tenant: str | None, data_dir: Path | None) -> None:
 @data_dir_option
 def keys_revoke(key_id: str, data_dir: Path | None) -> None:
     """Revoke KEY_ID: refused from the next request on, by every server process."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     if _owner(_settings(data_dir=data_dir), lambda conn: ops.revoke_key(conn, key_id)) is None:
         raise click.ClickException(f"no key {key_id}")
@@ -308,7 +308,7 @@ def hooks() -> None:
 @data_dir_option
 def hooks_create(tenant: str, source: str, label: str, data_dir: Path | None) -> None:
     """Create a hook; its secret is printed once, alone on the last line, and cannot be recovered."""
-    from recall_server import ops
+    from recall_server.service import ops
     from recall_server.errors import NotFound
 
     try:
@@ -326,7 +326,7 @@ def hooks_create(tenant: str, source: str, label: str, data_dir: Path | None) ->
 @data_dir_option
 def hooks_list(tenant: str | None, data_dir: Path | None) -> None:
     """List hooks (never their secrets)."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     for h in _owner(_settings(data_dir=data_dir), lambda conn: ops.list_hooks(conn, tenant)):
         state = f"revoked {h.revoked_at:%Y-%m-%d %H:%M:%S}" if h.revoked_at else "active"
@@ -338,7 +338,7 @@ def hooks_list(tenant: str | None, data_dir: Path | None) -> None:
 @data_dir_option
 def hooks_revoke(hook_id: str, data_dir: Path | None) -> None:
     """Revoke HOOK_ID: its deliveries get 404 from the next one on."""
-    from recall_server import ops
+    from recall_server.service import ops
 
     if _owner(_settings(data_dir=data_dir), lambda conn: ops.revoke_hook(conn, hook_id)) is None:
         raise click.ClickException(f"no hook {hook_id}")

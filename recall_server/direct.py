@@ -29,7 +29,8 @@ from typing import Any
 
 import msgspec
 
-from recall_server import auth, errors, ids, jsonbody, spill, trace
+from recall_server import auth, errors, ids, jsonbody, spill
+from recall_server.service import trace
 from recall_server.models import CreateNote, CreateTrigger
 from recall_server.observability import request_id
 
@@ -37,9 +38,9 @@ _HEADERS = [(b"content-type", b"application/json")]
 
 
 class Direct:
-    """ASGI middleware in front of the framework app; `app.state.recall` is the service its lifespan made."""
+    """ASGI middleware in front of the framework app; `app.state.service` is the service its lifespan made."""
 
-    ROUTES = {  # the kind of the ID in the path -> (the framework's route template, the service method)
+    ROUTES = {  # the kind of the ID in the path -> (the framework's route template, the method of service.views)
         "thread": ("/threads/{thread_id}", "get_thread"),
         "worker": ("/workers/{worker_id}", "get_worker"),
         "memory": ("/memories/{memory_id}", "get_memory"),
@@ -97,7 +98,7 @@ class Direct:
             await self.app(scope, _replay(body, receive), send)
             return
         try:
-            outcome = await create(self.app.state.recall, cred, req)
+            outcome = await create(self.app.state.service.writes, cred, req)
         except Exception as exc:
             await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
             return
@@ -119,7 +120,7 @@ class Direct:
 
         async def answer(send: Any) -> None:
             try:
-                view = await getattr(self.app.state.recall, method)(cred, object_id, budget)
+                view = await getattr(self.app.state.service.views, method)(cred, object_id, budget)
             except Exception as exc:
                 await self._problem(scope, send, errors.as_problem(exc, "GET", scope["path"]))
                 return
@@ -128,7 +129,7 @@ class Direct:
         if run is None:
             await answer(send)
         else:
-            await trace.traced(self.app.state.trace, run, cred, object_id, route, scope, answer, send)
+            await trace.traced(self.app.state.service.trace, run, cred, object_id, route, scope, answer, send)
 
     @staticmethod
     async def _problem(scope: dict[str, Any], send: Any, problem: errors.Problem) -> None:
@@ -166,11 +167,11 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body
 def _write(path: str) -> tuple[str, type, Any] | None:
     """The plain write a POST path is (its route template, body model and service call), or None."""
     if path == "/triggers":
-        return path, CreateTrigger, lambda recall, cred, req: recall.create_trigger(cred, req, None)
+        return path, CreateTrigger, lambda writes, cred, req: writes.create_trigger(cred, req, None)
     collection, _, rest = path[1:].partition("/")
     thread_id, _, tail = rest.partition("/")
     if collection == "threads" and thread_id and tail == "events":
-        return "/threads/{thread_id}/events", CreateNote, lambda recall, cred, req: recall.add_note(cred, thread_id, req,
+        return "/threads/{thread_id}/events", CreateNote, lambda writes, cred, req: writes.add_note(cred, thread_id, req,
                                                                                                    None)
     return None
 

@@ -465,7 +465,7 @@ class Delivery(Struct, omit_defaults=True):
     thread_state: Literal["applied", "stale"] | None = None
 
 
-# ---- the recall trace (recall_server/trace.py) ----
+# ---- the recall trace (recall_server/service/trace.py) ----
 RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}\Z"  # X-Recall-Run, and the run in GET /runs/{run_id}/reads
 RunId = Annotated[str, Meta(pattern=RUN_PATTERN, examples=["run-2026-11-30.a"])]
 

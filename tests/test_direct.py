@@ -170,7 +170,7 @@ def test_any_other_request_goes_to_the_framework_unchanged(
                                   "/threads/thr_never_made", "/threads/{gone_thread}", "/memories/{gone_memory}"])
 def test_a_traced_read_is_traced_as_the_framework_traces_it(
         pair: Pair, world: dict[str, str], path: str, run: str, key: str) -> None:
-    traces = [pair.framework_app.state.trace, pair.direct_app.state.trace]
+    traces = [pair.framework_app.state.service.trace, pair.direct_app.state.service.trace]
     before = [len(t.pending) for t in traces]
     framework, direct, directly = pair.both("GET", path.format(**world), {**KEYS[key](world), "X-Recall-Run": run})
     same(framework, direct)

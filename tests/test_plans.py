@@ -32,7 +32,7 @@ from recall_server.db import queries, tenancy
 from recall_server.db.migrate import migrate
 from recall_server.db.pool import Database, as_app_role
 from recall_server.rows import Labels
-from recall_server.service import Recall
+from recall_server.service import Service
 
 
 def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: Graph, sql) -> None:
@@ -49,16 +49,16 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
                                  queue_limit=4, queue_wait=1)
         try:
             async with db.connection() as conn:
-                recall = Recall(db, CursorCodec(await queries.cursor_secret(conn)), Settings())
+                views = Service(db, CursorCodec(await queries.cursor_secret(conn)), Settings()).views
             for cred in [creds[0]] * 8 + [creds[1]] * 9:  # the first of the remembered ones checks the key
-                await recall.get_thread(cred, thread["id"], 4096)
-                await recall.get_worker(cred, worker["id"], 4096)
-                await recall.get_trigger(cred, trigger["id"], 4096)
-                await recall.get_report(cred, report["id"], 4096)
-                await recall.get_payload(cred, trigger["id"])
-                await recall.get_body(cred, report["id"])
-                await recall.resolve(cred, thread["id"])
-                await recall.list_events(cred, thread["id"], None, 5)
+                await views.get_thread(cred, thread["id"], 4096)
+                await views.get_worker(cred, worker["id"], 4096)
+                await views.get_trigger(cred, trigger["id"], 4096)
+                await views.get_report(cred, report["id"], 4096)
+                await views.get_payload(cred, trigger["id"])
+                await views.get_body(cred, report["id"])
+                await views.resolve(cred, thread["id"])
+                await views.list_events(cred, thread["id"], None, 5)
             async with db.connection() as conn:  # the pool's one connection: its prepared statements
                 return [tuple(r) for r in await conn.fetch(
                     "SELECT generic_plans, custom_plans, statement FROM pg_prepared_statements")]

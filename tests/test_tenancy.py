@@ -13,13 +13,14 @@ import httpx
 import pytest
 from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
 
-from recall_server import auth, ops
+from recall_server import auth
 from recall_server.auth import REVOCATION_WINDOW, KeyCache
 from recall_server.cli import _owner as cli_owner
 from recall_server.config import Settings
 from recall_server.db import queries, tenancy
 from recall_server.db.pool import Database, as_app_role
 from recall_server.errors import Forbidden, Unauthorized
+from recall_server.service import ops
 
 
 @pytest.fixture(scope="module")

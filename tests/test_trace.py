@@ -1,5 +1,5 @@
 """The recall trace: which IDs a run read, in order, per tenant, without a round trip on the read, and what a
-crash may lose (recall_server/trace.py)."""
+crash may lose (recall_server/service/trace.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from recall_server.app import create_app
 from recall_server.auth import parse
 from recall_server.cursor import CursorCodec
 from recall_server.db.pool import Database, as_app_role
-from recall_server.trace import DROPPED, WRITE_FAILURES, Trace
+from recall_server.service.trace import DROPPED, WRITE_FAILURES, Trace
 
 FLUSH = 1.0  # the servers' trace flush interval: pages show reads 2 s old
 
@@ -245,7 +245,7 @@ def test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one(server: Se
         async with AsyncTestClient(app) as c:
             c.headers["Authorization"] = f"Bearer {key}"
             thread_id = (await c.post("/threads", json={"id": uid("thr"), "title": "t"})).json()["id"]
-            async with app.state.recall.db.pool.acquire() as conn:  # the pool's only connection
+            async with app.state.service.db.pool.acquire() as conn:  # the pool's only connection
                 conn.add_query_logger(lambda record: statements.append(record.query))
             for traced_ in (False, True):
                 statements.clear()
@@ -253,7 +253,7 @@ def test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one(server: Se
                     r = await c.get(f"/threads/{thread_id}", headers={"X-Recall-Run": run} if traced_ else {})
                     assert r.status_code == 200
                 counts[traced_] = len(statements)
-            assert len(app.state.trace.pending) == 5
+            assert len(app.state.service.trace.pending) == 5
             statements.clear()
         counts["written"] = list(statements)
 

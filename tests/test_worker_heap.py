@@ -21,7 +21,7 @@ def test_the_started_app_has_frozen_what_its_start_up_built(database_url: str, s
 
     async def started() -> tuple[int, bool]:
         async with app.lifespan():  # both lifespans, then the start-up hooks, as a worker runs them
-            service = app.state.recall  # tracked by the collector, and in none of its generations once frozen
+            service = app.state.service  # tracked by the collector, and in none of its generations once frozen
             return gc.get_freeze_count(), gc.is_tracked(service) and all(o is not service for o in gc.get_objects())
 
     try:

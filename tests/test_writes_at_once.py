@@ -122,7 +122,7 @@ def test_concurrent_plain_triggers_of_one_key_share_statements(server: Any, data
     async def go() -> list[Any]:  # litestar's test client runs one request at a time: httpx's transport
         async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
             c.headers["Authorization"] = f"Bearer {key}"
-            async with app.state.recall.db.pool.acquire() as conn:  # the pool's only connection
+            async with app.state.service.db.pool.acquire() as conn:  # the pool's only connection
                 conn.add_query_logger(lambda record: inserts.append(record.query)
                                       if "INSERT INTO triggers" in record.query else None)
             return await asyncio.gather(*(c.post("/triggers", json={"source": "test", "summary": f"t{i}",
@@ -300,7 +300,7 @@ def test_concurrent_plain_notes_of_one_key_share_statements(server: Any, databas
     async def go() -> list[Any]:
         async with app.lifespan(), httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
             c.headers["Authorization"] = f"Bearer {key}"
-            async with app.state.recall.db.pool.acquire() as conn:  # the pool's only connection
+            async with app.state.service.db.pool.acquire() as conn:  # the pool's only connection
                 conn.add_query_logger(lambda record: inserts.append(record.query)
                                       if "INSERT INTO thread_events" in record.query else None)
             return await asyncio.gather(*(c.post(f"/threads/{threads[i % 3]}/events", json={"summary": f"n{i}"})

@@ -17,7 +17,7 @@ from recall_server.auth import Credential
 from recall_server.errors import PROBLEM_JSON, BadRequest
 from recall_server.models import ProblemBody
 from recall_server.rows import Content, Labels, Outcome
-from recall_server.service import Recall
+from recall_server.service import Service
 
 Budget = Annotated[
     int,
@@ -72,8 +72,8 @@ class Caller(Request[Any, Any, Any]):
     """
 
     @property
-    def recall(self) -> Recall:
-        return self.app.state.recall
+    def service(self) -> Service:
+        return self.app.state.service
 
     @property
     def cred(self) -> Credential:

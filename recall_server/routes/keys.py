@@ -9,32 +9,32 @@ from litestar.params import FromPath, JSONBody
 
 from recall_server.models import CreateKey, KeyList, KeyView, NewKey
 from recall_server.routes import Caller, problems
-from recall_server.trace import UNTRACED
+from recall_server.service.trace import UNTRACED
 
 
 @get("/key", responses=problems(401, 503), operation_id="GetOwnKey")
 async def own_key(request: Caller) -> KeyView:
     """The key this request carries: its ID, tenant, scope and label (never the secret). Lets a client
     learn what it may do before it tries (the MCP server offers a read key no write tools)."""
-    return await request.recall.own_key(request.cred)
+    return await request.service.admin.own_key(request.cred)
 
 
 @post("/admin/keys", status_code=201, responses=problems(400, 401, 403, 413, 503), operation_id="CreateKey")
 async def create_key(data: JSONBody[CreateKey], request: Caller) -> Response[NewKey]:
     """Create a key in the caller's tenant. The response is the only time the secret is shown."""
-    key = await request.recall.create_key(request.cred, data)
+    key = await request.service.admin.create_key(request.cred, data)
     return Response(key, status_code=201, headers={"Location": f"/admin/keys/{key.id}"})
 
 
 @get("/admin/keys", responses=problems(401, 403, 503), operation_id="ListKeys", opt=UNTRACED)
 async def list_keys(request: Caller) -> KeyList:
-    return await request.recall.list_keys(request.cred)
+    return await request.service.admin.list_keys(request.cred)
 
 
 @delete("/admin/keys/{key_id:str}", status_code=200, responses=problems(401, 403, 404, 503), operation_id="RevokeKey")
 async def revoke_key(key_id: FromPath[str], request: Caller) -> KeyView:
     """Revoke a key; refused from the next request on, in every server process."""
-    return await request.recall.revoke_key(request.cred, key_id)
+    return await request.service.admin.revoke_key(request.cred, key_id)
 
 
 ROUTES: list[Any] = [own_key, create_key, list_keys, revoke_key]

@@ -37,7 +37,7 @@ async def search(
 ) -> Response[SearchPage]:
     """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
     labels or content (first 64 KiB) match q: best first."""
-    return paged(request, await request.recall.search(request.cred, q, kinds, status, labels, since, until, cursor,
+    return paged(request, await request.service.lens.search(request.cred, q, kinds, status, labels, since, until, cursor,
                                                       limit))
 
 
@@ -47,7 +47,7 @@ async def list_backlinks(
 ) -> Response[BacklinkPage]:
     """Every live object that links to this ID, and how (cites, neighbour, event, owner, thread, worker,
     source: a current memory learned from it)."""
-    return paged(request, await request.recall.backlinks(request.cred, object_id, cursor, limit))
+    return paged(request, await request.service.lens.backlinks(request.cred, object_id, cursor, limit))
 
 
 @get("/triggers/{trigger_id:str}/payload/grep", responses=problems(400, 401, 404, 410, 415, 503),
@@ -57,7 +57,7 @@ async def grep_payload(
     max_matches: MaxMatches = 20,
 ) -> GrepResult:
     """Matching lines of the payload, each with its line number, byte offset and a Range to read around it."""
-    return await request.recall.grep(request.cred, "trigger", trigger_id, pattern, regex, context, max_matches)
+    return await request.service.lens.grep(request.cred, "trigger", trigger_id, pattern, regex, context, max_matches)
 
 
 @get("/reports/{report_id:str}/body/grep", responses=problems(400, 401, 404, 410, 415, 503), operation_id="GrepBody")
@@ -66,7 +66,7 @@ async def grep_body(
     max_matches: MaxMatches = 20,
 ) -> GrepResult:
     """Matching lines of the body, each with its line number, byte offset and a Range to read around it."""
-    return await request.recall.grep(request.cred, "report", report_id, pattern, regex, context, max_matches)
+    return await request.service.lens.grep(request.cred, "report", report_id, pattern, regex, context, max_matches)
 
 
 ROUTES: list[Any] = [search, list_backlinks, grep_payload, grep_body]

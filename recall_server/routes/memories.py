@@ -8,7 +8,7 @@ from litestar import Response, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 
 from recall_server import spill
-from recall_server.memories import RecallWithMemories, namespace_param
+from recall_server.service.memories import namespace_param
 from recall_server.models import (
     CreateMemory,
     MemoryPage,
@@ -40,17 +40,13 @@ Suffix = Annotated[str | None, Parameter(
 Kind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"]
 
 
-def _memories(request: Caller) -> RecallWithMemories:
-    return request.recall  # type: ignore[return-value]  # the app runs RecallWithMemories
-
-
 @post("/memories", status_code=201, responses=problems(400, 401, 403, 409, 410, 413, 422, 503),
       operation_id="CreateMemory")
 async def create_memory(
     data: JSONBody[CreateMemory], request: Caller, idempotency_key: IdempotencyKey = None
 ) -> Response[MemoryView]:
     """A new version of (namespace, key); the pair's current version, if any, is superseded by it."""
-    return sent(await _memories(request).create_memory(request.cred, data, idempotency_key))
+    return sent(await request.service.memories.create_memory(request.cred, data, idempotency_key))
 
 
 @get("/memories/current", responses=problems(400, 401, 404, 410, 503), operation_id="GetCurrentMemory")
@@ -60,7 +56,7 @@ async def get_current_memory(
     budget: Budget = spill.DEFAULT_BUDGET,
 ) -> MemoryView:
     """The current version of (namespace, key): 404 if it never had one, 410 if it was deleted or expired."""
-    return await _memories(request).get_current_memory(
+    return await request.service.memories.get_current_memory(
         request.cred, namespace_param("namespace", namespace) or "", key, budget)
 
 
@@ -71,7 +67,7 @@ async def list_memory_namespaces(
     cursor: Cursor = None, limit: Limit = 50,
 ) -> Response[NamespacePage]:
     """The distinct namespaces of current memories, in order."""
-    return paged(request, await _memories(request).list_memory_namespaces(
+    return paged(request, await request.service.memories.list_memory_namespaces(
         request.cred, namespace_param("prefix", prefix), namespace_param("suffix", suffix), max_depth, cursor, limit))
 
 
@@ -89,19 +85,19 @@ async def list_memories(
     limit: Limit = 50,
 ) -> Response[MemoryPage]:
     """Current versions only (never superseded, deleted or expired ones), in (namespace, key) order."""
-    return paged(request, await _memories(request).list_memories(
+    return paged(request, await request.service.memories.list_memories(
         request.cred, namespace_param("namespace", namespace), kind, tag, labels, value_contains, cursor, limit))
 
 
 @get("/memories/{memory_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetMemory")
 async def get_memory(memory_id: FromPath[str], request: Caller, budget: Budget = spill.DEFAULT_BUDGET) -> MemoryView:
     """Any version, current or superseded (status says which)."""
-    return await _memories(request).get_memory(request.cred, memory_id, budget)
+    return await request.service.views.get_memory(request.cred, memory_id, budget)
 
 
 @get("/memories/{memory_id:str}/value", responses=problems(401, 404, 410, 416, 503), operation_id="GetMemoryValue")
 async def get_memory_value(memory_id: FromPath[str], request: Caller) -> Response[bytes]:
-    return serve_content(request, await _memories(request).get_memory_value(request.cred, memory_id))
+    return serve_content(request, await request.service.views.get_memory_value(request.cred, memory_id))
 
 
 @get("/memories/{memory_id:str}/versions", responses=problems(400, 401, 404, 410, 503),
@@ -110,13 +106,13 @@ async def list_memory_versions(
     memory_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50,
 ) -> Response[MemoryVersionPage]:
     """The chain of versions this memory belongs to, newest first."""
-    return paged(request, await _memories(request).list_memory_versions(request.cred, memory_id, cursor, limit))
+    return paged(request, await request.service.memories.list_memory_versions(request.cred, memory_id, cursor, limit))
 
 
 @delete("/memories/{memory_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteMemory")
 async def delete_memory(memory_id: FromPath[str], request: Caller) -> None:
     """Erase every version of the memory's (namespace, key); the IDs are retired. A new write starts a new chain."""
-    await request.recall.delete(request.cred, "memory", memory_id)
+    await request.service.writes.delete(request.cred, "memory", memory_id)
 
 
 ROUTES: list[Any] = [create_memory, get_current_memory, list_memory_namespaces, list_memories, get_memory,

@@ -14,7 +14,7 @@ from recall_server.routes import Caller, problems
 
 @get("/ids/{object_id:str}", responses=problems(401, 404, 410, 503), operation_id="ResolveId")
 async def resolve_id(object_id: FromPath[str], request: Caller) -> Resolved:
-    return await request.recall.resolve(request.cred, object_id)
+    return await request.service.views.resolve(request.cred, object_id)
 
 
 @get("/healthz", operation_id="Healthz")
@@ -26,7 +26,7 @@ async def healthz() -> Health:
 @get("/readyz", responses=problems(503), operation_id="Readyz")
 async def readyz(request: Caller) -> Health:
     """The database answers a query."""
-    await request.recall.ready()
+    await request.service.ready()
     return Health(status="ready")
 
 

@@ -37,25 +37,25 @@ WRITE = (400, 401, 403, 404, 409, 410, 413, 422, 503)
 async def create_thread(
     data: JSONBody[CreateThread], request: Caller, idempotency_key: IdempotencyKey = None
 ) -> Response[ThreadView]:
-    return sent(await request.recall.create_thread(request.cred, data, idempotency_key))
+    return sent(await request.service.writes.create_thread(request.cred, data, idempotency_key))
 
 
 @get("/threads/{thread_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetThread")
 async def get_thread(
     thread_id: FromPath[str], request: Caller, budget: Budget = spill.DEFAULT_BUDGET
 ) -> ThreadView:
-    return await request.recall.get_thread(request.cred, thread_id, budget)
+    return await request.service.views.get_thread(request.cred, thread_id, budget)
 
 
 @patch("/threads/{thread_id:str}", responses=problems(400, 401, 403, 404, 410, 413, 503), operation_id="UpdateThread")
 async def update_thread(thread_id: FromPath[str], data: JSONBody[UpdateThread], request: Caller) -> ThreadView:
-    return await request.recall.update_thread(request.cred, thread_id, data)
+    return await request.service.writes.update_thread(request.cred, thread_id, data)
 
 
 @delete("/threads/{thread_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteThread")
 async def delete_thread(thread_id: FromPath[str], request: Caller) -> None:
     """Erase the thread, its event log, and the triggers and reports filed on it; the IDs are retired."""
-    await request.recall.delete(request.cred, "thread", thread_id)
+    await request.service.writes.delete(request.cred, "thread", thread_id)
 
 
 @get("/threads", responses=problems(400, 401, 503), operation_id="ListThreads")
@@ -67,7 +67,7 @@ async def list_threads(
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> Response[ThreadPage]:
-    return paged(request, await request.recall.list_threads(request.cred, status, owner, labels, cursor, limit))
+    return paged(request, await request.service.views.list_threads(request.cred, status, owner, labels, cursor, limit))
 
 
 @get("/threads/{thread_id:str}/events", responses=problems(400, 401, 404, 410, 503), operation_id="ListEvents")
@@ -75,7 +75,7 @@ async def list_events(
     thread_id: FromPath[str], request: Caller,
     cursor: Cursor = None, limit: Limit = 50,
 ) -> Response[EventPage]:
-    return paged(request, await request.recall.list_events(request.cred, thread_id, cursor, limit))
+    return paged(request, await request.service.views.list_events(request.cred, thread_id, cursor, limit))
 
 
 @post("/threads/{thread_id:str}/events", status_code=201, responses=problems(*WRITE), operation_id="AddNote")
@@ -83,7 +83,7 @@ async def add_note(
     thread_id: FromPath[str], data: JSONBody[CreateNote], request: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> Response[Event]:
-    return sent(await request.recall.add_note(request.cred, thread_id, data, idempotency_key))
+    return sent(await request.service.writes.add_note(request.cred, thread_id, data, idempotency_key))
 
 
 @post("/threads/{thread_id:str}/owners", status_code=201, responses=problems(*WRITE), operation_id="AssignOwner")
@@ -91,7 +91,7 @@ async def assign_owner(
     thread_id: FromPath[str], data: JSONBody[AssignOwner], request: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> Response[ThreadView]:
-    return sent(await request.recall.assign_owner(request.cred, thread_id, data, idempotency_key))
+    return sent(await request.service.writes.assign_owner(request.cred, thread_id, data, idempotency_key))
 
 
 ROUTES: list[Any] = [create_thread, get_thread, update_thread, delete_thread, list_threads, list_events, add_note,

@@ -1,22 +1,22 @@
 """The memory operations (mem_): versions by supersede per (namespace, key), lists, namespaces, values.
 
-`RecallWithMemories` is the service the app runs: `service.Recall` plus one method per memory
-operation. It uses the same mechanisms as every other kind (tenancy, Pager, idempotency,
-require_live); what is particular to memories is the pair lock that serialises writers of one
-(namespace, key) so its chain of versions stays gap-free with exactly one current version.
+`Memories` is composed with the views and the writes (a memory's view by ID, its value and its deletion
+are theirs, as for every kind) and uses the same mechanisms (tenancy, Pager, idempotency, require_live);
+what is particular to memories is the pair lock that serialises writers of one (namespace, key) so its
+chain of versions stays gap-free with exactly one current version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
-
 import msgspec
 
-from recall_server import idempotency, ids, spill
+from recall_server import ids, spill
 from recall_server.auth import Credential
+from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
+from recall_server.db.pool import Database
 from recall_server.errors import BadRequest, Gone, NotFound, Unprocessable, require_live
 from recall_server.ids import State
 from recall_server.models import (
@@ -29,12 +29,14 @@ from recall_server.models import (
     MemoryView,
     NamespacePage,
 )
-from recall_server.rows import Content, Labels, Outcome
-from recall_server.service import Recall, _created, _encode_content, _expiry, _hash
+from recall_server.rows import Labels, Outcome
+from recall_server.service import idempotency
+from recall_server.service.inputs import created, encode_content, expiry, json, request_hash
+from recall_server.service.views import Views
+from recall_server.service.writes import Writes
 
 LIST_INLINE_BYTES = 2048  # a list entry carries its value when it is at most this long
 _SEGMENT = re.compile(SEGMENT)
-_json = msgspec.json.encode
 
 
 def pair_hash(namespace: str, key: str) -> bytes:
@@ -65,7 +67,7 @@ def tag_filter(tags: list[str] | None) -> str | None:
         if found.get(name, value) != value:  # no memory has two values for one tag
             raise BadRequest(f"tag {name} is given twice with different values.", field="tag")
         found[name] = value
-    return _json(found).decode()
+    return json(found).decode()
 
 
 def value_filter(text: str | None) -> str | None:
@@ -81,26 +83,16 @@ def value_filter(text: str | None) -> str | None:
     return text
 
 
-class RecallWithMemories(Recall):
-    """The service with memories: every operation of `Recall`, and the memory operations."""
+class Memories:
+    """The memory operations, for one store (a memory by ID, its value and its deletion: `Views`, `Writes`)."""
 
-    async def _view(self, conn: q.Conn, cred: Credential, object_id: str, budget: int, *,
-                    created: bool = False) -> Any:
-        if ids.kind_of(object_id) != "memory":
-            return await super()._view(conn, cred, object_id, budget, created=created)
-        _, row = await q.fetch_memory(conn, cred, object_id, budget, spill.PREVIEW_BYTES)
-        state = State.MISSING if row is None else State.GONE if row.gone and not created else State.LIVE
-        require_live(state, object_id, "memory")
-        assert row is not None
-        return spill.memory_view(row, budget)
+    def __init__(self, db: Database, cursors: CursorCodec, views: Views, writes: Writes) -> None:
+        self.db = db
+        self.cursors = cursors
+        self.views = views
+        self.writes = writes
 
     # ---- reads -----------------------------------------------------------------------
-
-    async def get_memory(self, cred: Credential, memory_id: str, budget: int) -> MemoryView:
-        return await self._read_view(cred, "memory", memory_id, budget)
-
-    async def get_memory_value(self, cred: Credential, memory_id: str) -> Content:
-        return await self._content(cred, "memory", memory_id)
 
     async def get_current_memory(self, cred: Credential, namespace: str, key: str, budget: int) -> MemoryView:
         """The pair's current version: 404 if the pair never had one, 410 if it was deleted or has expired."""
@@ -149,7 +141,7 @@ class RecallWithMemories(Recall):
     async def list_memory_versions(self, cred: Credential, memory_id: str, cursor: str | None,
                                    limit: int) -> MemoryVersionPage:
         """Newest first: the chain of versions the memory belongs to."""
-        await self._authenticated_miss(cred, "memory", memory_id)
+        await self.views.authenticated_miss(cred, "memory", memory_id)
         pager = self.cursors.pager(cursor, tuple[int], "memory_versions", memory_id)
         before = (pager.after or (2**31 - 1,))[0]
         async with self.db.connection() as conn:
@@ -182,9 +174,9 @@ class RecallWithMemories(Recall):
         """A new version of (namespace, key): the pair's current version, if any, is superseded by it."""
         memory_id = req.id or ids.new("memory")
         namespace = "/".join(req.namespace)
-        content_type, value = _encode_content("value", req.value, req.content_type)
-        expires_at = _expiry(req)  # type: ignore[arg-type]  # the same ttl / expires_at fields
-        h = _hash(msgspec.structs.replace(req, id=memory_id))
+        content_type, value = encode_content("value", req.value, req.content_type)
+        expires_at = expiry(req)
+        h = request_hash(msgspec.structs.replace(req, id=memory_id))
         sources = list(dict.fromkeys(req.sources))
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
@@ -192,23 +184,24 @@ class RecallWithMemories(Recall):
             if req.id is not None:  # a client-chosen ID: a retry of this very request, or a clash
                 state, found = await q.request_hash(conn, tenant, "memory", memory_id)
                 if state is not State.MISSING:
-                    await self._existing_or_conflict(conn, tenant, "memory", memory_id, h)
-                    return _created(False, await self._view(conn, cred, memory_id, spill.DEFAULT_BUDGET),
-                                    f"/memories/{memory_id}")
+                    await self.writes.existing_or_conflict(conn, tenant, "memory", memory_id, h)
+                    return created(False, await self.views.view(conn, cred, memory_id, spill.DEFAULT_BUDGET),
+                                   f"/memories/{memory_id}")
             if memory_id in sources:
                 raise Unprocessable("A memory cannot be its own source.", id=memory_id)
-            await self._require(conn, tenant, sources)
+            await self.writes.require_links(conn, tenant, sources)
             await q.insert_memory(
                 conn, tenant, memory_id, namespace, req.key, pair_hash(namespace, req.key), req.kind, req.summary,
-                content_type, value, hashlib.sha256(value).digest(), _json(req.tags).decode(), req.confirmed,
+                content_type, value, hashlib.sha256(value).digest(), json(req.tags).decode(), req.confirmed,
                 Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id), h, expires_at,
             )
             if sources:
                 await q.insert_memory_sources(conn, tenant, memory_id, sources)
-            return _created(True, await self._view(conn, cred, memory_id, spill.DEFAULT_BUDGET, created=True),
-                            f"/memories/{memory_id}")
+            return created(True, await self.views.view(conn, cred, memory_id, spill.DEFAULT_BUDGET, created=True),
+                           f"/memories/{memory_id}")
 
-        return await self._write(cred, idempotency_key, idempotency.fingerprint("POST", "/memories", req), operation)
+        return await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", "/memories", req),
+                                       operation)
 
 
 def _pair_miss(detail: str, namespace: str, key: str) -> NotFound:

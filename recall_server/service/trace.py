@@ -234,6 +234,6 @@ class TraceReads:
             await self.app(scope, receive, send)
             return
         params = scope.get("path_params")
-        await traced(scope["app"].state.trace, run, scope["state"]["credential"],
+        await traced(scope["app"].state.service.trace, run, scope["state"]["credential"],
                      next(iter(params.values())) if params else None, scope["path_template"], scope,
                      lambda counting: self.app(scope, receive, counting), send)

@@ -1,0 +1,73 @@
+"""What a create request's fields become: stored content bytes, timestamps, expiry, labels, its hash, its Outcome."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from recall_server import spill
+from recall_server.errors import BadRequest, Unprocessable
+from recall_server.models import CreateMemory, CreateReport, CreateThread, CreateTrigger, CreateWorker, Request
+from recall_server.rows import Labels, Outcome
+
+Creatable = CreateThread | CreateWorker | CreateTrigger | CreateReport | CreateMemory
+json = msgspec.json.encode
+
+
+def labels(req: Creatable) -> Labels:
+    return Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id)
+
+
+def request_hash(req: Request) -> bytes:
+    """What tells a retry of a create (same hash) from a clash on its ID."""
+    return hashlib.sha256(json(req)).digest()
+
+
+def encode_content(field: str, value: object, content_type: str | None) -> tuple[str, bytes]:
+    """The exact bytes to store and serve: JSON text for JSON types, the string's UTF-8 otherwise."""
+    if content_type is None:
+        content_type = "text/plain" if isinstance(value, str) else "application/json"
+    content_type = content_type.lower()
+    if spill.is_json(content_type):
+        return content_type, json(value)
+    if not isinstance(value, str):
+        raise Unprocessable(
+            f"{field} must be a JSON string when content_type is {content_type} (only JSON types take other values).",
+            field=field,
+        )
+    return content_type, value.encode()
+
+
+def timestamp(field: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = msgspec.convert(value, datetime)
+    except msgspec.ValidationError:
+        raise BadRequest(f"{field} must be an RFC 3339 date-time, got {value!r}.", field=field) from None
+    if parsed.tzinfo is None:
+        raise BadRequest(f"{field} must carry a UTC offset (e.g. 2026-11-30T12:00:00Z).", field=field)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise BadRequest(f"{field} is out of range: {value!r}.", field=field) from None
+
+
+def expiry(req: Creatable) -> datetime | None:
+    """expires_at from `ttl` (seconds from now) or `expires_at`; at most one of them."""
+    if req.ttl is not None and req.expires_at is not None:
+        raise Unprocessable("Give either ttl or expires_at, not both.")
+    if req.ttl is not None:
+        return datetime.now(UTC) + timedelta(seconds=req.ttl)
+    expires_at = timestamp("expires_at", req.expires_at)
+    if expires_at is not None and expires_at <= datetime.now(UTC):
+        raise Unprocessable(f"expires_at {req.expires_at} is in the past.", field="expires_at")
+    return expires_at
+
+
+def created(status_new: bool, view: Any, location: str) -> Outcome:
+    """A create's outcome: 201 when it made the object, 200 when it was already there (a retry)."""
+    return Outcome(status=201 if status_new else 200, body=json(view), object_id=view.id, location=location)

@@ -1,0 +1,98 @@
+"""The lens: finding and navigating the graph. Search (full text), backlinks (what links here), grep (lines of
+a payload or body)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+import anyio
+
+from recall_server import grep, ids, spill
+from recall_server.auth import Credential
+from recall_server.cursor import CursorCodec
+from recall_server.db import queries as q
+from recall_server.db.pool import Database
+from recall_server.errors import BadRequest, UnsupportedMediaType, require_live
+from recall_server.models import Backlink, BacklinkPage, GrepResult, SearchHit, SearchPage
+from recall_server.rows import Labels
+from recall_server.service.inputs import timestamp
+from recall_server.service.views import Views
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A snippet as one line: control characters (newlines too) become spaces, runs of spaces one."""
+    flat = " ".join("".join(" " if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+class Lens:
+    """Search, backlinks and grep, for one store; grep reads content through `views`."""
+
+    def __init__(self, db: Database, cursors: CursorCodec, views: Views) -> None:
+        self.db = db
+        self.cursors = cursors
+        self.views = views
+
+    async def search(self, cred: Credential, text: str, kinds: list[str] | None, status: str | None,
+                     labels: Labels, since: str | None, until: str | None, cursor: str | None,
+                     limit: int) -> SearchPage:
+        """Live objects whose text matches `text` (websearch syntax), best first, then newest."""
+        if not text.strip():
+            raise BadRequest("q must contain something to search for.", field="q")
+        wanted = sorted(set(kinds or ids.PLURAL))
+        if status is not None:  # only threads have a status
+            wanted = [k for k in wanted if k == "thread"]
+        start, end = timestamp("since", since), timestamp("until", until)
+        pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
+                                   labels.key(), start, end)
+        after = pager.after
+        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
+            after = None  # never a signed position: read from the start, and verify's 400 follows
+        async with self.db.connection() as conn:
+            tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
+        pager.verify(tenant)
+        has_more = len(hits) > limit
+        hits = hits[:limit]
+        data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
+                          snippet=_one_line(h.snippet or h.summary), thread_id=h.thread_id) for h in hits]
+        last = hits[-1] if hits else None
+        next_cursor = pager.next(tenant, [Decimal(last.position), last.created_at, last.id]) if has_more and last \
+            else None
+        return SearchPage(data=data, next_cursor=next_cursor, has_more=has_more)
+
+    async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
+        """Every live object that links to this one, with the relation, in (relation, id) order."""
+        kind = ids.kind_of(object_id)
+        if kind is None:
+            await self.views.authenticated_miss(cred, "recall", object_id)
+        assert kind is not None
+        pager = self.cursors.pager(cursor, tuple[str, str], "backlinks", object_id)
+        async with self.db.connection() as conn:
+            tenant, state, rows = await q.backlinks(conn, cred, kind, object_id, pager.after, limit + 1)
+        pager.verify(tenant)
+        require_live(state, object_id, kind)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        data = [Backlink(id=r.id, type=r.type, relation=r.relation, summary=r.summary,  # type: ignore[arg-type]
+                         href=ids.href(r.id)) for r in rows]
+        next_cursor = pager.next(tenant, [rows[-1].relation, rows[-1].id]) if has_more else None
+        return BacklinkPage(data=data, next_cursor=next_cursor, has_more=has_more)
+
+    async def grep(self, cred: Credential, kind: str, object_id: str, pattern: str, regex: bool, context: int,
+                   max_matches: int) -> GrepResult:
+        """Matching lines of a payload or body, with line numbers, byte offsets and a Range for each."""
+        found = grep.matcher(pattern, regex)  # a bad pattern is a 400 before anything is read
+        content = await self.views.content(cred, kind, object_id)
+        data = content.data or b""
+        if not (content.content_type.startswith("text/") or spill.is_json(content.content_type)):
+            raise UnsupportedMediaType(
+                f"{object_id}'s content is {content.content_type}; grep reads text/* and JSON content only. "
+                "Read it with a Range request instead.", id=object_id)
+        if len(data) > 64 * 1024:  # bounded, but long enough to keep off the event loop
+            result = await anyio.to_thread.run_sync(grep.grep, data, found, context, max_matches)
+        else:
+            result = grep.grep(data, found, context, max_matches)
+        href = f"/triggers/{object_id}/payload" if kind == "trigger" else f"/reports/{object_id}/body"
+        return GrepResult(id=object_id, content_type=content.content_type, bytes=len(data), scanned=result.scanned,
+                          matches=result.matches, truncated=result.truncated, href=href)
