@@ -1,23 +1,25 @@
-"""API key format: generate, parse, hash (pure), and the checks a process may rely on for a moment.
-The database decides what a key may do.
+"""Credentials: API keys (generate, parse, hash) and webhook secrets (generate, padded keys) (pure), and the
+key checks a process may rely on for a moment. The database decides what a key may do.
 
-A key is `rk_<16 hex id>.<43 base64url chars>`: the id names the row, the secret (256 random
-bits) is shown once and stored only as its SHA-256. A fast hash is right here: the secret is
-random and long, so there is nothing to brute-force.
+A key is `rk_<16 hex id>.<43 base64url chars>` (ids.KEY_RE): the id names the row, the secret (256
+random bits) is shown once and stored only as its SHA-256. A fast hash is right here: the secret is
+random and long, so there is nothing to brute-force. A webhook's secret (256 random bits) is shown
+once too and kept only as its HMAC padded keys (RFC 2104), from which PostgreSQL computes
+HMAC-SHA256 with its built-in sha256() (recall_hook_verify in schema.sql).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import time
 from collections.abc import Callable
 
+from recall_server import ids
 from recall_server.errors import Unauthorized
 
 SCOPES = {"read": 1, "write": 2, "admin": 3}  # each scope includes the ones below it
-_KEY = re.compile(r"^rk_([0-9a-f]{16})\.([A-Za-z0-9_-]{43})$")
+_BLOCK = 64  # SHA-256's block size: a hook secret is padded (or first hashed) to it
 
 # How long a process relies on a key check it made (KeyCache), and so how long a revocation waits
 # before it returns (db/tenancy.after_revoking).
@@ -90,7 +92,21 @@ def parse(authorization: str | None, keys: KeyCache | None = None) -> Credential
     if not authorization:
         raise Unauthorized("This endpoint needs an API key: send `Authorization: Bearer <key>`.")
     scheme, _, token = authorization.strip().partition(" ")
-    match = _KEY.match(token.strip()) if scheme.lower() == "bearer" else None
+    match = ids.KEY_RE.match(token.strip()) if scheme.lower() == "bearer" else None
     if match is None:
         raise Unauthorized("The Authorization header does not carry a well-formed recall API key.")
     return Credential(match.group(1), hashlib.sha256(match.group(2).encode()).digest(), keys)
+
+
+def new_hook_secret() -> str:
+    """A webhook's secret, to show once (its ID is ids.new_hook_id's)."""
+    return secrets.token_urlsafe(32)
+
+
+def padded_keys(secret: str) -> tuple[bytes, bytes]:
+    """The secret's inner and outer padded keys: HMAC(K, m) = sha256(opad || sha256(ipad || m))."""
+    key = secret.encode()
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)

@@ -1,20 +1,52 @@
-"""Generate, parse and validate recall IDs, and name the state an ID is in (pure)."""
+"""Every grammar the server reads or mints, built from one table: object IDs by kind, API key, hook and run IDs,
+memory kinds; generate, parse and validate them, and name the state an object ID is in (pure)."""
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import time
 from enum import Enum
+from typing import Literal
 
-KINDS = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "report", "mem": "memory"}
-PREFIX = {kind: prefix for prefix, kind in KINDS.items()}
-PLURAL = {"trigger": "triggers", "thread": "threads", "worker": "workers", "report": "reports", "memory": "memories"}
+# ---- object IDs: <prefix>_<1-64 of [A-Za-z0-9_-]> -------------------------------------------------------
+# kind -> (its prefix, its collection: the path segment and the table). Every kind's IDs may be shown in a
+# stored response (an Idempotency-Key's), so erasing an object scrubs every one of them (shown_in).
+OBJECTS = {
+    "trigger": ("trg", "triggers"),
+    "thread": ("thr", "threads"),
+    "worker": ("wkr", "workers"),
+    "report": ("rpt", "reports"),
+    "memory": ("mem", "memories"),
+}
+KINDS = {prefix: kind for kind, (prefix, _) in OBJECTS.items()}  # prefix -> kind
+PREFIX = {kind: prefix for kind, (prefix, _) in OBJECTS.items()}
+PLURAL = {kind: plural for kind, (_, plural) in OBJECTS.items()}
 
 # Patterns end in \Z, not $: Python's $ also matches before a final newline ("thr_x\n" would pass).
 # openapi.py publishes them with $, which means exactly \Z in JSON Schema (ECMA 262) regexes.
-ANY_ID_PATTERN = r"^(trg|thr|wkr|rpt|mem)_[A-Za-z0-9_-]{1,64}\Z"
+_BODY = r"[A-Za-z0-9_-]{1,64}"
+_ANY_PREFIX = "|".join(PREFIX.values())
+ANY_ID_PATTERN = rf"^({_ANY_PREFIX})_{_BODY}\Z"
 ID_RE = re.compile(ANY_ID_PATTERN)
+_SHOWN = re.compile(rf'"((?:{_ANY_PREFIX})_{_BODY})"'.encode())
+
+# ---- API keys: rk_<16 hex: the key's ID>.<43 base64url: the secret> --------------------------------------
+_KEY_ID = r"[0-9a-f]{16}"
+KEY_ID_PATTERN = rf"^{_KEY_ID}\Z"
+KEY_RE = re.compile(rf"^rk_({_KEY_ID})\.([A-Za-z0-9_-]{{43}})\Z")
+
+# ---- webhook endpoints: hk_<32 URL-safe characters: 192 random bits> ------------------------------------
+HOOK_ID_PATTERN = r"^hk_[A-Za-z0-9_-]{32}\Z"
+_HOOK_ID = re.compile(HOOK_ID_PATTERN)
+
+# ---- runs: the label a read carries in X-Recall-Run (and the run of GET /runs/{run_id}/reads, and MCP's) ----
+RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}\Z"
+RUN_RE = re.compile(RUN_PATTERN)
+
+# ---- memory kinds (schema.sql's memories.kind CHECK holds the same list: tests/test_ids.py) -------------
+MemoryKind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -32,17 +64,14 @@ class State(Enum):
         return cls.MISSING if gone is None else cls.GONE if gone else cls.LIVE
 
 
-_SHOWN = re.compile(rb'"((?:trg|thr|wkr|rpt)_[A-Za-z0-9_-]{1,64})"')
-
-
 def shown_in(body: bytes) -> list[str]:
-    """Every ID a JSON document shows as a string value or key (what erasing that ID must scrub)."""
+    """Every object ID a JSON document shows as a string value or key (what erasing that ID must scrub)."""
     return sorted({m.decode() for m in _SHOWN.findall(body)})
 
 
 def pattern(kind: str) -> str:
     """The JSON-schema pattern of one kind's IDs."""
-    return rf"^{PREFIX[kind]}_[A-Za-z0-9_-]{{1,64}}\Z"
+    return rf"^{PREFIX[kind]}_{_BODY}\Z"
 
 
 def kind_of(value: str) -> str | None:
@@ -69,3 +98,12 @@ def new(kind: str) -> str:
         n, r = divmod(n, 32)
         chars.append(_CROCKFORD[r])
     return f"{PREFIX[kind]}_{''.join(reversed(chars))}"
+
+
+def new_hook_id() -> str:
+    """A new webhook endpoint's ID (its secret is auth.new_hook_secret's)."""
+    return f"hk_{secrets.token_urlsafe(24)}"
+
+
+def is_hook_id(value: str) -> bool:
+    return bool(_HOOK_ID.match(value))

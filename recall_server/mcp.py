@@ -30,7 +30,7 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
-from recall_server import __version__, errors
+from recall_server import __version__, errors, ids
 from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError
 from recall_server.models import ReportView, TriggerView
 from recall_server.observability import ObservabilityMiddleware
@@ -47,7 +47,6 @@ INSTRUCTIONS = (
 WRITE_TOOLS = frozenset({"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
                          "recall_set_status", "recall_remember"})
 _STATE = "recall.mcp"  # where the /mcp gate leaves the caller's binding in the ASGI scope state
-_RUN = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")  # a run ID is a label (models.Label)
 _CONTENT_URI = re.compile(r"^recall://(triggers|reports)/([^/]+)/(payload|body)$")
 _encode = msgspec.json.encode
 
@@ -343,7 +342,7 @@ class HttpEndpoint:
             self.inner = ObservabilityMiddleware(app)
         headers = dict(scope["headers"])
         asked = headers.get(RUN_HEADER.lower().encode(), b"").decode("latin-1")
-        run = asked if _RUN.match(asked) else new_run()
+        run = asked if ids.RUN_RE.match(asked) else new_run()
         forwarded = {"Authorization": headers[b"authorization"].decode("latin-1")} if b"authorization" in headers \
             else {}
         # The key check talks to the bare app: it is part of this /mcp request, not an API request of its own.

@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from recall_server import ids
-from recall_server.webhooks import signing
 
 MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
 
@@ -116,7 +115,6 @@ class CreateNote(Request, kw_only=True):
 
 
 # ---- memories --------------------------------------------------------------------------
-MEMORY_KINDS = ("profile", "preference", "fact", "procedure", "scratchpad", "state")
 SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"
 Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
 Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
@@ -134,7 +132,7 @@ class CreateMemory(Request, kw_only=True):
     id: MemoryId | None = None
     namespace: Namespace
     key: MemoryKey
-    kind: Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"] = "fact"
+    kind: ids.MemoryKind = "fact"
     value: Any
     content_type: ContentType | None = None
     summary: Summary = ""
@@ -416,7 +414,7 @@ class ProblemBody(Struct):
 
 # ---- webhooks ---------------------------------------------------------------------------
 
-HookId = Annotated[str, Meta(pattern=signing.HOOK_ID_PATTERN, examples=["hk_3q2Zr0lYc9tWq1xVvQ8nB7mKp4sHd6eF"])]
+HookId = Annotated[str, Meta(pattern=ids.HOOK_ID_PATTERN, examples=["hk_3q2Zr0lYc9tWq1xVvQ8nB7mKp4sHd6eF"])]
 
 
 class CreateHook(Request, kw_only=True):
@@ -466,8 +464,7 @@ class Delivery(Struct, omit_defaults=True):
 
 
 # ---- the recall trace (recall_server/service/trace.py) ----
-RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}\Z"  # X-Recall-Run, and the run in GET /runs/{run_id}/reads
-RunId = Annotated[str, Meta(pattern=RUN_PATTERN, examples=["run-2026-11-30.a"])]
+RunId = Annotated[str, Meta(pattern=ids.RUN_PATTERN, examples=["run-2026-11-30.a"])]
 
 
 class Read(Struct):

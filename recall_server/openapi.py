@@ -26,7 +26,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 
 from recall_server import ids, models
 from recall_server.errors import PROBLEM_JSON
-from recall_server.webhooks import github, signing
+from recall_server.webhooks import github
 
 _PROBLEM = {"$ref": "#/components/schemas/ProblemBody"}
 _HEADER_DOCS = {
@@ -61,7 +61,7 @@ _PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "Tr
 # A JSON media type (application/json or any +json), case-insensitive as media types are.
 _JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
     + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
-_KEY_ID = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "An API key's ID (rk_<id>.<secret>)."}
+_KEY_ID = {"type": "string", "pattern": ids.KEY_ID_PATTERN, "description": "An API key's ID (rk_<id>.<secret>)."}
 _CONTENT = {"GetPayload", "GetBody", "GetMemoryValue"}
 
 
@@ -178,7 +178,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         if method == "get" and op.get("security") and op_id not in {"ListRunReads", "ListObjectReads", "ListKeys"}:
             op.setdefault("parameters", []).append(
                 {"name": "X-Recall-Run", "in": "header", "required": False,
-                 "schema": {"type": "string", "pattern": models.RUN_PATTERN},
+                 "schema": {"type": "string", "pattern": ids.RUN_PATTERN},
                  "description": "Record this read in the trace of this run (GET /runs/{run_id}/reads)."})
             op["responses"].setdefault("400", {"description": "A malformed X-Recall-Run header (or parameter).",
                                                "content": {PROBLEM_JSON: {"schema": _PROBLEM}}})
@@ -199,7 +199,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     return _ecma_patterns(doc)
 
 
-_HOOK_ID = {"type": "string", "pattern": signing.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
+_HOOK_ID = {"type": "string", "pattern": ids.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
 
 
 def _github_delivery(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:

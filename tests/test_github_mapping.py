@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recall_server import ids
+from recall_server import auth, ids
 from recall_server.errors import BadRequest
 from recall_server.webhooks import github, signing
 
@@ -37,10 +37,10 @@ def test_githubs_documented_signature_test_vector() -> None:
 
 def test_the_padded_keys_give_the_same_hmac_as_the_secret() -> None:
     """What recall_hook_verify computes in SQL (sha256 of the padded keys) is HMAC-SHA256."""
-    ipad, opad = signing.padded_keys(VECTOR_SECRET)
+    ipad, opad = auth.padded_keys(VECTOR_SECRET)
     assert "sha256=" + signing.mac(ipad, opad, VECTOR_BODY).hex() == VECTOR_SIGNATURE
     long_secret = "x" * 100  # longer than a block: hashed first, as RFC 2104 says
-    ipad, opad = signing.padded_keys(long_secret)
+    ipad, opad = auth.padded_keys(long_secret)
     assert signing.mac(ipad, opad, b"body") == hmac.new(long_secret.encode(), b"body", hashlib.sha256).digest()
 
 
@@ -51,11 +51,11 @@ def test_malformed_signature_headers_carry_no_mac(header: str | None) -> None:
 
 
 def test_new_hooks_are_unguessable_and_well_formed() -> None:
-    made = {signing.new_hook() for _ in range(100)}
+    made = {(ids.new_hook_id(), auth.new_hook_secret()) for _ in range(100)}
     assert len({h for h, _ in made}) == 100 and len({s for _, s in made}) == 100
     for hook_id, secret in made:
-        assert signing.is_hook_id(hook_id) and len(secret) >= 43
-    assert not signing.is_hook_id("hk_short") and not signing.is_hook_id("hk_" + "a" * 32 + "\n")
+        assert ids.is_hook_id(hook_id) and len(secret) >= 43
+    assert not ids.is_hook_id("hk_short") and not ids.is_hook_id("hk_" + "a" * 32 + "\n")
 
 
 # ---- thread IDs --------------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import typing
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -17,6 +20,7 @@ KIND_BY_PREFIX = {"trg": "trigger", "thr": "thread", "wkr": "worker", "rpt": "re
 PATH_BY_KIND = {"trigger": "/triggers", "thread": "/threads", "worker": "/workers", "report": "/reports",
                 "memory": "/memories"}
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ROOT = Path(__file__).resolve().parent.parent
 
 valid_ids = st.from_regex(ID_GRAMMAR, fullmatch=True)
 
@@ -151,3 +155,41 @@ def test_href_maps_each_kind_to_its_collection(value: str, path: str) -> None:
 @given(valid_ids)
 def test_href_is_the_collection_of_the_ids_kind(value: str) -> None:
     assert ids.href(value) == f"{PATH_BY_KIND[KIND_BY_PREFIX[value[:3]]]}/{value}"
+
+
+# ---- shown_in: what erasing an ID scrubs from stored responses ---------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(PATH_BY_KIND))
+def test_every_object_kind_is_in_the_shown_set(kind: str) -> None:
+    """An Idempotency-Key's stored response that shows an ID of any kind is found when that ID is erased."""
+    made = ids.new(kind)
+    body = json.dumps({"id": made, "data": [{"ref": made}], made: 1}).encode()
+    assert ids.shown_in(body) == [made]
+
+
+def test_only_object_ids_are_shown() -> None:
+    body = json.dumps({"key": "rk_0123456789abcdef", "hook": "hk_" + "a" * 32, "run": "run-1", "thr": "thr_"}).encode()
+    assert ids.shown_in(body) == []
+
+
+# ---- the other grammars --------------------------------------------------------------------
+
+
+def test_hook_ids_are_minted_in_their_grammar() -> None:
+    made = {ids.new_hook_id() for _ in range(100)}
+    assert len(made) == 100 and all(ids.is_hook_id(h) for h in made)
+    assert not ids.is_hook_id("hk_short") and not ids.is_hook_id("hk_" + "a" * 32 + "\n")
+
+
+@pytest.mark.parametrize("run,ok", [("r", True), ("a" * 128, True), ("run-2026.a:b_c", True), ("a" * 129, False),
+                                    ("", False), ("run 1", False), ("run\n", False)])
+def test_run_ids_are_1_to_128_label_characters(run: str, ok: bool) -> None:
+    assert bool(ids.RUN_RE.match(run)) is ok
+
+
+def test_memory_kinds_are_the_ones_the_schema_allows() -> None:
+    """ids.MemoryKind (what the wire shapes and the routes accept) is the list schema.sql's CHECK allows."""
+    check = re.search(r"kind +text NOT NULL CHECK \(kind IN \(([^)]*)\)\)", (ROOT / "schema.sql").read_text())
+    assert check is not None
+    assert tuple(re.findall(r"'(\w+)'", check.group(1))) == typing.get_args(ids.MemoryKind)

@@ -184,7 +184,7 @@ def test_every_limit_is_validated(store: str) -> None:
 
 
 # Each ID, namespace and run CHECK (schema.sql, version 5) against the grammar it stands for: the API's
-# patterns (ids.pattern, models.SEGMENT and Namespace, models.RUN_PATTERN) and the tenant's. The CHECKs
+# patterns (ids.pattern, models.SEGMENT and Namespace, ids.RUN_PATTERN) and the tenant's. The CHECKs
 # avoid bounded repetitions, which PostgreSQL's regex engine makes slow; they must accept the same values.
 _BODIES = ["", "a", "Z9_-", "a" * 63, "a" * 64, "a" * 65, "a" * 128, "a" * 129, "a.b", "a:b", "a/b", "a b", "é",
            "a\n", "\na", "A", "-a", "_"]
@@ -196,7 +196,7 @@ GRAMMARS = {
        for kind in ids.PLURAL},
     ("tenants", "tenants_id_check"): ("id", r"[a-z0-9][a-z0-9_-]{0,62}", _BODIES),
     ("trace_reads", "trace_reads_run_id_check"):
-        ("run_id", models.RUN_PATTERN.removeprefix("^").removesuffix(r"\Z"), _BODIES),
+        ("run_id", ids.RUN_PATTERN.removeprefix("^").removesuffix(r"\Z"), _BODIES),
     ("memories", "memories_check"):
         ("namespace", rf"{_SEGMENT}(/{_SEGMENT}){{0,7}}",
          [*_BODIES, "a/" * 7 + "a", "a/" * 8 + "a", "a/" + "b" * 64 + "/c", "a/" + "b" * 65 + "/c", "b" * 65 + "/c",

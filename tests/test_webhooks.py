@@ -16,6 +16,7 @@ import httpx
 import pytest
 from helpers import ServerProcess, assert_problem, cli, create_key, run_sql
 
+from recall_server import auth, ids
 from recall_server.db.pool import as_app_role
 from recall_server.webhooks import signing
 from test_github_mapping import VECTOR_BODY, VECTOR_SECRET, VECTOR_SIGNATURE, example
@@ -168,8 +169,8 @@ def test_an_issue_comment_on_a_pull_request_lands_on_the_pull_requests_thread(
 
 def test_githubs_signature_test_vector_verifies_in_the_database(database_url: str) -> None:
     """recall_hook_verify's SQL HMAC (built-in sha256 over the stored padded keys) gives GitHub's documented value."""
-    hook_id, _ = signing.new_hook()
-    ipad, opad = signing.padded_keys(VECTOR_SECRET)
+    hook_id = ids.new_hook_id()
+    ipad, opad = auth.padded_keys(VECTOR_SECRET)
     run_sql(database_url, "INSERT INTO tenants (id) VALUES ('gh-vector') ON CONFLICT DO NOTHING")
     run_sql(database_url, "INSERT INTO hooks (id, tenant_id, source, hmac_ipad, hmac_opad) VALUES ($1, 'gh-vector', "
                           "'github', $2, $3)", hook_id, ipad, opad)
@@ -201,7 +202,7 @@ def test_unknown_malformed_and_revoked_hooks_are_404_and_write_nothing(
         hook: Hook, database_url: str, base_url: str) -> None:
     body = payload("pull_request.opened", fresh_repo())
     before = written(database_url, TENANT)
-    assert_problem(hook.send("pull_request", body, hook_id=signing.new_hook()[0]), 404, "No webhook")
+    assert_problem(hook.send("pull_request", body, hook_id=ids.new_hook_id()), 404, "No webhook")
     assert_problem(hook.send("pull_request", body, hook_id="thr_pr_412"), 404)
     doomed = new_hook(database_url, TENANT, base_url)
     assert doomed.send("ping", payload("ping.event")).status_code == 200
@@ -243,7 +244,7 @@ def test_the_app_role_cannot_read_hook_secrets(database_url: str, hook: Hook) ->
                 await conn.fetch("SELECT * FROM hooks")
             # the one narrow path: the MAC of a given body, for one hook, and its tenant
             row = await conn.fetchrow("SELECT * FROM recall_hook_verify($1, $2)", hook.id, b"x")
-            assert row["tenant_id"] == TENANT and row["mac"] == signing.mac(*signing.padded_keys(hook.secret), b"x")
+            assert row["tenant_id"] == TENANT and row["mac"] == signing.mac(*auth.padded_keys(hook.secret), b"x")
         finally:
             await conn.close()
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -43,7 +44,6 @@ import asyncpg
 from recall_server.auth import REVOCATION_WINDOW, SCOPES, Credential
 from recall_server.db.pool import Database
 from recall_server.errors import Forbidden, bad_signature, unknown_hook, unknown_key
-from recall_server.webhooks import signing
 
 KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
                FROM recall_authenticate($1, $2) a"""
@@ -150,6 +150,7 @@ async def hook_session(db: Database, hook_id: str, source: str, body: bytes, sig
         found = await conn.fetchrow(HOOK_CHECK, hook_id, body)
         if found is None or found[1] != source:
             raise unknown_hook(hook_id)
-        if not signing.matches(found[2], signature):
+        # constant time: how much of a forged signature is right must not show in the response time
+        if not hmac.compare_digest(found[2], signature):
             raise bad_signature()
         yield conn, found[0]

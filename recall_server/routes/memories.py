@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from litestar import Response, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 
 from recall_server import spill
+from recall_server.ids import MemoryKind
 from recall_server.service.memories import namespace_param
 from recall_server.models import (
     CreateMemory,
@@ -37,7 +38,6 @@ Prefix = Annotated[str | None, Parameter(
     description="Only namespaces that start with these segments (joined by '/', e.g. users or users/u1).")]
 Suffix = Annotated[str | None, Parameter(
     pattern=NAMESPACE, max_length=520, description="Only namespaces that end with these segments (joined by '/').")]
-Kind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"]
 
 
 @post("/memories", status_code=201, responses=problems(400, 401, 403, 409, 410, 413, 422, 503),
@@ -76,7 +76,7 @@ async def list_memories(
     request: Caller,
     labels: LabelFilter,
     namespace: Prefix = None,
-    kind: Annotated[Kind | None, Parameter(description="Only memories of this kind.")] = None,
+    kind: Annotated[MemoryKind | None, Parameter(description="Only memories of this kind.")] = None,
     tag: Annotated[list[str] | None, Parameter(
         description="Only memories with this tag, as key:value (repeat for several: all must match).")] = None,
     value_contains: Annotated[str | None, Parameter(

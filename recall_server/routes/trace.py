@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from litestar import Response, get
 from litestar.params import FromPath, Parameter
 
-from recall_server.models import RUN_PATTERN, ReadPage
+from recall_server.ids import RUN_PATTERN
+from recall_server.models import ReadPage
 from recall_server.routes import Caller, Cursor, Limit, paged, problems
 from recall_server.service.trace import UNTRACED
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from recall_server import auth
+from recall_server import auth, ids
 from recall_server.db import queries as q
 from recall_server.db import tenancy
 from recall_server.errors import NotFound
 from recall_server.ids import State
 from recall_server.models import HookView, KeyView, NewHook, NewKey
-from recall_server.webhooks import signing
 
 
 async def create_tenant(conn: q.Conn, tenant: str) -> bool:
@@ -78,8 +77,8 @@ async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]
 async def issue_hook(conn: q.Conn, tenant: str, source: str, label: str) -> NewHook:
     """Create a webhook endpoint for a tenant (the admin route does this too, bound to its own tenant);
     the returned NewHook is the only copy of its secret."""
-    hook_id, secret = signing.new_hook()
-    ipad, opad = signing.padded_keys(secret)
+    hook_id, secret = ids.new_hook_id(), auth.new_hook_secret()
+    ipad, opad = auth.padded_keys(secret)
     info = await q.insert_hook(conn, hook_id, tenant, source, ipad, opad, label)
     return NewHook(id=info.id, tenant=info.tenant, source=info.source, label=info.label, url=info.url,
                    created_at=info.created_at, secret=secret)

@@ -34,7 +34,6 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -51,14 +50,13 @@ from recall_server.db import tenancy
 from recall_server.db.pool import Database
 from recall_server.errors import BadRequest, not_found, require_live
 from recall_server.ids import State
-from recall_server.models import RUN_PATTERN, ReadPage
+from recall_server.models import ReadPage
 from recall_server.observability import request_id
 
 log = logging.getLogger("recall_server.trace")
 
 RUN_HEADER = "X-Recall-Run"
 _RUN_HEADER = RUN_HEADER.lower().encode()
-_RUN = re.compile(RUN_PATTERN)
 _OBJECT_CHARS = 200  # a path's ID is stored up to this long (a malformed one can be a whole URL)
 _START = (datetime(1970, 1, 1, tzinfo=UTC), -1)  # before every read
 
@@ -190,7 +188,7 @@ def run_of(scope: dict[str, Any]) -> str | None:
     if run is None:
         return None
     run = run.decode("latin-1")
-    if not _RUN.match(run):
+    if not ids.RUN_RE.match(run):
         raise BadRequest(f"{RUN_HEADER} must be 1-128 characters from [A-Za-z0-9._:-].", header=RUN_HEADER)
     return run
 

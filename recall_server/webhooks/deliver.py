@@ -26,7 +26,7 @@ async def deliver_github(writes: Writes, hook_id: str, signature: str | None, ev
     event or delivery ID); then the hook (404) and the HMAC (401); then the body is mapped
     (webhooks/github.py). A GUID seen before answers its first result and writes nothing.
     """
-    if not signing.is_hook_id(hook_id):
+    if not ids.is_hook_id(hook_id):
         raise errors.unknown_hook(hook_id)
     mac = signing.parse(signature)
     if mac is None:
