@@ -16,7 +16,7 @@ from recall_server.cli import main
 from recall_server.service.views import Views
 
 _get_thread = Views.get_thread
-_next = cursor.Pager.next
+_next = cursor.Pager._next
 
 
 async def empty_miss(self, cred, thread_id, budget):
@@ -37,7 +37,7 @@ def skipping_cursor(self, tenant, position):
 
 MUTANTS = {
     "empty-miss": (Views, "get_thread", empty_miss),
-    "skipping-cursor": (cursor.Pager, "next", skipping_cursor),
+    "skipping-cursor": (cursor.Pager, "_next", skipping_cursor),
 }
 
 if __name__ == "__main__":

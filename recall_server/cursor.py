@@ -6,8 +6,8 @@ replayed on another list, or edited by a single bit, fails verification and beco
 
 Every list pages through a `Pager`: the page is read from the position the cursor claims, in the
 same statement that checks the key and tells its tenant (one round trip); only then is the scope
-known, and the cursor must prove it was signed for this list of that tenant before anything the
-read found is shown.
+known, and `Pager.page` (the one call every list makes) verifies that the cursor was signed for this
+list of that tenant before anything the read found is shown, cuts the page and signs the next cursor.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import base64
 import binascii
 import hashlib
 import hmac
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
 from recall_server.errors import BadRequest
 
+T = TypeVar("T")
 _MAC_BYTES = 16
 _MAX_TOKEN = 512
 
@@ -68,7 +69,7 @@ class CursorCodec:
 
 class Pager:
     """One list request: `after` is the position the cursor claims, NOT yet verified (None without a
-    cursor, or if it does not parse); `verify` (and so `keyset`) checks it against the key's tenant."""
+    cursor, or if it does not parse); `page` checks it against the key's tenant."""
 
     def __init__(self, codec: CursorCodec, token: str | None, shape: type, list_key: tuple[object, ...]) -> None:
         self.codec, self.token, self.shape, self.list_key = codec, token, shape, list_key
@@ -78,23 +79,27 @@ class Pager:
     def _scope(self, tenant: str) -> str:
         return "\0".join([tenant, *map(str, self.list_key)])
 
-    def verify(self, tenant: str) -> None:
+    def page(self, tenant: str, rows: list[T], limit: int, position: Callable[[T], list[Any]],
+             tail: list[Any] | None = None) -> tuple[list[T], str | None, bool]:
+        """The page of `rows` (read from `after` with `limit + 1`) for the key's tenant: (rows shown, the next
+        page's cursor, has_more). 400 first, unless the cursor (if any) was signed for this list of this
+        tenant. The next cursor is signed at `position(last row shown)`, when there is more; `tail`: a
+        log a caller follows (events, trace reads) gets one on its last page too, at `tail` when empty."""
+        self._verify(tenant)
+        has_more = len(rows) > limit
+        shown = rows[:limit]
+        if shown and (has_more or tail is not None):
+            return shown, self._next(tenant, position(shown[-1])), has_more
+        return shown, None if tail is None else self._next(tenant, tail), has_more
+
+    def _verify(self, tenant: str) -> None:
         """400 unless the cursor (if any) was signed for this list of this tenant."""
         if self.token:
             self.codec.decode(self._scope(tenant), self.token, self.shape)
 
-    def next(self, tenant: str, position: list[Any]) -> str:
+    def _next(self, tenant: str, position: list[Any]) -> str:
         """The signed cursor of the page after `position`."""
         return self.codec.encode(self._scope(tenant), position)
-
-    def keyset(self, tenant: str, rows: list[tuple[Any, datetime]], limit: int) -> tuple[list[Any], str | None, bool]:
-        """Verify, then (entries, next cursor, has_more) from rows read newest first with limit + 1,
-        each with its creation time; the position is (created_at, id) of the last entry shown."""
-        self.verify(tenant)
-        has_more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = self.next(tenant, [rows[-1][1], rows[-1][0].id]) if has_more else None
-        return [entry for entry, _ in rows], next_cursor, has_more
 
 
 def _split(token: str) -> tuple[bytes, bytes] | None:

@@ -200,40 +200,51 @@ def pager(token: str | None) -> object:
     return codec().pager(token, tuple[int], "events", "thr_x")  # the list EVENTS names, for tenant-a
 
 
+def seq(n: int) -> list[int]:
+    return [n]
+
+
 def test_a_pager_reads_what_a_cursor_claims_without_trusting_it() -> None:
-    """For a read that runs before the scope is known; verify() must still pass before anything is shown."""
+    """For a read that runs before the scope is known; page() must still verify it before anything is shown."""
     forged = "WzJd." + token_for([1]).split(".")[1]  # [2] under the signature of [1]
     assert pager(token_for([7])).after == (7,)
     assert pager(forged).after == (2,)
     with pytest.raises(BadRequest):
-        pager(forged).verify("tenant-a")
+        pager(forged).page("tenant-a", [3, 4], 5, seq)
 
 
 def test_a_pager_accepts_its_own_tenants_cursor_and_refuses_another_tenants() -> None:
     token = token_for([7])
-    pager(token).verify("tenant-a")
+    assert pager(token).page("tenant-a", [8], 5, seq) == ([8], None, False)
     with pytest.raises(BadRequest):
-        pager(token).verify("tenant-b")
+        pager(token).page("tenant-b", [8], 5, seq)
+    with pytest.raises(BadRequest):  # an empty page too: the cursor is verified whatever the read found
+        pager(token).page("tenant-b", [], 5, seq)
 
 
 def test_the_next_cursor_of_a_pager_verifies_on_the_same_list_only() -> None:
-    token = pager(None).next("tenant-a", [9])
+    _, token, has_more = pager(None).page("tenant-a", [8, 9, 10], 2, seq)
+    assert has_more and token is not None
     assert codec().decode(EVENTS, token, tuple[int]) == (9,)
     assert_rejected(token, scope=THREADS)
 
 
-def test_a_keyset_page_signs_the_last_entry_shown_and_says_whether_there_is_more() -> None:
-    class Entry:
-        def __init__(self, id_: str) -> None:
-            self.id = id_
-
+def test_a_page_signs_the_last_entry_shown_and_says_whether_there_is_more() -> None:
     at = datetime(2026, 11, 30, tzinfo=UTC)
-    rows = [(Entry(f"thr_{i}"), at) for i in range(3)]
+    rows = [(f"thr_{i}", at) for i in range(3)]
     keyset = codec().pager(None, tuple[datetime, str], "threads")
-    entries, next_cursor, has_more = keyset.keyset("tenant-a", rows, 2)
-    assert [e.id for e in entries] == ["thr_0", "thr_1"] and has_more
+    entries, next_cursor, has_more = keyset.page("tenant-a", rows, 2, lambda r: [r[1], r[0]])
+    assert [e for e, _ in entries] == ["thr_0", "thr_1"] and has_more
     assert codec().decode("tenant-a\0threads", next_cursor, tuple[datetime, str]) == (at, "thr_1")
-    assert keyset.keyset("tenant-a", rows[:2], 2)[1:] == (None, False)
+    assert keyset.page("tenant-a", rows[:2], 2, lambda r: [r[1], r[0]])[1:] == (None, False)
+
+
+def test_a_followed_log_gets_a_cursor_on_its_last_page_too() -> None:
+    """Events and trace reads: a caller polls with the last page's cursor for what arrives later."""
+    _, token, has_more = pager(None).page("tenant-a", [4, 5], 5, seq, tail=[0])
+    assert not has_more and codec().decode(EVENTS, token, tuple[int]) == (5,)
+    _, token, _ = pager(token_for([5])).page("tenant-a", [], 5, seq, tail=[5])
+    assert codec().decode(EVENTS, token, tuple[int]) == (5,)
 
 
 @given(st.text(alphabet=TOKEN_ALPHABET, max_size=80))

@@ -51,14 +51,10 @@ class Lens:
             after = None  # never a signed position: read from the start, and verify's 400 follows
         async with self.db.connection() as conn:
             tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
-        pager.verify(tenant)
-        has_more = len(hits) > limit
-        hits = hits[:limit]
+        shown, next_cursor, has_more = pager.page(tenant, hits, limit,
+                                                  lambda h: [Decimal(h.position), h.created_at, h.id])
         data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
-                          snippet=_one_line(h.snippet or h.summary), thread_id=h.thread_id) for h in hits]
-        last = hits[-1] if hits else None
-        next_cursor = pager.next(tenant, [Decimal(last.position), last.created_at, last.id]) if has_more and last \
-            else None
+                          snippet=_one_line(h.snippet or h.summary), thread_id=h.thread_id) for h in shown]
         return SearchPage(data=data, next_cursor=next_cursor, has_more=has_more)
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
@@ -70,13 +66,10 @@ class Lens:
         pager = self.cursors.pager(cursor, tuple[str, str], "backlinks", object_id)
         async with self.db.connection() as conn:
             tenant, state, rows = await q.backlinks(conn, cred, kind, object_id, pager.after, limit + 1)
-        pager.verify(tenant)
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.relation, r.id])
         require_live(state, object_id, kind)
-        has_more = len(rows) > limit
-        rows = rows[:limit]
         data = [Backlink(id=r.id, type=r.type, relation=r.relation, summary=r.summary,  # type: ignore[arg-type]
-                         href=ids.href(r.id)) for r in rows]
-        next_cursor = pager.next(tenant, [rows[-1].relation, rows[-1].id]) if has_more else None
+                         href=ids.href(r.id)) for r in shown]
         return BacklinkPage(data=data, next_cursor=next_cursor, has_more=has_more)
 
     async def grep(self, cred: Credential, kind: str, object_id: str, pattern: str, regex: bool, context: int,

@@ -119,11 +119,9 @@ class Memories:
         async with self.db.connection() as conn:
             tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
                                                  pager.after, limit + 1, LIST_INLINE_BYTES)
-        pager.verify(tenant)
-        has_more = len(rows) > limit
-        rows = rows[:limit]
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.namespace, r.key])
         entries = []
-        for r in rows:
+        for r in shown:
             entry = MemoryIndexEntry(
                 id=r.id, namespace=r.namespace.split("/"), key=r.key, kind=r.kind, version=r.version,
                 summary=r.summary, content_type=r.content_type, tags=r.tags, confirmed=r.confirmed,
@@ -135,7 +133,6 @@ class Memories:
             else:
                 entry.value = msgspec.Raw(r.text.encode()) if spill.is_json(r.content_type) else r.text
             entries.append(entry)
-        next_cursor = pager.next(tenant, [rows[-1].namespace, rows[-1].key]) if has_more else None
         return MemoryPage(data=entries, next_cursor=next_cursor, has_more=has_more)
 
     async def list_memory_versions(self, cred: Credential, memory_id: str, cursor: str | None,
@@ -146,15 +143,12 @@ class Memories:
         before = (pager.after or (2**31 - 1,))[0]
         async with self.db.connection() as conn:
             tenant, state, rows = await q.list_memory_versions(conn, cred, memory_id, before, limit + 1)
-        pager.verify(tenant)
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.version])
         require_live(state, memory_id, "memory")
-        has_more = len(rows) > limit
-        rows = rows[:limit]
         data = [MemoryVersion(id=r.id, version=r.version, summary="" if r.gone else r.summary,
                               status="deleted" if r.gone else "current" if r.current else "superseded",
-                              created_at=r.created_at, href=f"/memories/{r.id}") for r in rows]
-        return MemoryVersionPage(data=data, next_cursor=pager.next(tenant, [rows[-1].version]) if has_more else None,
-                                 has_more=has_more)
+                              created_at=r.created_at, href=f"/memories/{r.id}") for r in shown]
+        return MemoryVersionPage(data=data, next_cursor=next_cursor, has_more=has_more)
 
     async def list_memory_namespaces(self, cred: Credential, prefix: str | None, suffix: str | None,
                                      max_depth: int | None, cursor: str | None, limit: int) -> NamespacePage:
@@ -162,11 +156,8 @@ class Memories:
         async with self.db.connection() as conn:
             tenant, found = await q.list_memory_namespaces(conn, cred, prefix, suffix, max_depth,
                                                            pager.after[0] if pager.after else None, limit + 1)
-        pager.verify(tenant)
-        has_more = len(found) > limit
-        found = found[:limit]
-        return NamespacePage(data=[ns.split("/") for ns in found],
-                             next_cursor=pager.next(tenant, [found[-1]]) if has_more else None, has_more=has_more)
+        shown, next_cursor, has_more = pager.page(tenant, found, limit, lambda ns: [ns])
+        return NamespacePage(data=[ns.split("/") for ns in shown], next_cursor=next_cursor, has_more=has_more)
 
     # ---- writes ----------------------------------------------------------------------
 

@@ -44,13 +44,13 @@ from prometheus_client import Counter
 
 from recall_server import ids
 from recall_server.auth import Credential
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import CursorCodec, Pager
 from recall_server.db import queries as q
 from recall_server.db import tenancy
 from recall_server.db.pool import Database
 from recall_server.errors import BadRequest, not_found, require_live
 from recall_server.ids import State
-from recall_server.models import ReadPage
+from recall_server.models import Read, ReadPage
 from recall_server.observability import request_id
 
 log = logging.getLogger("recall_server.trace")
@@ -140,14 +140,12 @@ class Trace:
 
     # ---- the pages -----------------------------------------------------------------------
 
-    def _page(self, pager: Any, tenant: str, rows: list[Any], limit: int) -> ReadPage:
-        """Verify the cursor, then the page; like the event log, always a next cursor, to tail a live run."""
-        pager.verify(tenant)
-        has_more = len(rows) > limit
-        rows = rows[:limit]
-        position = rows[-1][1] if rows else (pager.after or _START)
-        return ReadPage(data=[read for read, _ in rows], next_cursor=pager.next(tenant, list(position)),
-                        has_more=has_more)
+    @staticmethod
+    def _page(pager: Pager, tenant: str, rows: list[tuple[Read, q.ReadPosition]], limit: int) -> ReadPage:
+        """Like the event log, always a next cursor, to tail a live run."""
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: list(r[1]),
+                                                  tail=list(pager.after or _START))
+        return ReadPage(data=[read for read, _ in shown], next_cursor=next_cursor, has_more=has_more)
 
     async def run_reads(self, cred: Credential, run: str, cursor: str | None, limit: int) -> ReadPage:
         """A run's reads in the order they were made. A run with no reads in the key's tenant (never used,
@@ -169,10 +167,10 @@ class Trace:
         async with self.db.connection() as conn:
             tenant, state, rows = await q.object_reads(conn, cred, kind, object_id, self.settle, pager.after,
                                                        limit + 1)
-        pager.verify(tenant)
+        page = self._page(pager, tenant, rows, limit)
         if state is State.MISSING:
             require_live(state, object_id, kind)
-        return self._page(pager, tenant, rows, limit)
+        return page
 
 
 def _storable(object_id: str) -> str:

@@ -140,7 +140,8 @@ class Views:
         pager = self.cursors.pager(cursor, tuple[datetime, str], "threads", status, owner, labels.key())
         async with self.db.connection() as conn:
             tenant, rows = await q.list_threads(conn, cred, status, owner, labels, pager.after, limit + 1)
-        return ThreadPage(*pager.keyset(tenant, rows, limit))
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, _newest_first)
+        return ThreadPage([entry for entry, _ in shown], next_cursor, has_more)
 
     async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
         await self.authenticated_miss(cred, "thread", thread_id)
@@ -148,13 +149,10 @@ class Views:
         after = (pager.after or (0,))[0]
         async with self.db.connection() as conn:
             tenant, state, events = await q.list_events(conn, cred, thread_id, after, limit + 1)
-        pager.verify(tenant)
-        require_live(state, thread_id, "thread")
-        has_more = len(events) > limit
-        events = events[:limit]
         # Always hand back a position: a caller tailing a live thread polls with it for new events.
-        position = events[-1].seq if events else after
-        return EventPage(data=events, next_cursor=pager.next(tenant, [position]), has_more=has_more)
+        shown, next_cursor, has_more = pager.page(tenant, events, limit, lambda e: [e.seq], tail=[after])
+        require_live(state, thread_id, "thread")
+        return EventPage(data=shown, next_cursor=next_cursor, has_more=has_more)
 
     async def list_reports(self, cred: Credential, worker_id: str, labels: Labels, cursor: str | None,
                            limit: int) -> ReportPage:
@@ -162,6 +160,11 @@ class Views:
         pager = self.cursors.pager(cursor, tuple[datetime, str], "reports", worker_id, labels.key())
         async with self.db.connection() as conn:
             tenant, state, rows = await q.list_reports(conn, cred, worker_id, labels, pager.after, limit + 1)
-        pager.verify(tenant)
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, _newest_first)
         require_live(state, worker_id, "worker")
-        return ReportPage(*pager.keyset(tenant, rows, limit))
+        return ReportPage([entry for entry, _ in shown], next_cursor, has_more)
+
+
+def _newest_first(row: tuple[Any, datetime]) -> list[Any]:
+    """The keyset position of an entry of a list read newest first: (created_at, id)."""
+    return [row[1], row[0].id]
