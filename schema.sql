@@ -697,11 +697,68 @@ BEGIN
 END
 $$;
 
+-- Writers of one memory (namespace, key) hold this transaction-scoped lock while they supersede its
+-- current version (queries.lock_memory_pair), and so does deleting a memory (recall_erase).
+CREATE OR REPLACE FUNCTION recall_lock_memory_pair(t text, ns text, k text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended(t || ' ' || ns || ' ' || k, 15))  -- no space in t or ns
+$$;
+
+-- The rows an erasure of `obj` writes or renders again, locked before it writes anything: threads, then
+-- workers, each in ID order. Threads: a thread being erased (FOR UPDATE, as below), those whose events
+-- point at it or at what was filed on it (their heads are rendered again), those a worker owns; workers:
+-- a worker being erased, the owners of an erased thread and the workers of erased reports. Rendering
+-- those heads one object at a time took the locks in no fixed order, and two erasures of threads that
+-- point at each other deadlocked (tests/test_lifecycle.py, concurrent erasures of cross-linked threads).
+-- A reference appended after this ran is locked when its head is rendered, as before.
+CREATE OR REPLACE FUNCTION recall_lock_erasure(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE kind text := left(obj, 4); thr text; wkr text;
+BEGIN
+    FOR thr IN
+        WITH erased AS (
+            SELECT obj AS id
+            UNION ALL SELECT id FROM triggers WHERE kind = 'thr_' AND tenant_id = t AND thread_id = obj
+            UNION ALL SELECT id FROM reports WHERE kind = 'thr_' AND tenant_id = t AND thread_id = obj)
+        SELECT obj WHERE kind = 'thr_'
+        UNION SELECT e.thread_id FROM erased JOIN thread_events e ON e.tenant_id = t AND e.ref = erased.id
+        UNION SELECT thread_id FROM thread_owners WHERE kind = 'wkr_' AND tenant_id = t AND worker_id = obj
+        ORDER BY 1
+    LOOP
+        IF thr = obj THEN
+            PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR UPDATE;
+        ELSE
+            PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
+        END IF;
+    END LOOP;
+    FOR wkr IN
+        SELECT obj WHERE kind = 'wkr_'
+        UNION SELECT worker_id FROM thread_owners WHERE kind = 'thr_' AND tenant_id = t AND thread_id = obj
+        UNION SELECT worker_id FROM reports WHERE kind = 'rpt_' AND tenant_id = t AND id = obj
+        UNION SELECT worker_id FROM reports WHERE kind = 'thr_' AND tenant_id = t AND thread_id = obj
+        ORDER BY 1
+    LOOP
+        PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
+    END LOOP;
+END
+$$;
+
 -- Erase one object's content (and, for a thread, what only it owns) and every copy of it.
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE child text;
+DECLARE child text; ns text; k text;
 BEGIN
+    IF left(obj, 4) = 'mem_' THEN
+        -- The pair's lock first, as its writers take it: a write is then committed before the versions are
+        -- read below (and erased with them) or runs after this transaction (and starts a new chain at
+        -- version 1), never a version superseding an erased one (tests/test_memories.py, a delete racing
+        -- writers). Each statement of this function reads a fresh snapshot, so the loop sees that write.
+        SELECT namespace, key INTO ns, k FROM memories WHERE tenant_id = t AND id = obj AND deleted_at IS NULL;
+        IF FOUND THEN
+            PERFORM recall_lock_memory_pair(t, ns, k);
+        END IF;
+    END IF;
+    PERFORM recall_lock_erasure(t, obj);
     CASE left(obj, 4)
     WHEN 'trg_' THEN
         UPDATE triggers SET summary = '', payload = '\x', payload_sha256 = sha256('\x'), request_hash = '\x',
@@ -712,17 +769,13 @@ BEGIN
         UPDATE reports SET summary = '', body = '\x', body_sha256 = sha256('\x'), request_hash = '\x',
                app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
-    WHEN 'wkr_' THEN
-        -- The threads it owns first (their heads show it): threads before workers, as every writer locks.
-        PERFORM 1 FROM threads x WHERE x.tenant_id = t AND x.id IN (
-            SELECT thread_id FROM thread_owners WHERE tenant_id = t AND worker_id = obj) ORDER BY x.id FOR NO KEY UPDATE;
+    WHEN 'wkr_' THEN  -- the threads it owns (their heads show it) are locked first, by recall_lock_erasure
         UPDATE workers SET name = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
                run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, now())
          WHERE tenant_id = t AND id = obj;
     WHEN 'thr_' THEN
-        -- The thread's row lock first: a trigger or report being filed on it concurrently is either
-        -- committed before (and erased here) or sees the thread gone (and is refused).
-        PERFORM 1 FROM threads WHERE tenant_id = t AND id = obj FOR UPDATE;
+        -- Its row is locked (recall_lock_erasure): a trigger or report being filed on it concurrently is
+        -- either committed before (and erased here) or sees the thread gone (and is refused).
         FOR child IN SELECT id FROM triggers WHERE tenant_id = t AND thread_id = obj AND deleted_at IS NULL LOOP
             PERFORM recall_erase(t, child);
         END LOOP;

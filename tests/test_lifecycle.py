@@ -358,3 +358,42 @@ def test_verify_erasure_finds_a_summary_left_in_a_threads_head(database_url: str
     run = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", doomed],
                          env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
     assert run.returncode == 1 and f"the head of {thread} still copies a summary" in run.stdout
+
+
+# ---- erasure under concurrency ------------------------------------------------------------------
+
+def test_concurrent_erasures_of_cross_linked_threads_never_deadlock(
+        base_url: str, api_key: str, client: httpx.Client, graph: Graph) -> None:
+    """Erasing a thread renders again the heads of the threads whose events point at it or at what was filed
+    on it. Two threads pointing at each other's triggers, reports and themselves, deleted at once: each
+    erasure locks every thread it will touch, in ID order, before writing, so neither waits on the other
+    in a cycle (PostgreSQL would undo one after a second: a 503)."""
+    import threading
+
+    def cross_linked() -> tuple[str, str]:
+        worker = graph.worker()["id"]
+        a, b = graph.thread()["id"], graph.thread()["id"]
+        for t in (a, b):  # erased first (in ID order), and pointed at by nothing: time holding the own thread only
+            for i in range(15):
+                graph.trigger(id=f"trg_a{i:02d}{uuid.uuid4().hex[:12]}", thread_id=t, payload="x" * 4000)
+        filed = {t: [graph.trigger(thread_id=t)["id"], graph.report(worker, t)["id"]] for t in (a, b)}
+        for here, there in ((a, b), (b, a)):
+            client.post(f"/threads/{here}/owners", json={"worker_id": worker})
+            for ref in [there, *filed[there]]:
+                assert client.post(f"/threads/{here}/events", json={"summary": "see", "ref": ref}).status_code == 201
+        return a, b
+
+    for _ in range(12):
+        a, b = cross_linked()
+        start = threading.Barrier(2)
+
+        def delete(thread: str) -> httpx.Response:
+            with httpx.Client(base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as c:
+                start.wait()
+                return c.delete(f"/threads/{thread}")
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(delete, (b, a)))
+        assert [r.status_code for r in answers] == [204, 204], [r.text for r in answers]
+        for thread in (a, b):
+            assert_problem(client.get(f"/threads/{thread}"), 410)

@@ -431,3 +431,54 @@ def test_the_largest_memory_fits_the_smallest_budget_with_every_linked_id() -> N
     assert view.spilled.value.href == f"/memories/{row.id}/value"
     roomy = spill.memory_view(row, 64_000)
     assert all(s.summary == "s" * 200 for s in roomy.sources) and roomy.superseded_by.summary == "s" * 200
+
+
+# ---- deletion against concurrent writers -----------------------------------------------------------------
+
+
+def test_a_delete_racing_writers_of_its_pair_leaves_no_chain_built_on_an_erased_version(
+    base_url: str, api_key: str, client: httpx.Client, sql
+) -> None:
+    """DELETE takes the pair's lock, as writers do: each write commits wholly before the erasure (and is erased
+    with the pair) or wholly after it (and starts a new chain at version 1). Never a live version superseding
+    an erased one, which a delete that only erased the versions it saw when it started could leave."""
+    import hashlib
+    import threading
+
+    for _ in range(10):
+        space = ns()
+        first = remember(client, space, "k", {"writer": -1})
+        start = threading.Barrier(12)
+
+        def write(i: int) -> httpx.Response:
+            with httpx.Client(base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {api_key}"}) as c:
+                start.wait()
+                if i == 5:
+                    return c.delete(f"/memories/{first['id']}")
+                return c.post("/memories", json={"namespace": space, "key": "k", "value": {"writer": i}})
+
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(write, range(12)))
+        assert sorted({r.status_code for r in answers}) in ([201, 204], [204]), [r.text for r in answers]
+        pair = hashlib.sha256(f"{'/'.join(space)}\0k".encode()).digest()
+        rows = sql("SELECT id, chain, version, supersedes, deleted_at IS NOT NULL AS erased FROM memories"
+                   " WHERE tenant_id = 'default' AND pair = $1", pair)
+        erased = {r["id"] for r in rows if r["erased"]}
+        assert first["id"] in erased
+        for r in rows:
+            if not r["erased"]:
+                assert r["supersedes"] not in erased, rows  # a live version on top of an erased one
+        chains: dict[str, list[int]] = {}
+        for r in rows:
+            chains.setdefault(r["chain"], []).append(r["version"])
+        for chain, versions in chains.items():  # each chain gap-free from 1, and erased as a whole or not at all
+            assert sorted(versions) == list(range(1, len(versions) + 1)), rows
+            assert len({r["erased"] for r in rows if r["chain"] == chain}) == 1, rows
+        now = current(client, space, "k")
+        if now.status_code == 200:
+            versions = client.get(f"/memories/{now.json()['id']}/versions", params={"limit": 50}).json()["data"]
+            assert [v["version"] for v in versions] == list(range(now.json()["version"], 0, -1))
+            assert all(v["status"] != "deleted" for v in versions), versions
+        else:
+            assert_problem(now, 410)
+
