@@ -11,13 +11,12 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from recall_server import ids
+from recall_server import ids, text
 
 MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline view always fits
 
-# One line, and shown as written: no C0/C1 controls (U+0085 is a line break), no U+2028/U+2029, and no
-# bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
-OneLine = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]*\Z"
+# One line, and shown as written (text.py: what it refuses; webhook text is cleaned to it).
+OneLine = text.ONE_LINE
 # IDs of one kind where only that kind is allowed; AnyId where any kind is (links, refs, /ids/{id}).
 ThreadId = Annotated[str, Meta(pattern=ids.pattern("thread"), examples=["thr_pr_412"])]
 WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a0"])]

@@ -1,0 +1,50 @@
+"""Text rules: one-line text (what the API accepts, and how text the server writes itself is cleaned to
+it) and memory keys (one spelling per key) (pure)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# What a one-line field refuses: C0, DEL and C1 controls (U+0085 is a line break), U+2028/U+2029, and the
+# bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
+_REFUSED = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_BIDI = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # of those, the ones drawn as nothing: dropped
+# The pattern of every one-line field of the API (models.OneLine), published in openapi.yaml as written here.
+# It ends in \Z, not $: Python's $ also matches before a final newline.
+ONE_LINE = rf"^[^{_REFUSED}]*\Z"
+_REFUSED_RUN = re.compile(f"[{_REFUSED}]+")
+_BIDI_RUN = re.compile(f"[{_BIDI}]+")
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): drawn as nothing (zero-width space
+# and joiners, soft hyphen, word joiner, byte order mark, variation selectors, Hangul fillers, tags),
+# and surrogates, which are no characters at all.
+_INVISIBLE = re.compile(
+    r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
+    r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+    rf"\ud800-\udfff{_REFUSED}]"
+)
+KEY_MAX = 256
+
+
+def one_line(text: str | None, limit: int) -> str:
+    """`text` as the API would accept it in a one-line field of `limit` characters: bidi controls dropped,
+    line breaks and other controls as spaces, runs of spaces as one, cut with an ellipsis."""
+    flat = " ".join(_REFUSED_RUN.sub(" ", _BIDI_RUN.sub("", text or "")).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def memory_key(key: str) -> str:
+    """A memory key in its one stored spelling: Unicode NFC, so composed and decomposed `café` are one key.
+    ValueError, saying which character and where, for a key that holds a character drawn as nothing (or a
+    control): it would look like another key without being it."""
+    key = unicodedata.normalize("NFC", key)
+    found = _INVISIBLE.search(key)
+    if found:
+        char = found.group()
+        name = unicodedata.name(char, "a control or unassigned character")
+        raise ValueError(f"key must not hold invisible or control characters: U+{ord(char):04X} {name} "
+                         f"at position {found.start()}.")
+    if not 1 <= len(key) <= KEY_MAX:
+        raise ValueError(f"key must be 1-{KEY_MAX} characters in Unicode NFC, got {len(key)}.")
+    return key
