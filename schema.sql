@@ -962,9 +962,11 @@ CREATE TABLE IF NOT EXISTS hooks (
 );
 CREATE INDEX IF NOT EXISTS hooks_by_tenant ON hooks (tenant_id, created_at);
 
--- One row per accepted delivery (its GUID, X-GitHub-Delivery), written in the delivery's own
--- transaction: a redelivery, or a concurrent duplicate (it waits on this key), answers the stored
--- first result and writes nothing. The result holds IDs only, never delivery content.
+-- One row per accepted delivery of a hook (its GUID, X-GitHub-Delivery), written in the delivery's own
+-- transaction: a redelivery (the same hook, GUID and bytes: body_sha256), or a concurrent duplicate (it
+-- waits on this key), answers the stored first result and writes nothing; the same GUID with other
+-- bytes is refused. Per hook: another hook's deliveries are others. The result holds IDs only, never
+-- delivery content.
 CREATE TABLE IF NOT EXISTS hook_deliveries (
     tenant_id   text NOT NULL REFERENCES tenants (id),
     hook_id     text NOT NULL,
@@ -973,8 +975,10 @@ CREATE TABLE IF NOT EXISTS hook_deliveries (
     body        bytea,
     location    text,
     received_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    body_sha256 bytea,  -- the delivery's SHA-256; NULL for deliveries recorded before it was kept
     PRIMARY KEY (tenant_id, hook_id, delivery)
 );
+ALTER TABLE hook_deliveries ADD COLUMN IF NOT EXISTS body_sha256 bytea;
 
 -- The GitHub object (pull request, issue) behind a GitHub-managed thread: the payload's updated_at
 -- of the newest state applied, so a delivery that arrives late never moves the thread backwards.

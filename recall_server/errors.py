@@ -177,6 +177,11 @@ def unknown_hook(hook_id: str) -> NotFound:
     return NotFound(f"No webhook {hook_id} exists (unknown or revoked).", id=hook_id)
 
 
+def reused_delivery(delivery: str) -> Conflict:
+    return Conflict(f"Delivery {delivery} was already received by this hook with other content; a delivery GUID "
+                    "names one delivery. Nothing was stored.", delivery=delivery)
+
+
 def gone(value: str) -> Gone:
     """A miss that is not a mistake: the object existed and was removed on purpose (or expired)."""
     return Gone(f"{value} was deleted or has expired; its content is gone and the ID is never reused.", id=value)

@@ -229,8 +229,10 @@ def _github_delivery(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
     responses["201"]["description"] = "Filed as a trigger (or a redelivery of one: the first answer again)."
     responses["201"]["headers"] = {"Location": _header("Location", True),
                                    "Idempotent-Replayed": _header("Idempotent-Replayed", False)}
-    responses["400"]["description"] = "X-GitHub-Event or X-GitHub-Delivery missing or malformed, or the body " \
-        "is not the JSON of that event."
+    responses["400"]["description"] = "X-GitHub-Event or X-GitHub-Delivery missing or malformed (a signed body " \
+        "the mapping cannot read is filed raw, never refused)."
+    responses["409"] = copy.deepcopy(responses["410"])
+    responses["409"]["description"] = "This hook already received this delivery GUID with other bytes."
     responses["401"]["description"] = "X-Hub-Signature-256 missing, malformed, or not the body's HMAC."
     responses["404"]["description"] = "No such webhook (unknown or revoked)."
     responses["410"]["description"] = "The thread the delivery belongs to was deleted or has expired."

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from recall_server import auth, ids
-from recall_server.errors import BadRequest
 from recall_server.webhooks import github, signing
 
 DATA = Path(__file__).resolve().parent / "data" / "github"
@@ -94,12 +93,13 @@ def test_unicode_names_get_a_hash_so_they_never_collide() -> None:
 
 def test_numbers_out_of_range_are_refused() -> None:
     for n in (0, -1, 10**12):
-        with pytest.raises(BadRequest):
+        with pytest.raises(github.Unmapped):
             github.pr_thread("a/b", n)
 
 
 def test_one_line_summaries_are_bounded_and_have_no_control_characters() -> None:
     assert github.one_line("a\nb\r\n\tc\x00d\x7fe\u2028f") == "a b c d e f"
+    assert github.one_line("x\u202ey\u2066z\u2069 \u200ew\u061c") == "xyz w"  # bidi controls: the API's rule
     long = github.one_line("word " * 100)
     assert len(long) == 200 and long.endswith("…")
 
@@ -196,19 +196,24 @@ def test_hostile_text_is_one_bounded_line() -> None:
     assert len(planned.thread_title) <= 120 and ONE_LINE.match(planned.thread_title)
 
 
-@pytest.mark.parametrize("event, body", [
-    ("pull_request", b"not json"),
-    ("pull_request", b"[]"),
-    ("pull_request", b'{"action": "opened"}'),  # no repository
-    ("pull_request", b'{"action": "opened", "repository": {"full_name": "a/b"}}'),  # no pull_request
+@pytest.mark.parametrize("event, body, thread, reason", [
+    ("pull_request", b"not json", None, "not JSON"),
+    ("pull_request", b"[]", None, "Expected `object`"),
+    ("pull_request", b'{"action": "opened"}', None, "no `repository`"),
+    ("pull_request", b'{"action": "opened", "repository": {"full_name": "a/b"}}', "thr_gh_a_b", "no `pull_request`"),
     ("issues", b'{"repository": {"full_name": "a/b"}, '
-               b'"issue": {"number": "one", "updated_at": "2020-01-01T00:00:00Z"}}'),  # a number that is not one
+               b'"issue": {"number": "one", "updated_at": "2020-01-01T00:00:00Z"}}', "thr_gh_a_b", "$.issue.number"),
     ("pull_request", b'{"repository": {"full_name": "a/b"}, '
-                     b'"pull_request": {"number": 0, "updated_at": "2020-01-01T00:00:00Z"}}'),  # out of range
+                     b'"pull_request": {"number": 0, "updated_at": "2020-01-01T00:00:00Z"}}', "thr_gh_a_b", "got 0"),
+    ("star", b'{"organization": {"login": "acme"}, "repository": 7}', "thr_gh_acme", "$.repository"),
 ])
-def test_deliveries_without_the_fields_an_event_needs_are_400(event: str, body: bytes) -> None:
-    with pytest.raises(BadRequest):
-        github.plan(event, body)
+def test_deliveries_without_the_fields_an_event_needs_are_filed_raw(event: str, body: bytes, thread: str | None,
+                                                                    reason: str) -> None:
+    planned = github.plan(event, body)
+    assert (planned.outcome, planned.source, planned.thread_id) == ("filed", f"github.{event}", thread)
+    assert "not mapped" in planned.summary and reason in planned.summary, planned.summary
+    assert planned.content_type == ("application/octet-stream" if body == b"not json" else "application/json")
+    assert planned.state is None and ONE_LINE.match(planned.summary)
 
 
 def test_event_and_delivery_headers() -> None:

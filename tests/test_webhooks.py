@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -254,20 +255,56 @@ def test_the_app_role_cannot_read_hook_secrets(database_url: str, hook: Hook) ->
 # ---- bad input -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("event, delivery, body", [
-    (None, None, None),  # no X-GitHub-Event
-    ("Pull Request", None, None),
-    ("pull_request", "not a guid!", None),
-    ("pull_request", None, b"payload=%7B%7D"),  # a hook configured for form encoding
-    ("pull_request", None, b'{"action": "opened", "repository": {"full_name": "a/b"}}'),
-    ("issues", None, b"[1, 2]"),
+@pytest.mark.parametrize("event, delivery", [
+    (None, None),  # no X-GitHub-Event
+    ("Pull Request", None),
+    ("pull_request", "not a guid!"),
 ])
-def test_missing_headers_and_bodies_that_are_not_the_event_are_400_and_write_nothing(
-        hook: Hook, database_url: str, event: str | None, delivery: str | None, body: bytes | None) -> None:
+def test_missing_or_malformed_headers_are_400_and_write_nothing(
+        hook: Hook, database_url: str, event: str | None, delivery: str | None) -> None:
     before = written(database_url, TENANT)
-    r = hook.send(event, body if body is not None else payload("pull_request.opened", fresh_repo()), delivery)
+    r = hook.send(event, payload("pull_request.opened", fresh_repo()), delivery)
     assert_problem(r, 400)
     assert written(database_url, TENANT) == before
+
+
+def test_a_signed_delivery_the_mapping_cannot_read_is_kept_raw_on_its_repositorys_thread(
+        hook: Hook, reader: httpx.Client) -> None:
+    """GitHub does not retry a refused delivery: the event would be gone. A verified one whose JSON lacks a
+    field the mapping reads (an issue_comment whose issue has no updated_at) is filed as it came, on the
+    repository's thread, its summary saying what could not be read."""
+    repo = fresh_repo()
+    body = payload("issue_comment.created", repo)
+    del body["issue"]["updated_at"]
+    raw = json.dumps(body).encode()
+    r = hook.send("issue_comment", raw)
+    assert r.status_code == 201, r.text
+    assert r.json()["outcome"] == "filed" and r.json()["thread_id"] == f"thr_gh_{key_of(repo)}"
+    trigger = reader.get(r.headers["location"]).json()
+    assert trigger["source"] == "github.issue_comment" and trigger["thread_id"] == f"thr_gh_{key_of(repo)}"
+    assert "not mapped" in trigger["summary"] and "updated_at" in trigger["summary"], trigger["summary"]
+    assert reader.get(f"{r.headers['location']}/payload").content == raw
+    events = reader.get(f"/threads/thr_gh_{key_of(repo)}/events").json()["data"]
+    assert [(e["type"], e["ref"]) for e in events] == [("trigger_filed", trigger["id"])]
+    again = hook.send("issue_comment", raw, r.json()["delivery"])  # a redelivery, as for any delivery
+    assert again.headers["idempotent-replayed"] == "true" and again.json() == r.json()
+
+
+@pytest.mark.parametrize("event, body", [
+    ("pull_request", b"payload=%7B%7D"),  # a hook configured for form encoding
+    ("pull_request", b'{"action": "opened", "repository": {"full_name": "a/b"}}'),  # no pull_request
+    ("issues", b"[1, 2]"),
+    ("pull_request", b'{"repository": "not an object", "pull_request": {"number": 0}}'),
+])
+def test_a_signed_delivery_that_is_not_its_events_json_is_kept_raw(
+        hook: Hook, reader: httpx.Client, event: str, body: bytes) -> None:
+    """Kept on the repository's thread when one can be read from it, else on no thread; never refused."""
+    r = hook.send(event, body)
+    assert r.status_code == 201, r.text
+    trigger = reader.get(r.headers["location"]).json()
+    assert trigger["source"] == f"github.{event}" and "not mapped" in trigger["summary"], trigger
+    assert trigger.get("thread_id") == r.json().get("thread_id")
+    assert reader.get(f"{r.headers['location']}/payload").content == body
 
 
 def test_a_delivery_over_the_limit_is_413_and_writes_nothing(hook: Hook, database_url: str) -> None:
@@ -343,7 +380,55 @@ def test_the_sweep_purges_deliveries_past_the_ttl_and_keeps_the_rest(hook: Hook,
     late = hook.send("pull_request", old_body, old)
     assert late.status_code < 500, late.text
     assert run_sql(database_url, "SELECT count(*) FROM triggers WHERE tenant_id = $1 AND external_id = $2",
-                   TENANT, old)[0][0] == 1
+                   TENANT, f"{hook.id}/{old}")[0][0] == 1
+    assert late.json()["trigger_id"] == first.json()["trigger_id"] and late.headers["idempotent-replayed"] == "true"
+
+
+def test_a_guid_another_hook_used_is_that_hooks_own_delivery(
+        hook: Hook, database_url: str, base_url: str, reader: httpx.Client) -> None:
+    """Deliveries are deduplicated per hook: a second hook receiving a GUID the first one used files its own
+    bytes on its own thread (it was answered "filed" naming the first hook's trigger, its bytes dropped)."""
+    other = new_hook(database_url, TENANT, base_url)
+    guid, mine, theirs = str(uuid.uuid4()), fresh_repo(), fresh_repo()
+    first = hook.send("pull_request", payload("pull_request.opened", mine), guid)
+    raw = json.dumps(payload("pull_request.opened", theirs)).encode()
+    second = other.send("pull_request", raw, guid)
+    assert (first.status_code, second.status_code) == (201, 201), second.text
+    assert "idempotent-replayed" not in second.headers
+    assert second.json()["trigger_id"] != first.json()["trigger_id"]
+    assert second.json()["thread_id"] == f"thr_gh_{key_of(theirs)}_pr_2"
+    assert reader.get(f"{second.headers['location']}/payload").content == raw
+    events = reader.get(f"/threads/thr_gh_{key_of(theirs)}_pr_2/events").json()["data"]
+    assert [e["ref"] for e in events] == [second.json()["trigger_id"]]
+
+
+def test_a_trigger_posted_with_a_delivery_guid_never_stands_in_for_that_delivery(
+        hook: Hook, reader: httpx.Client) -> None:
+    """An API client's trigger with external_id G (its own record of a GitHub event) and a push delivery G to a
+    hook are two triggers: the delivery is filed with its own bytes, never answered with the other trigger."""
+    guid, repo = str(uuid.uuid4()), fresh_repo()
+    planted = reader.post("/triggers", json={"source": "github.push", "summary": "planted", "external_id": guid})
+    assert planted.status_code == 201, planted.text
+    raw = json.dumps(payload("push.event", repo)).encode()
+    r = hook.send("push", raw, guid)
+    assert r.status_code == 201 and "idempotent-replayed" not in r.headers, r.text
+    assert r.json()["trigger_id"] != planted.json()["id"]
+    assert reader.get(f"{r.headers['location']}/payload").content == raw
+    assert reader.get(f"/triggers/{planted.json()['id']}").json()["summary"] == "planted"
+    assert_problem(reader.post("/triggers", json={"source": "github.push", "summary": "s",
+                                                  "external_id": f"{hook.id}/{guid}"}), 422, "hk_")
+
+
+def test_a_guid_its_hook_used_for_other_bytes_is_409_and_writes_nothing(hook: Hook, database_url: str) -> None:
+    """Only a genuine redelivery (the same hook, GUID and bytes) replays the first answer; the same GUID with
+    other bytes is refused, so it is never answered as filed while its bytes are dropped."""
+    guid = str(uuid.uuid4())
+    assert hook.send("pull_request", payload("pull_request.opened", fresh_repo()), guid).status_code == 201
+    before = written(database_url, TENANT)
+    r = hook.send("pull_request", payload("pull_request.opened", fresh_repo()), guid)
+    assert_problem(r, 409, guid)
+    assert written(database_url, TENANT) == before
+
 
 def test_concurrent_redeliveries_file_one_trigger(hook: Hook, database_url: str, reader: httpx.Client) -> None:
     delivery, repo = str(uuid.uuid4()), fresh_repo()
@@ -356,7 +441,7 @@ def test_concurrent_redeliveries_file_one_trigger(hook: Hook, database_url: str,
     thread = f"thr_gh_{key_of(repo)}_pr_2"
     assert [e["type"] for e in reader.get(f"/threads/{thread}/events").json()["data"]] == ["trigger_filed"]
     assert run_sql(database_url, "SELECT count(*) FROM triggers WHERE tenant_id = $1 AND external_id = $2",
-                   TENANT, delivery)[0][0] == 1
+                   TENANT, f"{hook.id}/{delivery}")[0][0] == 1
 
 
 def test_concurrent_deliveries_for_one_new_thread_make_it_once(hook: Hook, reader: httpx.Client) -> None:
@@ -503,3 +588,25 @@ def test_the_pr_412_story_from_webhooks_alone_is_recalled_in_three_hops(
     logged = server.log.read_text()
     assert hook.id in logged  # the access log shows the path; never the secret, a signature or a payload
     assert hook.secret not in logged and "payment timeout" not in logged and "sha256=" not in logged
+
+
+# ---- text from GitHub keeps the API's rules ------------------------------------------------------------
+
+
+def test_webhook_text_keeps_the_one_line_rules_the_api_enforces(hook: Hook, reader: httpx.Client, sql) -> None:
+    """A PR title with bidi controls (U+202E, U+2066/U+2069, U+200E, U+061C) and line breaks is stored
+    without them: titles and summaries a delivery writes are ones the API itself would accept."""
+    from recall_server.models import OneLine
+
+    repo = fresh_repo()
+    title = "Fix \u202etxt.exe\u202c \u2066a\u2069 \u200eb\u200f \u061cc\nd\te"
+    r = hook.send("pull_request", payload("pull_request.opened", repo, pull_request__title=title))
+    assert r.status_code == 201, r.text
+    thread = f"thr_gh_{key_of(repo)}_pr_2"
+    view = reader.get(f"/threads/{thread}").json()
+    assert view["title"] == "Fix txt.exe a b c d e"
+    stored = [view["title"], view["summary"], *(e["summary"] for e in view["events"]),
+              reader.get(r.headers["location"]).json()["summary"]]
+    stored += [row[0] for row in sql("SELECT summary FROM thread_events WHERE thread_id = $1", thread)]
+    assert all(re.match(OneLine, text) for text in stored), stored
+    assert reader.patch(f"/threads/{thread}", json={"title": view["title"], "summary": view["summary"]}).status_code == 200

@@ -137,6 +137,9 @@ class Writes:
         occurred_at = timestamp("occurred_at", req.occurred_at)
         expires_at = expiry(req)
         h = request_hash(msgspec.structs.replace(req, id=trigger_id))
+        if req.external_id is not None and req.external_id.startswith("hk_"):
+            raise Unprocessable("external_id values starting with hk_ name webhook deliveries (<hook id>/<GUID>) "
+                                "and are reserved to them.", field="external_id")
         if idempotency_key is None and not req.neighbours:  # the plain case: one statement
             trigger = q.NewTrigger(trigger_id, req.source, req.summary, content_type, payload,
                                    hashlib.sha256(payload).digest(), h, occurred_at, req.app_id, req.agent_id,

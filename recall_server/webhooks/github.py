@@ -1,7 +1,9 @@
 """GitHub deliveries -> what to write: thread IDs, thread state and one-line trigger summaries (pure).
 
-`plan(event, body)` decodes only the fields it needs (msgspec Structs; a missing or mistyped field
-is a 400 naming it) and returns a Plan; the service runs it in the delivery's transaction. The
+`plan(event, body)` decodes only the fields it needs (msgspec Structs) and returns a Plan; the service
+runs it in the delivery's transaction. A body it cannot read (a missing or mistyped field, not JSON) is
+planned as filed raw, its summary naming what could not be read: a verified delivery is always kept.
+Titles and summaries are cleaned to the API's one-line rule (text.one_line). The
 table in README.md ("Ingest from GitHub") is this module in prose; tests/test_github_mapping.py
 checks it against GitHub's published example payloads (tests/data/github/).
 
@@ -28,7 +30,7 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from recall_server.errors import BadRequest
+from recall_server import text
 
 EVENT_PATTERN = r"^[a-z_]{1,64}\Z"
 DELIVERY_PATTERN = r"^[A-Za-z0-9-]{1,64}\Z"
@@ -39,7 +41,6 @@ _SHORT = 31
 _MAX_NUMBER = 10**12
 _GITHUB_NAME = re.compile(r"^[a-z0-9._-]+\Z")
 _NOT_ID = re.compile(r"[^a-z0-9-]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _FAILED = {"failure", "timed_out", "startup_failure"}
 _VERDICT = {"success": "passed", "cancelled": "was cancelled", "action_required": "needs action"}
 COMPLETED_ONLY = {"check_run", "check_suite", "workflow_run"}  # other actions are progress: not stored
@@ -60,9 +61,13 @@ def repo_key(full_name: str) -> str:
     return key
 
 
+class Unmapped(ValueError):
+    """What the mapping could not read in a delivery (it is then filed raw)."""
+
+
 def _number(n: int) -> int:
     if not 1 <= n < _MAX_NUMBER:
-        raise BadRequest(f"An issue or pull request number must be 1 to {_MAX_NUMBER - 1}, got {n}.")
+        raise Unmapped(f"an issue or pull request number must be 1 to {_MAX_NUMBER - 1}, got {n}")
     return n
 
 
@@ -85,10 +90,9 @@ def org_thread(login: str) -> str:
     return f"thr_gh_{key}"
 
 
-def one_line(text: str | None, limit: int = 200) -> str:
-    """Control characters (newlines too) as spaces, runs of spaces as one, at most `limit` characters."""
-    text = " ".join(_CONTROL.sub(" ", text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def one_line(value: str | None, limit: int = 200) -> str:
+    """The API's one-line rule (text.one_line), at most `limit` characters."""
+    return text.one_line(value, limit)
 
 
 def is_event(value: str | None) -> bool:
@@ -253,6 +257,7 @@ class Plan(Struct, frozen=True):
 
     outcome: Literal["filed", "ignored", "pong"]
     source: str
+    content_type: str = "application/json"  # application/octet-stream for a raw delivery that is not JSON
     action: str | None = None
     thread_id: str | None = None
     thread_title: str = ""  # the thread's title and summary if the delivery has to create it
@@ -271,16 +276,14 @@ def _decode(body: bytes, type_: type[Envelope]) -> Envelope:
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"The delivery does not have the shape of a GitHub {type_.__name__[:-5]} event: {exc}.") \
-            from None
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"The delivery is not JSON (configure the webhook's content type as application/json): "
-                         f"{exc}.") from None
+        raise Unmapped(str(exc)) from None
+    except msgspec.DecodeError:
+        raise Unmapped("not JSON (is the webhook's content type application/json?)") from None
 
 
 def _need(value: object, field: str, event: str) -> object:
     if value is None:
-        raise BadRequest(f"A {event} delivery needs `{field}`.", field=field)
+        raise Unmapped(f"no `{field}`")
     return value
 
 
@@ -330,12 +333,39 @@ def _filed(event: str, action: str | None, summary: str, thread_id: str, title: 
 
 
 def plan(event: str, body: bytes) -> Plan:
-    """What a delivery of `event` with this JSON body writes (see the module docstring and README)."""
+    """What a delivery of `event` with this body writes (see the module docstring and docs/webhooks.md)."""
     if event == "ping":
-        _decode(body, Envelope)
-        return Plan(outcome="pong", source="github.ping")
-    handler = _EVENTS.get(event, _other)
-    return handler(event, body)
+        return Plan(outcome="pong", source="github.ping")  # nothing to keep, whatever it holds
+    try:
+        return _EVENTS.get(event, _other)(event, body)
+    except Unmapped as exc:
+        return _raw(event, body, str(exc))
+
+
+def _raw(event: str, body: bytes, reason: str) -> Plan:
+    """A delivery the mapping cannot read, filed as it came: on the thread of the repository (else the
+    organization) it names, if one can be read from it, else on no thread."""
+    try:
+        doc = msgspec.json.decode(body)
+        content_type = "application/json"
+    except msgspec.DecodeError:
+        doc, content_type = None, "application/octet-stream"
+    repo, org, action = _field(doc, "repository", "full_name"), _field(doc, "organization", "login"), None
+    if isinstance(doc, dict) and isinstance(doc.get("action"), str):
+        action = one_line(doc["action"], 64) or None
+    where = repo or org
+    thread = repo_thread(repo) if repo else org_thread(org) if org else None
+    summary = one_line(f"GitHub {event} delivery{f' in {where}' if where else ''}, not mapped: {reason}")
+    title = where if repo else f"GitHub organization {org}" if org else ""
+    return Plan(outcome="filed", source=f"github.{event}", content_type=content_type, action=action,
+                thread_id=thread, thread_title=one_line(title, 120), thread_summary=one_line(title), summary=summary)
+
+
+def _field(doc: object, name: str, inner: str) -> str | None:
+    """doc[name][inner] when it is a non-empty string, else None."""
+    value = doc.get(name) if isinstance(doc, dict) else None
+    value = value.get(inner) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _repo(envelope: Envelope, event: str) -> str:

@@ -26,8 +26,8 @@ from recall_server.db.queries.events import list_events, append_event, NewNote, 
 from recall_server.db.queries.workers import fetch_worker, insert_worker, rebuild_worker_head
 # triggers.py: the view, filing one (with its event on its thread), filing many at once, neighbours.
 from recall_server.db.queries.triggers import (
-    fetch_trigger, trigger_by_external_id, insert_neighbours, insert_trigger, NewTrigger, file_on_threads,
-    ingest_many
+    fetch_trigger, trigger_by_external_id, payload_sha, insert_neighbours, insert_trigger, NewTrigger,
+    file_on_threads, ingest_many
 )
 # reports.py: the view, a worker's list, filing one with its refs.
 from recall_server.db.queries.reports import fetch_report, list_reports, insert_report, insert_refs

@@ -44,15 +44,16 @@ async def revoke_hook(conn: Conn, hook_id: str, tenant: str | None) -> HookView 
     return None if row is None else HookView(*row)
 
 
-async def claim_delivery(conn: Conn, tenant: str, hook_id: str, delivery: str) -> bool:
-    """Record a delivery GUID for this transaction; False when it is already recorded. A concurrent
-    duplicate waits here on the key until the first commits (then False) or rolls back (then True)."""
+async def claim_delivery(conn: Conn, tenant: str, hook_id: str, delivery: str, sha: bytes) -> bool:
+    """Record a hook's delivery GUID, with its bytes' SHA-256, for this transaction; False when it is already
+    recorded. A concurrent duplicate waits here on the key until the first commits (then False) or rolls
+    back (then True)."""
     return await conn.fetchval(
         """
-        INSERT INTO hook_deliveries (tenant_id, hook_id, delivery) VALUES ($1, $2, $3)
+        INSERT INTO hook_deliveries (tenant_id, hook_id, delivery, body_sha256) VALUES ($1, $2, $3, $4)
         ON CONFLICT DO NOTHING RETURNING true
         """,
-        tenant, hook_id, delivery,
+        tenant, hook_id, delivery, sha,
     ) is not None
 
 
@@ -64,13 +65,15 @@ async def finish_delivery(conn: Conn, tenant: str, hook_id: str, delivery: str, 
     )
 
 
-async def delivery_outcome(conn: Conn, tenant: str, hook_id: str, delivery: str) -> Outcome | None:
-    """The first answer to this delivery GUID, or None if it was never recorded."""
+async def delivery_outcome(conn: Conn, tenant: str, hook_id: str, delivery: str) -> tuple[Outcome, bytes | None]:
+    """The first answer to this hook's delivery GUID (which the caller found recorded), and its bytes' SHA-256
+    (None when recorded before it was kept)."""
     row = await conn.fetchrow(
-        "SELECT status, body, location FROM hook_deliveries WHERE tenant_id = $1 AND hook_id = $2 AND delivery = $3",
+        "SELECT status, body, location, body_sha256 FROM hook_deliveries"
+        " WHERE tenant_id = $1 AND hook_id = $2 AND delivery = $3",
         tenant, hook_id, delivery,
     )
-    return None if row is None else Outcome(status=row[0], body=row[1], location=row[2], object_id="")
+    return Outcome(status=row[0], body=row[1], location=row[2], object_id=""), row[3]
 
 
 async def advance_github_thread(conn: Conn, tenant: str, thread_id: str, updated_at: datetime, status: str) -> bool:

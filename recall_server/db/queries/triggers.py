@@ -50,6 +50,11 @@ async def trigger_by_external_id(conn: Conn, tenant: str, source: str, external_
     )
 
 
+async def payload_sha(conn: Conn, tenant: str, trigger_id: str) -> bytes | None:
+    return await conn.fetchval("SELECT payload_sha256 FROM triggers WHERE tenant_id = $1 AND id = $2",
+                               tenant, trigger_id)
+
+
 async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
     await conn.execute(
         """
