@@ -360,7 +360,83 @@ def test_verify_erasure_finds_a_summary_left_in_a_threads_head(database_url: str
     assert run.returncode == 1 and f"the head of {thread} still copies a summary" in run.stdout
 
 
-# ---- erasure under concurrency ------------------------------------------------------------------
+# ---- erasure, every kind, every place ------------------------------------------------------------
+
+
+def tables_holding(sql, marker: str) -> list[str]:
+    """Every table column (of every base table in the schema, whatever its type: text, JSON, arrays, tsvector,
+    bytea) that holds `marker` in some row, as table.column. Read from the catalog, so a table added later is
+    scanned without a change here."""
+    columns = sql("""
+        SELECT c.relname, a.attname, t.typname = 'bytea' AS is_bytea
+          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          JOIN pg_type t ON t.oid = a.atttypid
+         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+         ORDER BY 1, 2""")
+    assert len({c["relname"] for c in columns}) >= 20, columns  # the catalog was read, not an empty schema
+    found = []
+    for table in sorted({c["relname"] for c in columns}):
+        tests = [f'position(convert_to($1, \'UTF8\') in "{c["attname"]}") > 0' if c["is_bytea"]
+                 else f'position($1 in "{c["attname"]}"::text) > 0' for c in columns if c["relname"] == table]
+        hits = sql(f'SELECT {", ".join(f"bool_or({t})" for t in tests)} FROM "{table}"', marker)[0]
+        names = [c["attname"] for c in columns if c["relname"] == table]
+        found += [f"{table}.{name}" for name, hit in zip(names, hits) if hit]
+    return found
+
+
+def _created_with_marker(client: httpx.Client, graph: Graph, kind: str, marker: str) -> tuple[str, dict, str]:
+    """A create of `kind` whose every text field carries `marker`, with copies of it made elsewhere (a thread's
+    head and log, a worker's head, a note pointing at it): (path, body, the object's collection)."""
+    if kind == "trg":
+        thread = graph.thread()["id"]
+        return "/triggers", {"source": "ci", "summary": f"trigger {marker}", "thread_id": thread,
+                             "payload": {"log": f"failed: {marker}"}}, "triggers"
+    if kind == "thr":
+        return "/threads", {"title": f"title {marker}", "summary": f"summary {marker}"}, "threads"
+    if kind == "wkr":
+        return "/workers", {"name": f"name {marker}", "summary": f"summary {marker}"}, "workers"
+    if kind == "rpt":
+        worker, thread = graph.worker()["id"], graph.thread()["id"]
+        return f"/workers/{worker}/reports", {"thread_id": thread, "summary": f"report {marker}",
+                                              "body": f"findings: {marker}"}, "reports"
+    return "/memories", {"namespace": ["erase", marker], "key": f"key {marker}", "value": {"v": marker},
+                         "summary": f"memory {marker}", "tags": {"topic": marker}}, "memories"
+
+
+@pytest.mark.parametrize("kind", ["trg", "thr", "wkr", "rpt", "mem"])
+def test_an_erased_object_of_every_kind_leaves_its_content_in_no_table(
+        kind: str, client: httpx.Client, graph: Graph, sql, database_url: str) -> None:
+    """An idempotent create, its replay, copies of it in other objects, then a delete: verify-erasure finds
+    nothing, and no column of any table (stored responses, heads, logs, search vectors) holds its text."""
+    marker = f"zq9{uuid.uuid4().hex[:16]}"
+    path, body, collection = _created_with_marker(client, graph, kind, marker)
+    headers = idem()
+    made = client.post(path, json=body, headers=headers)
+    assert made.status_code == 201, made.text
+    replay = client.post(path, json=body, headers=headers)
+    assert (replay.status_code, replay.content, replay.headers["idempotent-replayed"]) == (201, made.content, "true")
+    made_id = made.json()["id"]
+    holder = graph.thread()["id"]  # a note pointing at it, and a worker owning what it is
+    assert client.post(f"/threads/{holder}/events", json={"summary": "see", "ref": made_id}).status_code == 201
+    if kind == "thr":
+        assert client.post(f"/threads/{made_id}/owners", json={"worker_id": graph.worker()["id"]},
+                           headers=idem()).status_code == 201
+        graph.trigger(thread_id=made_id, summary=f"filed on {marker}")
+    if kind == "wkr":
+        assert client.post(f"/threads/{holder}/owners", json={"worker_id": made_id}, headers=idem()).status_code == 201
+    if kind == "mem":  # a second version, so the whole pair goes
+        assert client.post(path, json={**body, "value": {"v2": marker}}, headers=idem()).status_code == 201
+    before = tables_holding(sql, marker)
+    assert f"{collection}.search" in before and "idempotency_keys.body" in before, before  # the scan can see it
+
+    assert client.delete(f"/{collection}/{made_id}").status_code == 204
+
+    assert "erased (no content found)" in cli(database_url, "verify-erasure", made_id)
+    assert tables_holding(sql, marker) == []
+    again = client.post(path, json=body, headers=headers)
+    assert again.status_code == 410 and marker not in again.text
+
 
 def test_concurrent_erasures_of_cross_linked_threads_never_deadlock(
         base_url: str, api_key: str, client: httpx.Client, graph: Graph) -> None:

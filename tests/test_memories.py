@@ -482,3 +482,31 @@ def test_a_delete_racing_writers_of_its_pair_leaves_no_chain_built_on_an_erased_
         else:
             assert_problem(now, 410)
 
+
+# ---- keys that look alike ------------------------------------------------------------------------------------
+
+
+def test_a_key_is_one_pair_in_any_unicode_normal_form(client: httpx.Client) -> None:
+    """Keys are stored in NFC: `café` composed (U+00E9) and decomposed (e + U+0301) look identical and are one
+    pair, so the second write supersedes the first and either spelling reads it."""
+    space = ns()
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    first = remember(client, space, composed, 1)
+    second = remember(client, space, decomposed, 2)
+    assert (second["version"], second["supersedes"]["id"], second["key"]) == (2, first["id"], composed)
+    for spelling in (composed, decomposed):
+        assert current(client, space, spelling).json()["id"] == second["id"]
+    assert [e["key"] for e in listed(client, namespace="/".join(space))] == [composed]
+
+
+@pytest.mark.parametrize("key", ["tone\u200b", "tone\u00ad", "tone\ufeff", "\u2060tone", "to\u034fne", "tone\ufe0f"])
+def test_a_key_with_an_invisible_character_is_400_and_writes_nothing(client: httpx.Client, sql, key: str) -> None:
+    """Zero-width spaces, soft hyphens, byte order marks, word joiners, variation selectors: a key holding one
+    looks like another key and is not one, so it is refused, naming the character (reads as well as writes)."""
+    space = ns()
+    before = sql("SELECT count(*) FROM memories")[0][0]
+    problem = assert_problem(client.post("/memories", json={"namespace": space, "key": key, "value": 1}), 400)
+    assert "key" in problem["detail"] and "U+" in problem["detail"], problem
+    assert sql("SELECT count(*) FROM memories")[0][0] == before
+    assert_problem(current(client, space, key), 400, "U+")
+    assert_problem(client.post("/memories", json={"namespace": ["t", "a\u200bb"], "key": "k", "value": 1}), 400)

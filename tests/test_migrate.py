@@ -46,8 +46,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
-    assert cli(version_1_store, "migrate").strip() == "schema version 5"
-    assert cli(version_1_store, "migrate").strip() == "schema version 5"  # and again: nothing changes
+    assert cli(version_1_store, "migrate").strip() == "schema version 6"
+    assert cli(version_1_store, "migrate").strip() == "schema version 6"  # and again: nothing changes
     rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
@@ -90,8 +90,8 @@ def version_2_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
-    assert cli(version_2_store, "migrate").strip() == "schema version 5"
-    assert cli(version_2_store, "migrate").strip() == "schema version 5"
+    assert cli(version_2_store, "migrate").strip() == "schema version 6"
+    assert cli(version_2_store, "migrate").strip() == "schema version 6"
     rows = run_sql(version_2_store, "SELECT conname, convalidated FROM pg_constraint "
                                     "WHERE contype = 'c' AND conname LIKE '%\\_limit'")
     assert len(rows) == 22 and all(r["convalidated"] for r in rows)
@@ -200,3 +200,31 @@ def test_a_server_start_on_a_current_store_takes_no_table_lock(database_url: str
         assert run_sql(url, "SELECT count(*) FROM schema_applied")[0][0] == 1
     finally:
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_version_6_drops_responses_showing_erased_memories_and_writes_keys_in_nfc(
+        client: httpx.Client, database_url: str) -> None:
+    """Data written before: a memory write's stored response that listed no mem_ ID (so erasing the memory
+    left its value there), and a key stored decomposed. Migrating drops the one and composes the other."""
+    import hashlib
+
+    space = ["migrated", uuid.uuid4().hex[:12]]
+    headers = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    leaked = client.post("/memories", json={"namespace": space, "key": "old", "value": "private words"},
+                         headers=headers)
+    assert leaked.status_code == 201
+    run_sql(database_url, "UPDATE idempotency_keys SET shows = '{}' WHERE key = $1", headers["Idempotency-Key"])
+    assert client.delete(f"/memories/{leaked.json()['id']}").status_code == 204  # as erased before: body kept
+    decomposed = client.post("/memories", json={"namespace": space, "key": "cafe", "value": 1}).json()
+    nfd = "cafe\u0301"
+    run_sql(database_url, "UPDATE memories SET key = $2, pair = $3 WHERE id = $1", decomposed["id"], nfd,
+            hashlib.sha256(f"{'/'.join(space)}\0{nfd}".encode()).digest())
+
+    run_sql(database_url, "DELETE FROM schema_migrations WHERE version = 6")
+    assert cli(database_url, "migrate").strip() == "schema version 6"
+
+    kept = run_sql(database_url, "SELECT body FROM idempotency_keys WHERE key = $1", headers["Idempotency-Key"])
+    assert kept[0]["body"] is None
+    assert "erased (no content found)" in cli(database_url, "verify-erasure", leaked.json()["id"])
+    found = client.get("/memories/current", params={"namespace": "/".join(space), "key": "caf\u00e9"})
+    assert found.status_code == 200 and found.json()["id"] == decomposed["id"]

@@ -12,7 +12,7 @@ import hashlib
 import re
 import msgspec
 
-from recall_server import ids, spill
+from recall_server import ids, spill, text
 from recall_server.auth import Credential
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
@@ -53,6 +53,14 @@ def namespace_param(field: str, value: str | None) -> str | None:
         raise BadRequest(f"{field} must be 1-8 segments of [A-Za-z0-9_-]{{1,64}} joined by '/', got {value!r}.",
                          field=field)
     return value
+
+
+def memory_key(key: str) -> str:
+    """A key as stored (Unicode NFC); 400 naming the character for one drawn as nothing (text.memory_key)."""
+    try:
+        return text.memory_key(key)
+    except ValueError as exc:
+        raise BadRequest(str(exc), field="key") from None
 
 
 def tag_filter(tags: list[str] | None) -> str | None:
@@ -96,6 +104,7 @@ class Memories:
 
     async def get_current_memory(self, cred: Credential, namespace: str, key: str, budget: int) -> MemoryView:
         """The pair's current version: 404 if the pair never had one, 410 if it was deleted or has expired."""
+        key = memory_key(key)
         async with self.db.connection() as conn:
             _, row = await q.fetch_current_memory(conn, cred, namespace, key, budget, spill.PREVIEW_BYTES)
             if row is None and await q.memory_pair_existed(conn, cred, pair_hash(namespace, key)):
@@ -164,14 +173,14 @@ class Memories:
     async def create_memory(self, cred: Credential, req: CreateMemory, idempotency_key: str | None) -> Outcome:
         """A new version of (namespace, key): the pair's current version, if any, is superseded by it."""
         memory_id = req.id or ids.new("memory")
-        namespace = "/".join(req.namespace)
+        namespace, key = "/".join(req.namespace), memory_key(req.key)  # the fingerprints below: as sent
         content_type, value = encode_content("value", req.value, req.content_type)
         expires_at = expiry(req)
         h = request_hash(msgspec.structs.replace(req, id=memory_id))
         sources = list(dict.fromkeys(req.sources))
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
-            await q.lock_memory_pair(conn, tenant, namespace, req.key)
+            await q.lock_memory_pair(conn, tenant, namespace, key)
             if req.id is not None:  # a client-chosen ID: a retry of this very request, or a clash
                 state, found = await q.request_hash(conn, tenant, "memory", memory_id)
                 if state is not State.MISSING:
@@ -182,7 +191,7 @@ class Memories:
                 raise Unprocessable("A memory cannot be its own source.", id=memory_id)
             await self.writes.require_links(conn, tenant, sources)
             await q.insert_memory(
-                conn, tenant, memory_id, namespace, req.key, pair_hash(namespace, req.key), req.kind, req.summary,
+                conn, tenant, memory_id, namespace, key, pair_hash(namespace, key), req.kind, req.summary,
                 content_type, value, hashlib.sha256(value).digest(), json(req.tags).decode(), req.confirmed,
                 Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id), h, expires_at,
             )

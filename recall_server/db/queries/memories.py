@@ -204,8 +204,7 @@ async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | Non
 
 async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) -> None:
     """Serialise writers of one (namespace, key) for this transaction (no space occurs in a tenant or namespace)."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1 || ' ' || $2 || ' ' || $3, 15))",
-                       tenant, namespace, key)
+    await conn.execute("SELECT recall_lock_memory_pair($1, $2, $3)", tenant, namespace, key)  # as deletes take it
 
 
 async def insert_memory(
