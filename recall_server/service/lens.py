@@ -18,12 +18,7 @@ from recall_server.models import Backlink, BacklinkPage, GrepResult, SearchHit, 
 from recall_server.rows import Labels
 from recall_server.service.inputs import timestamp
 from recall_server.service.views import Views
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    """A snippet as one line: control characters (newlines too) become spaces, runs of spaces one."""
-    flat = " ".join("".join(" " if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text).split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+from recall_server.text import one_line
 
 
 class Lens:
@@ -54,7 +49,7 @@ class Lens:
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
         data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
-                          snippet=_one_line(h.snippet or h.summary), thread_id=h.thread_id) for h in shown]
+                          snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id) for h in shown]
         return SearchPage(data=data, next_cursor=next_cursor, has_more=has_more)
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
