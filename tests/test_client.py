@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -517,3 +518,37 @@ def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -
                 await client.list_hooks()
 
     asyncio.run(go())
+
+
+# ---- paths: an ID is one segment of the route the method names ----------------------------------
+
+HOSTILE_IDS = ["x/../../admin/hooks", "../metrics#", "trg_x/../../admin/keys", "..", ".", "thr_a/events", "a?b=1",
+               "%2F..%2Fadmin%2Fhooks", "thr_a%2Fevents"]
+
+
+def test_an_id_reaches_only_the_route_its_method_names(base_url: str, database_url: str) -> None:
+    """An ID a model wrote cannot reach another GET route: not the hook list, not the keys, not /metrics."""
+    tenant = f"paths-{uid('thr')[4:12].lower()}"
+    transport = Recording()
+    with RecallClient(base_url, create_key(database_url, tenant, "admin"), transport=transport) as admin:
+        admin.create_hook(label="must-not-leak")
+        for hostile in HOSTILE_IDS:
+            for method in (admin.get, admin.resolve, admin.read, admin.get_thread, admin.get_trigger,
+                           admin.read_payload, admin.read_body, admin.backlinks, admin.list_events,
+                           admin.memory_value, admin.object_reads, admin.run_reads, admin.list_reports,
+                           lambda i: admin.grep(i, "x")):
+                sent = len(transport.sent)
+                try:
+                    answer = method(hostile)
+                except (rc.NotFound, rc.BadRequest) as refused:  # a run ID that is no label: 400
+                    assert refused.status == 404 or method == admin.run_reads, (hostile, refused)
+                else:  # a run is a label: one that is well-formed names an (empty) run
+                    assert method == admin.run_reads and answer.data == [], (hostile, answer)
+                [request] = transport.sent[sent:]
+                # The path as the server routes it (percent-decoded once): the method's own route, one segment
+                # for the ID, no dot segments, nothing of /admin or /metrics.
+                seen = unquote(request.url.raw_path.decode().split("?")[0]).split("/")
+                assert seen[1] in {"ids", "triggers", "threads", "reports", "memories", "runs", "workers"}, seen
+                assert not {".", "..", "admin", "hooks", "keys", "metrics"} & set(seen), (hostile, seen)
+        with pytest.raises(ValueError, match="empty"):
+            admin.get_thread("")

@@ -416,3 +416,28 @@ def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_
     memory, found, links = run(work())
     assert [(h["id"], h["type"]) for h in found["hits"]] == [(memory["id"], "memory")]
     assert ("source", memory["id"], "memory") in {(b["relation"], b["id"], b["type"]) for b in links["links"]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_id_a_model_wrote_reaches_only_the_tools_own_route(transport: str, base_url: str,
+                                                              database_url: str) -> None:
+    """With an admin key, `x/../../admin/hooks` or `../metrics#` as an ID is a loud miss, never the hook list
+    or the metrics: the client escapes every path segment."""
+    admin = create_key(database_url, f"mcp-{uid('thr')[6:14].lower()}", "admin")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {admin}"}) as http:
+        hook = http.post("/admin/hooks", json={"source": "github", "label": "must-not-leak"}).json()["id"]
+
+    async def probe() -> list[tuple[str, CallToolResult]]:
+        async with session(transport, base_url, admin) as s:
+            answers = []
+            for hostile in ("x/../../admin/hooks", "../metrics#", "trg_x/../../admin/hooks", "../../metrics?"):
+                for tool, args in (("recall_get", {"id": hostile}), ("recall_read", {"id": hostile}),
+                                   ("recall_read", {"id": hostile, "pattern": "a"}),
+                                   ("recall_backlinks", {"id": hostile}), ("recall_events", {"thread_id": hostile})):
+                    answers.append((f"{tool} {hostile}", await s.call_tool(tool, args)))
+            return answers
+
+    for what, answer in run(probe()):
+        assert answer.isError and text(answer).startswith("404 Not Found"), (what, text(answer))
+        assert hook not in text(answer) and "must-not-leak" not in text(answer), what
+        assert "recall_http_requests_total" not in text(answer), what
