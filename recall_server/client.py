@@ -20,8 +20,9 @@ The names and statuses are errors.py's: a server Problem arrives here as the cli
 same name. Unreachable is the client's own: its message names the URL and what to do. Other transport
 failures that outlast the retries (a connection lost mid-answer, a read timeout) are httpx's own.
 
-Retries: a call is retried `max_retries` times (6 by default) after a failure that is safe to retry,
-waiting 0.1 s, 0.2 s, 0.4 s, 0.8 s, then 1 s each (3.5 s in all: a server restart takes about 2 s), or
+Retries: a call is retried `max_retries` times (8 by default) after a failure that is safe to retry,
+waiting 0.1 s, 0.2 s, 0.4 s, 0.8 s, then 1 s each (5.5 s in all: a restart leaves the port closed for
+about 2 s, more on a loaded machine; tests/test_client.py restarts a server under a client), or
 what Retry-After says (at most `max_retry_wait`). A connection that could not be opened is retried for
 every call (nothing was sent); a lost answer or a 503 only for calls that are safe to repeat. Every
 write sends an Idempotency-Key generated once per call, so the retries of a call that may have reached
@@ -242,8 +243,8 @@ _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
 }
 _RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
-MAX_RETRIES = 6
-BACKOFF_CAP = 1.0  # seconds between attempts at most (without a Retry-After): 3.5 s over 6 retries
+MAX_RETRIES = 8
+BACKOFF_CAP = 1.0  # seconds between attempts at most (without a Retry-After): 5.5 s over 8 retries
 MAX_IN_FLIGHT = 100  # the async client's requests at once: its pool's connections (see AsyncRecallClient)
 
 
