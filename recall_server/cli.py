@@ -16,7 +16,7 @@ import asyncpg
 import click
 import msgspec
 
-from recall_server import config
+from recall_server import __version__, config
 from recall_server.config import ENV_NAMES, Settings
 
 T = TypeVar("T")
@@ -76,6 +76,7 @@ data_dir_option = click.option(
 
 
 @click.group()
+@click.version_option(__version__, prog_name="recall-server")
 def main() -> None:
     """recall-server: the Chain-of-Recall reference graph server."""
 
@@ -360,6 +361,17 @@ def demo(url: str | None, key: str | None, data_dir: Path | None) -> None:
     if key is None:
         raise click.ClickException("no API key: pass --key or set RECALL_API_KEY (and RECALL_URL for another "
                                    "server), or start the local server with `recall-server serve`, which saves one")
+    from recall_server.client import RecallClient, RecallError
+
+    try:
+        with RecallClient(url, key) as client:
+            writable = client.can_write()
+    except RecallError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not writable:
+        raise click.ClickException("demo writes the PR #412 story, so it needs a write key; this one has read "
+                                   "scope. Pass --key (or RECALL_API_KEY) with a write key: "
+                                   "`recall-server keys create --tenant default --scope write`")
     try:
         run(url, key, click.echo)
     except urllib.error.URLError as exc:

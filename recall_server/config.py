@@ -99,6 +99,20 @@ def client_target(url: str | None = None, key: str | None = None) -> tuple[str, 
     return url.rstrip("/"), key
 
 
+def no_key_advice(url: str | None = None) -> str:
+    """What a client without a key is told when the server answers 401: why it sent none, what to do."""
+    named = url or os.environ.get("RECALL_URL")
+    if named:
+        saved = key_file(load())
+        withheld = (f" The key the local `recall-server serve` saved ({saved}) is withheld on purpose: it is only "
+                    "ever sent to the local server, never to one named by RECALL_URL or --url.") if saved.is_file() \
+            else ""
+        return (f"No API key was sent to {named.rstrip('/')}.{withheld} Set RECALL_API_KEY (or pass --key) to a "
+                "key that server issued.")
+    return (f"No API key was sent, and the local server has saved none in {key_file(load())}: start it with "
+            "`recall-server serve` (it saves one), or set RECALL_API_KEY (or pass --key).")
+
+
 def to_env(settings: Settings) -> dict[str, str]:
     """The environment that makes `load()` in a child process return these settings."""
     env = {}

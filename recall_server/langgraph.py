@@ -27,11 +27,18 @@ reversibly: each character outside [A-Za-z0-9_-], and the "_" of a literal "_-",
 lowercase hex of its UTF-8 bytes + "-" (so "user 1" is stored as "user_-20-1"; "user_1" and "my-app" are
 stored as they are). A namespace of more than 8 labels or a label longer than 64 once encoded is a ValueError.
 Item.created_at is when version 1 of the pair's chain was written, updated_at when the current version was.
+
+Keys: recall's are 1-256 characters on one line. A LangGraph key that is not (empty, longer, spanning
+lines, holding control characters), or that starts with "~sha256:", is stored under "~sha256:" + the hex
+SHA-256 of its UTF-8, and the key itself is kept in the stored value under "~key" (with the value's own
+"~key" member, if it has one, beside it): get, search and list answer the original key and value exactly.
+Such items page by their stored key in search.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
 from collections.abc import Callable, Generator, Iterable
@@ -59,14 +66,18 @@ try:
 except ImportError:
     validate_op_namespace = None  # type: ignore[assignment]
 
-from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
-from recall_server.models import MemoryIndexEntry, MemoryView
+from recall_server.client import AsyncRecallClient, BadRequest, Gone, NotFound, RecallClient
+from recall_server.models import MemoryIndexEntry, MemoryView, OneLine
 
 MAX_SEGMENTS = 8
 MAX_SEGMENT_CHARS = 64
 PAGE = 500  # memories and namespaces read per request while searching or listing
 GET_BUDGET = 65_536  # a get answers values up to about this size in one request (larger ones: a second, for the value)
 _PLAIN = re.compile(r"[A-Za-z0-9_-]")
+_ONE_LINE = re.compile(OneLine)
+MAX_KEY_CHARS = 256
+HASHED = "~sha256:"  # the prefix of a stored key that stands for a key recall cannot hold as it is
+KEY_MEMBER = "~key"  # where such an item's value keeps its key
 _ESCAPE = re.compile(r"_-([0-9a-f]+)-")
 
 # A step of an op: a function of the client that returns a value (sync) or an awaitable (async).
@@ -118,6 +129,35 @@ def decode_namespace(segments: list[str]) -> tuple[str, ...]:
     return tuple(decode_label(s) for s in segments)
 
 
+# ---- keys ----------------------------------------------------------------------------------------
+
+
+def stored_key(key: str) -> str:
+    """The memory key a LangGraph key is stored under: itself, or its hash when recall cannot hold it."""
+    if 1 <= len(key) <= MAX_KEY_CHARS and _ONE_LINE.match(key) and not key.startswith(HASHED):
+        return key
+    return HASHED + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def stored_value(key: str, value: dict[str, Any]) -> dict[str, Any]:
+    """The value as stored: with the key inside when it is stored under its hash (see the module docstring)."""
+    if stored_key(key) == key:
+        return value
+    kept = {"key": key, **({"value": value[KEY_MEMBER]} if KEY_MEMBER in value else {})}
+    return {**value, KEY_MEMBER: kept}
+
+
+def original(key: str, value: Any) -> tuple[str, Any]:
+    """The LangGraph key and value of a stored pair (the inverse of stored_key and stored_value)."""
+    if not key.startswith(HASHED) or not isinstance(value, dict) or not isinstance(value.get(KEY_MEMBER), dict):
+        return key, value
+    value = dict(value)
+    kept = value.pop(KEY_MEMBER)
+    if "value" in kept:
+        value[KEY_MEMBER] = kept["value"]
+    return kept.get("key", key), value
+
+
 # ---- filters (LangGraph's semantics, applied to what recall returns) -----------------------------
 
 
@@ -154,15 +194,18 @@ def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
 def _pushable(wanted: Any) -> bool:
     """Whether `{key: wanted}` means exactly what JSON containment (@>) means: strings, and objects of them.
     Numbers are not (True == 1 here, not in JSON), nor None (a missing key matches it here), nor lists (exact
-    here, containment in @>): those are checked here only."""
+    here, containment in @>): those are checked here only. Nor is a string holding NUL, which PostgreSQL's
+    jsonb cannot hold (the server refuses such a filter with 400), nor a member named like the NUL text."""
     if isinstance(wanted, dict):
-        return bool(wanted) and all(not k.startswith("$") and _pushable(v) for k, v in wanted.items())
-    return isinstance(wanted, str)
+        return bool(wanted) and all(not k.startswith("$") and "\x00" not in k and _pushable(v)
+                                    for k, v in wanted.items())
+    return isinstance(wanted, str) and "\x00" not in wanted
 
 
 def value_contains(filter: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The part of a filter recall can apply itself (a superset of the matches; the rest is checked here)."""
-    pushed = {k: v for k, v in (filter or {}).items() if _pushable(v)}
+    """The part of a filter recall can apply itself (a superset of the matches; the rest is checked here).
+    Never the member that keeps a hashed item's key: such an item stores that member's own value elsewhere."""
+    pushed = {k: v for k, v in (filter or {}).items() if k != KEY_MEMBER and "\x00" not in k and _pushable(v)}
     return pushed or None
 
 
@@ -287,26 +330,28 @@ class RecallStore(BaseStore):
         except ValueError:
             return None  # recall cannot hold it, so it was never put
         try:
-            view: MemoryView = yield lambda c: c.current_memory(segments, op.key, GET_BUDGET)
+            view: MemoryView = yield lambda c: c.current_memory(segments, stored_key(op.key), GET_BUDGET)
         except (NotFound, Gone):
             return None
         value = view.value
         if value is msgspec.UNSET:  # spilled: larger than the view's budget
             value = msgspec.json.decode((yield lambda c: c.memory_value(view.id)))
-        return Item(value=value, key=view.key, namespace=decode_namespace(view.namespace),
+        key, value = original(view.key, value)
+        return Item(value=value, key=key, namespace=decode_namespace(view.namespace),
                     created_at=view.chain_created_at or view.created_at, updated_at=view.created_at)
 
     def _put(self, op: PutOp) -> Steps:
         segments = encode_namespace(tuple(op.namespace))
         if op.value is None:
             try:
-                view = yield lambda c: c.current_memory(segments, op.key, 4096)
+                view = yield lambda c: c.current_memory(segments, stored_key(op.key), 4096)
             except (NotFound, Gone):
                 return None
             yield lambda c: c.delete_memory(view.id)
             return None
         ttl = None if op.ttl is None else max(1, math.ceil(op.ttl * 60))
-        yield lambda c: c.remember(namespace=segments, key=op.key, kind=self.kind, value=dict(op.value), ttl=ttl)
+        yield lambda c: c.remember(namespace=segments, key=stored_key(op.key), kind=self.kind,
+                                   value=stored_value(op.key, dict(op.value)), ttl=ttl)
         return None
 
     def _search(self, op: SearchOp) -> Steps:
@@ -322,8 +367,16 @@ class RecallStore(BaseStore):
         skip, want = max(op.offset, 0), op.limit
         cursor = None
         while op.query is not None or len(found) < skip + want:
-            page = yield lambda c, cursor=cursor: c.list_memories(namespace=namespace, value_contains=pushed,
-                                                                  cursor=cursor, limit=PAGE)
+            try:
+                page = yield lambda c, cursor=cursor, pushed=pushed: c.list_memories(
+                    namespace=namespace, value_contains=pushed, cursor=cursor, limit=PAGE)
+            except BadRequest:
+                if pushed is None:
+                    raise
+                # The server could not apply the filter to some value under the prefix (text with a NUL
+                # character, which jsonb cannot hold, fails containment with 400): filter here alone.
+                pushed, cursor, found = None, None, []
+                continue
             for entry in page.data:
                 item = yield from self._search_item(entry)
                 if item is not None and _matches(item.value, op.filter):
@@ -341,7 +394,8 @@ class RecallStore(BaseStore):
             value = msgspec.json.decode((yield lambda c: c.memory_value(entry.id)))
         if not isinstance(value, dict):  # not a LangGraph item (written through the API): not a store item
             return None
-        return SearchItem(namespace=decode_namespace(entry.namespace), key=entry.key, value=value,
+        key, value = original(entry.key, value)
+        return SearchItem(namespace=decode_namespace(entry.namespace), key=key, value=value,
                           created_at=entry.chain_created_at or entry.created_at, updated_at=entry.created_at)
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Steps:

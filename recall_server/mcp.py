@@ -31,7 +31,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
 from recall_server import __version__, errors, ids
-from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError
+from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError, Unreachable
 from recall_server.models import ReportView, TriggerView
 from recall_server.observability import ObservabilityMiddleware
 
@@ -77,8 +77,8 @@ class Binding:
 
 def problem_text(exc: RecallError) -> str:
     """A problem as a tool error: its wording, without the request_id (so another tenant's ID reads
-    exactly like an unknown one)."""
-    return f"{exc.status} {exc.title}: {exc.detail}"
+    exactly like an unknown one). No answer at all (Unreachable) says where and what to do."""
+    return str(exc) if isinstance(exc, Unreachable) else f"{exc.status} {exc.title}: {exc.detail}"
 
 
 def _text(value: Any) -> TextContent:

@@ -167,5 +167,9 @@ def log_config(level: str) -> dict[str, Any]:
             "granian.access": {"handlers": [], "propagate": False},
             "asyncpg": {"level": "WARNING"},
             "mcp": {"level": "WARNING"},  # the MCP SDK logs every /mcp message at INFO
+            # httpx logs every request's full URL at INFO (query strings: search terms, grep patterns,
+            # memory keys), httpcore every step at DEBUG: the /mcp tools' in-process calls go through it.
+            "httpx": {"level": "WARNING"},
+            "httpcore": {"level": "WARNING"},
         },
     }

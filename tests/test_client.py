@@ -3,11 +3,14 @@ pages as iterators, and retried writes that land exactly once."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -17,6 +20,7 @@ from helpers import ServerProcess, create_key, uid
 from recall_server import demo, errors
 from recall_server import client as rc
 from recall_server.client import RecallClient
+from recall_server.process import free_port
 from recall_server.models import (
     Backlink,
     BacklinkPage,
@@ -439,7 +443,7 @@ def test_retries_are_bounded(base_url: str, api_key: str) -> None:
             raise httpx.ConnectError("refused", request=request)
 
     with RecallClient(base_url, api_key, transport=AlwaysDown(), max_retries=2, max_retry_wait=0.01) as client:
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(rc.Unreachable):
             client.get_thread("thr_pr_412")
     assert AlwaysDown.calls == 3
 
@@ -517,3 +521,159 @@ def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -
                 await client.list_hooks()
 
     asyncio.run(go())
+
+
+# ---- paths: an ID is one segment of the route the method names ----------------------------------
+
+HOSTILE_IDS = ["x/../../admin/hooks", "../metrics#", "trg_x/../../admin/keys", "..", ".", "thr_a/events", "a?b=1",
+               "%2F..%2Fadmin%2Fhooks", "thr_a%2Fevents"]
+
+
+def test_an_id_reaches_only_the_route_its_method_names(base_url: str, database_url: str) -> None:
+    """An ID a model wrote cannot reach another GET route: not the hook list, not the keys, not /metrics."""
+    tenant = f"paths-{uid('thr')[4:12].lower()}"
+    transport = Recording()
+    with RecallClient(base_url, create_key(database_url, tenant, "admin"), transport=transport) as admin:
+        admin.create_hook(label="must-not-leak")
+        for hostile in HOSTILE_IDS:
+            for method in (admin.get, admin.resolve, admin.read, admin.get_thread, admin.get_trigger,
+                           admin.read_payload, admin.read_body, admin.backlinks, admin.list_events,
+                           admin.memory_value, admin.object_reads, admin.run_reads, admin.list_reports,
+                           lambda i: admin.grep(i, "x")):
+                sent = len(transport.sent)
+                try:
+                    answer = method(hostile)
+                except (rc.NotFound, rc.BadRequest) as refused:  # a run ID that is no label: 400
+                    assert refused.status == 404 or method == admin.run_reads, (hostile, refused)
+                else:  # a run is a label: one that is well-formed names an (empty) run
+                    assert method == admin.run_reads and answer.data == [], (hostile, answer)
+                [request] = transport.sent[sent:]
+                # The path as the server routes it (percent-decoded once): the method's own route, one segment
+                # for the ID, no dot segments, nothing of /admin or /metrics.
+                seen = unquote(request.url.raw_path.decode().split("?")[0]).split("/")
+                assert seen[1] in {"ids", "triggers", "threads", "reports", "memories", "runs", "workers"}, seen
+                assert not {".", "..", "admin", "hooks", "keys", "metrics"} & set(seen), (hostile, seen)
+        with pytest.raises(ValueError, match="empty"):
+            admin.get_thread("")
+
+
+# ---- a server that is down, or restarting ---------------------------------------------------------
+
+
+def test_a_stopped_server_is_unreachable_naming_the_url_and_the_fix(database_url: str, api_key: str,
+                                                                     tmp_path: Path) -> None:
+    server = ServerProcess(database_url, tmp_path / "server.log", RECALL_SWEEP_INTERVAL="0").start()
+    server.stop()
+    with RecallClient(server.url, api_key, max_retries=1, max_retry_wait=0.01) as client, \
+            pytest.raises(rc.Unreachable) as down:
+        client.get_thread("thr_pr_412")
+    assert isinstance(down.value, rc.RecallError) and down.value.url == server.url
+    assert str(down.value).startswith(f"Cannot reach the recall server at {server.url} (ConnectError")
+    assert "recall-server serve" in str(down.value) and "RECALL_URL" in str(down.value)
+    assert down.value.__cause__ is None and isinstance(down.value.cause, httpx.ConnectError)
+
+
+class Front:
+    """The server's address, as a loopback forwarder the test opens and closes: closed, it refuses
+    connections and drops the open ones, as a restarting server does; opened, it forwards to a server."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.listener: socket.socket | None = None
+        self.conns: list[socket.socket] = []
+
+    def open(self, target: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.listener, target), daemon=True).start()
+
+    def close(self) -> None:
+        assert self.listener is not None
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # stops listening now (close alone waits for accept)
+        self.listener.close()
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+        self.conns.clear()
+
+    def _accept(self, listener: socket.socket, target: int) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", target))
+            except OSError:
+                client.close()
+                continue
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+def test_the_default_retries_ride_out_a_server_restart(database_url: str, api_key: str, tmp_path: Path) -> None:
+    """Reads and writes made while the server at the client's URL restarts land once it is back: the first
+    server process stops (its connections drop), the address refuses connections for 2.5 s, then a fresh
+    process answers there. (A forwarder holds the address: how long a real restart keeps the port closed
+    depends on the machine's load, and this test must not.)"""
+    first = ServerProcess(database_url, tmp_path / "first.log", RECALL_SWEEP_INTERVAL="0").start()
+    second = ServerProcess(database_url, tmp_path / "second.log", RECALL_SWEEP_INTERVAL="0").start()
+    front = Front()
+    front.open(first.port)
+
+    def restart() -> None:
+        first.stop()
+        front.close()
+        time.sleep(2.5)
+        front.open(second.port)
+
+    try:
+        with RecallClient(front.url, api_key) as client:
+            thread = client.create_thread(title="across a restart")  # a pooled connection the restart drops
+            restarting = threading.Thread(target=restart)
+            restarting.start()
+            while front.listener is not None and front.listener.fileno() != -1:
+                time.sleep(0.01)  # closed: the restart has begun
+            started = time.monotonic()
+            assert client.get_thread(thread.id).id == thread.id
+            assert time.monotonic() - started >= 2  # it did wait for the restart
+            note = client.add_note(thread.id, "written while restarting")
+            restarting.join(30)
+            assert [e.summary for e in client.iter_events(thread.id)] == [note.summary]
+        with RecallClient(front.url, api_key, max_retries=3) as impatient:  # the old budget: 0.7 s
+            front.close()
+            threading.Timer(2.5, front.open, args=(second.port,)).start()
+            with pytest.raises(rc.Unreachable):
+                impatient.get_thread(thread.id)
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_no_key_for_a_named_server_says_the_saved_key_is_withheld_on_purpose(
+    base_url: str, api_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "api-key").write_text(api_key + "\n")
+    monkeypatch.setenv("RECALL_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("RECALL_API_KEY", raising=False)
+    monkeypatch.setenv("RECALL_URL", base_url)
+    with RecallClient() as client, pytest.raises(rc.Unauthorized) as refused:
+        client.get_thread("thr_pr_412")
+    message = str(refused.value)
+    assert message.startswith("401 Unauthorized: This endpoint needs an API key")
+    assert f"No API key was sent to {base_url}" in message and "withheld on purpose" in message
+    assert str(tmp_path / "api-key") in message and "RECALL_API_KEY" in message
+    with RecallClient(base_url, "rk_nonsense") as wrong, pytest.raises(rc.Unauthorized) as refused:
+        wrong.get_thread("thr_pr_412")
+    assert "No API key was sent" not in str(refused.value)  # a key was sent: the server's own words

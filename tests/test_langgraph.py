@@ -20,7 +20,7 @@ from langgraph.store.memory import InMemoryStore
 
 from recall_server import client as rc
 from recall_server.client import RecallClient
-from recall_server.langgraph import RecallStore, decode_label, encode_label, encode_namespace
+from recall_server.langgraph import RecallStore, decode_label, encode_label, encode_namespace, stored_key
 from recall_server.models import SEGMENT
 
 
@@ -307,3 +307,75 @@ def test_tenancy_comes_from_the_key(store: RecallStore, base_url: str, database_
     store.put(ns, "secret", {"v": 1})
     with RecallStore(base_url, create_key(database_url, f"lg-{ns[0]}", "write")) as other:
         assert other.get(ns, "secret") is None and other.search(ns) == [] and other.list_namespaces() == []
+
+
+# ---- what recall cannot hold as it is, held anyway ----------------------------------------------------
+
+
+def test_a_filter_value_holding_nul_answers_as_in_memory_store(store: RecallStore) -> None:
+    root = fresh_root()
+    model = InMemoryStore()
+    for s in (store, model):
+        s.put((root,), "nul", {"t": "a\x00b", "u": {"v": "\x00"}})
+        s.put((root,), "plain", {"t": "ab", "u": {"v": "x"}})
+    for f in ({"t": "a\x00b"}, {"u": {"v": "\x00"}}, {"t": "ab"}, {"t": {"$ne": "a\x00b"}}, {"a\x00": "b"}):
+        assert _comparable(store.search((root,), filter=f)) == _comparable(model.search((root,), filter=f)), f
+
+
+LONG_KEYS = ["k" * 257, "x" * 5000, "two\nlines", "tab\there", "", "~sha256:" + "0" * 64, "é" * 300,
+             "bidi\u202eb", "k" * 256]
+
+
+def test_keys_recall_cannot_hold_round_trip_exactly(store: RecallStore) -> None:
+    root = fresh_root()
+    model = InMemoryStore()
+    for i, key in enumerate(LONG_KEYS):
+        value = {"i": i, "~key": "mine"} if i % 2 else {"i": i}
+        for s in (store, model):
+            s.put((root, "u"), key, value)
+    for key in LONG_KEYS:
+        got = store.get((root, "u"), key)
+        assert got is not None and (got.key, got.value) == (key, model.get((root, "u"), key).value), key[:20]
+    found = sorted((i.key, i.value["i"]) for i in store.search((root,), limit=100))
+    assert found == sorted((i.key, i.value["i"]) for i in model.search((root,), limit=100))
+    assert _comparable(store.search((root,), filter={"~key": "mine"}, limit=100)) == _comparable(
+        sorted(model.search((root,), filter={"~key": "mine"}, limit=100), key=lambda i: stored_key(i.key)))
+    assert store.list_namespaces(prefix=(root,)) == [(root, "u")]
+    store.delete((root, "u"), "x" * 5000)
+    assert store.get((root, "u"), "x" * 5000) is None and store.get((root, "u"), "k" * 257).value == {"i": 0}
+    assert asyncio.run(store.aget((root, "u"), "two\nlines")).key == "two\nlines"
+
+
+def test_thousands_of_gathered_async_calls_complete_with_a_pools_worth_in_flight(base_url: str,
+                                                                                 api_key: str) -> None:
+    """All at once through asyncio.gather: the async client keeps at most its pool's worth of requests in
+    flight (the rest wait their turn on it, not in httpcore's pool queue, where thousands crawl)."""
+    import httpx
+
+    root = fresh_root()
+    in_flight = peak = 0
+
+    class Counting(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                return await super().handle_async_request(request)
+            finally:
+                in_flight -= 1
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        store = RecallStore(aclient=rc.AsyncRecallClient(base_url, api_key, transport=Counting()))
+        try:
+            await asyncio.wait_for(asyncio.gather(*[store.aput((root,), f"k{i}", {"i": i}) for i in range(1000)]),
+                                   600)
+            got = await asyncio.wait_for(asyncio.gather(*[store.aget((root,), f"k{i}") for i in range(300)]), 600)
+            return got, await store.asearch((root,), limit=5000)
+        finally:
+            await store.aclose()
+
+    got, found = asyncio.run(go())
+    assert [item.value["i"] for item in got] == list(range(300))
+    assert sorted(item.value["i"] for item in found) == list(range(1000))
+    assert peak == rc.MAX_IN_FLIGHT

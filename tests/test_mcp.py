@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -416,3 +417,57 @@ def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_
     memory, found, links = run(work())
     assert [(h["id"], h["type"]) for h in found["hits"]] == [(memory["id"], "memory")]
     assert ("source", memory["id"], "memory") in {(b["relation"], b["id"], b["type"]) for b in links["links"]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_id_a_model_wrote_reaches_only_the_tools_own_route(transport: str, base_url: str,
+                                                              database_url: str) -> None:
+    """With an admin key, `x/../../admin/hooks` or `../metrics#` as an ID is a loud miss, never the hook list
+    or the metrics: the client escapes every path segment."""
+    admin = create_key(database_url, f"mcp-{uid('thr')[6:14].lower()}", "admin")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {admin}"}) as http:
+        hook = http.post("/admin/hooks", json={"source": "github", "label": "must-not-leak"}).json()["id"]
+
+    async def probe() -> list[tuple[str, CallToolResult]]:
+        async with session(transport, base_url, admin) as s:
+            answers = []
+            for hostile in ("x/../../admin/hooks", "../metrics#", "trg_x/../../admin/hooks", "../../metrics?"):
+                for tool, args in (("recall_get", {"id": hostile}), ("recall_read", {"id": hostile}),
+                                   ("recall_read", {"id": hostile, "pattern": "a"}),
+                                   ("recall_backlinks", {"id": hostile}), ("recall_events", {"thread_id": hostile})):
+                    answers.append((f"{tool} {hostile}", await s.call_tool(tool, args)))
+            return answers
+
+    for what, answer in run(probe()):
+        assert answer.isError and text(answer).startswith("404 Not Found"), (what, text(answer))
+        assert hook not in text(answer) and "must-not-leak" not in text(answer), what
+        assert "recall_http_requests_total" not in text(answer), what
+
+
+def test_recall_server_mcp_says_what_is_wrong_and_what_to_do(base_url: str, api_key: str, tmp_path: Path) -> None:
+    """`recall-server mcp` initialises without a server (a client may start it first), so tools/list is where
+    an unreachable URL, or a named server without a key, must say what is wrong and what to do."""
+    from mcp.shared.exceptions import McpError
+
+    from recall_server.process import free_port
+
+    (tmp_path / "api-key").write_text(api_key + "\n")  # what the local `serve` saved
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def tools_list_error(env: dict[str, str]) -> str:
+        command = str(Path(sys.executable).with_name("recall-server"))
+        params = StdioServerParameters(command=command, args=["mcp"],
+                                       env={"PATH": os.environ["PATH"], "RECALL_DATA_DIR": str(tmp_path), **env})
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            with pytest.raises(McpError) as failed:
+                await s.list_tools()
+            return str(failed.value)
+
+    unreachable = run(tools_list_error({"RECALL_URL": dead, "RECALL_API_KEY": api_key}))
+    assert unreachable.startswith(f"Cannot reach the recall server at {dead} ("), unreachable
+    assert "`recall-server serve`" in unreachable and "RECALL_URL" in unreachable
+    no_key = run(tools_list_error({"RECALL_URL": base_url}))
+    assert no_key.startswith("401 Unauthorized: This endpoint needs an API key"), no_key
+    assert f"No API key was sent to {base_url}" in no_key and "withheld on purpose" in no_key
+    assert "Set RECALL_API_KEY (or pass --key)" in no_key

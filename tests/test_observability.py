@@ -150,6 +150,52 @@ def test_one_json_access_line_per_request_without_keys_or_bodies(
     assert secret_body not in text, "a request body leaked into the log"
 
 
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_search_terms_patterns_and_memory_keys_never_reach_the_log(
+    database_url: str, api_key: str, tmp_path: Path, level: str
+) -> None:
+    """Through /mcp (whose tools call the app in-process over httpx) and through the client: no query
+    string reaches the log, at any level (httpx logs every request's full URL at INFO)."""
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from recall_server.client import RecallClient
+
+    log = tmp_path / "server.log"
+    server = ServerProcess(database_url, log, RECALL_LOG_LEVEL=level, RECALL_SWEEP_INTERVAL="0").start()
+    secret = f"hunter{uuid.uuid4().hex[:12]}"
+    namespace = ["logs", uid("thr")[4:]]
+    try:
+        with RecallClient(server.url, api_key) as recall:
+            trigger = recall.create_trigger(source="test", summary="s", payload="nothing here").id
+            recall.search(secret)
+            recall.grep_payload(trigger, secret)
+            recall.list_memories(namespace=namespace, value_contains={"word": secret})
+            with pytest.raises(Exception):
+                recall.current_memory(namespace, secret)
+
+        async def tools() -> None:
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as http, \
+                    streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write, _), \
+                    ClientSession(read, write) as s:
+                await s.initialize()
+                for name, args in (("recall_search", {"query": f"{secret} password"}),
+                                   ("recall_read", {"id": trigger, "pattern": secret}),
+                                   ("recall_recall", {"namespace": namespace, "key": secret}),
+                                   ("recall_remember", {"namespace": namespace, "key": f"k{secret}", "value": 1}),
+                                   ("recall_recall", {"namespace": namespace, "key": f"k{secret}"})):
+                    assert (await s.call_tool(name, args)).content, name
+
+        asyncio.run(tools())
+    finally:
+        server.stop()  # every line is written before we read
+    text = log.read_text()
+    assert len(json_lines(log)) > 10
+    assert secret not in text, [line for line in text.splitlines() if secret in line][:3]
+
+
 # ---- metrics ----------------------------------------------------------------------------------
 
 

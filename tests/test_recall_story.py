@@ -116,3 +116,29 @@ def test_demo_prints_the_recalled_line(base_url: str, api_key: str) -> None:
     assert len(hops) == 3 and hops[-1].startswith("GET /triggers/trg_8f21/payload/grep")
     read = sum(int(line.rsplit("(", 1)[1].split()[0]) for line in hops)
     assert read < 4096, lines  # the views and the one matching line, not the 40 KB log
+
+
+def test_demo_with_a_read_key_says_it_needs_a_write_key(base_url: str, database_url: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from helpers import create_key
+
+    read_key = create_key(database_url, "default", "read")
+    done = subprocess.run([sys.executable, "-m", "recall_server", "demo", "--url", base_url, "--key", read_key],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "DATABASE_URL": database_url})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "demo writes the PR #412 story, so it needs a write key; this one has read scope" in done.stderr
+    assert "--scope write" in done.stderr
+
+
+def test_the_cli_tells_its_version() -> None:
+    import subprocess
+    import sys
+
+    from recall_server import __version__
+
+    done = subprocess.run([sys.executable, "-m", "recall_server", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"recall-server, version {__version__}"
