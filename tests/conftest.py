@@ -13,7 +13,9 @@ import pytest
 from helpers import (
     Graph,
     ServerProcess,
+    cli_process,
     create_key,
+    expire as run_expire,
     run_script,
     run_sql,
     scratch_dir,
@@ -52,8 +54,8 @@ def base_url(server: ServerProcess) -> str:
 
 @pytest.fixture(scope="session")
 def api_key(server: ServerProcess, database_url: str) -> str:
-    """A write key for tenant `default`, made with the operator CLI as a user would."""
-    return create_key(database_url, "default", "write")
+    """A write key for tenant `default`, made with the installed operator CLI, in its own process, as a user would."""
+    return create_key(database_url, "default", "write", run=cli_process)
 
 
 @pytest.fixture()
@@ -68,6 +70,16 @@ def sql(database_url: str):
 
     def run(query: str, *args: Any) -> list[asyncpg.Record]:
         return run_sql(database_url, query, *args)
+
+    return run
+
+
+@pytest.fixture()
+def expire(database_url: str):
+    """Run out the expiry of the objects given by ID, now (helpers.expire): no test sleeps past a ttl."""
+
+    def run(*ids: str) -> None:
+        run_expire(database_url, *ids)
 
     return run
 
