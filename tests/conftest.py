@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,30 @@ from helpers import (
     scratch_dir,
     with_database,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _one_tls_context()
+
+
+def _one_tls_context() -> None:
+    """One SSLContext for every httpx client made with the default verification, built once.
+
+    httpx builds a new one for each Client and each httpx.get() (certifi's whole CA bundle parsed:
+    ~60 ms of CPU, more than most tests' requests cost) though every test talks plain HTTP to
+    loopback, and the suite makes a few thousand clients.
+    """
+    from httpx._transports import default
+
+    build = default.create_ssl_context
+    shared = functools.cache(build)
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is True and cert is None:
+            return shared(verify=True, cert=None, trust_env=trust_env)
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    default.create_ssl_context = create_ssl_context
 
 
 @pytest.fixture(scope="session")
