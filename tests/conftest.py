@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,12 +15,38 @@ import pytest
 from helpers import (
     Graph,
     ServerProcess,
+    cli_process,
     create_key,
+    expire as run_expire,
     run_script,
     run_sql,
     scratch_dir,
     with_database,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _one_tls_context()
+
+
+def _one_tls_context() -> None:
+    """One SSLContext for every httpx client made with the default verification, built once.
+
+    httpx builds a new one for each Client and each httpx.get() (certifi's whole CA bundle parsed:
+    ~60 ms of CPU, more than most tests' requests cost) though every test talks plain HTTP to
+    loopback, and the suite makes a few thousand clients.
+    """
+    from httpx._transports import default
+
+    build = default.create_ssl_context
+    shared = functools.cache(build)
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is True and cert is None:
+            return shared(verify=True, cert=None, trust_env=trust_env)
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    default.create_ssl_context = create_ssl_context
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +80,8 @@ def base_url(server: ServerProcess) -> str:
 
 @pytest.fixture(scope="session")
 def api_key(server: ServerProcess, database_url: str) -> str:
-    """A write key for tenant `default`, made with the operator CLI as a user would."""
-    return create_key(database_url, "default", "write")
+    """A write key for tenant `default`, made with the installed operator CLI, in its own process, as a user would."""
+    return create_key(database_url, "default", "write", run=cli_process)
 
 
 @pytest.fixture()
@@ -68,6 +96,16 @@ def sql(database_url: str):
 
     def run(query: str, *args: Any) -> list[asyncpg.Record]:
         return run_sql(database_url, query, *args)
+
+    return run
+
+
+@pytest.fixture()
+def expire(database_url: str):
+    """Run out the expiry of the objects given by ID, now (helpers.expire): no test sleeps past a ttl."""
+
+    def run(*ids: str) -> None:
+        run_expire(database_url, *ids)
 
     return run
 

@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import traceback
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -55,6 +59,47 @@ def run_script(dsn: str, script: str) -> None:
     asyncio.run(go())
 
 
+_TABLES = {"thr_": "threads", "wkr_": "workers", "trg_": "triggers", "rpt_": "reports", "mem_": "memories"}
+
+
+def expire(dsn: str, *ids: str) -> None:
+    """Run out these objects' expiry now, instead of a test sleeping past a short ttl.
+
+    Each must have an expiry (a ttl, an expires_at, a retention): that instant moves to now() on its
+    row and on every copy the writes made of it (what was filed on a thread and took its expiry, the
+    ref_gone_at of events pointing at them), and the heads showing them are rendered again, as
+    recall_cap_expiry does when a retention moves a thread's expiry. An object written without an
+    expiry fails the test, so a write that dropped its ttl cannot pass for one that expired.
+    """
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            async with conn.transaction():
+                for obj in ids:
+                    table = _TABLES[obj[:4]]
+                    row = await conn.fetchrow(f"SELECT tenant_id, expires_at FROM {table} WHERE id = $1", obj)
+                    assert row is not None and row["expires_at"] is not None, f"{obj} has no expiry to run out"
+                    tenant, until = row["tenant_id"], row["expires_at"]
+                    await conn.execute(f"UPDATE {table} SET expires_at = now() WHERE tenant_id = $1 AND id = $2",
+                                       tenant, obj)
+                    moved = [obj]
+                    if table == "threads":
+                        for child in ("triggers", "reports"):
+                            moved += [r["id"] for r in await conn.fetch(
+                                f"UPDATE {child} SET expires_at = now()"
+                                " WHERE tenant_id = $1 AND thread_id = $2 AND expires_at = $3 RETURNING id",
+                                tenant, obj, until)]
+                    await conn.execute("UPDATE thread_events SET ref_gone_at = now()"
+                                       " WHERE tenant_id = $1 AND ref = ANY($2) AND ref_gone_at = $3",
+                                       tenant, moved, until)
+                    for shown in moved:
+                        await conn.execute("SELECT recall_rebuild_heads_showing($1, $2)", tenant, shown)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
 def scratch_dir(name: str) -> Path:
     """A directory for an embedded PostgreSQL outside pytest's basetemp.
 
@@ -64,18 +109,49 @@ def scratch_dir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"recall-{name}-"))
 
 
+_CLI = threading.Lock()  # CliRunner swaps sys.stdout and os.environ for the call: one call at a time
+
+
 def cli(database_url: str, *args: str) -> str:
-    """Run `recall-server ARGS` against the test database; return its stdout."""
+    """Run `recall-server ARGS` against the test database; return its stdout.
+
+    The operator CLI's own commands (recall_server.cli.main, what the `recall-server` script runs),
+    invoked in this process: a new Python process per call cost ~0.3 s of CPU (start-up, the
+    server's imports) and the suite makes a few hundred. The installed command itself, as a
+    process, is what tests/test_docs_commands.py and the session's first key exercise.
+    """
+    from click.testing import CliRunner, Result
+
+    from recall_server.cli import main
+
+    def invoke() -> Result:
+        with _CLI:
+            return CliRunner(env={"DATABASE_URL": database_url}).invoke(main, list(args))
+
+    try:  # the commands run their own event loop: from a test's running one, in a thread of their own
+        asyncio.get_running_loop()
+    except RuntimeError:
+        result = invoke()
+    else:
+        with ThreadPoolExecutor(1) as pool:
+            result = pool.submit(invoke).result()
+    detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else result.stderr
+    assert result.exit_code == 0, f"recall-server {' '.join(args)}: exit {result.exit_code}\n{detail}"
+    return result.stdout
+
+
+def cli_process(database_url: str, *args: str) -> str:
+    """Run the installed `recall-server ARGS` as its own process against the test database; return its stdout."""
     run = subprocess.run([sys.executable, "-m", "recall_server", *args], env={**os.environ, "DATABASE_URL": database_url},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
 
-def create_key(database_url: str, tenant: str, scope: str) -> str:
-    """A new API key (the CLI prints it alone on its last line)."""
-    cli(database_url, "tenants", "create", tenant)
-    return cli(database_url, "keys", "create", "--tenant", tenant, "--scope", scope).strip().splitlines()[-1]
+def create_key(database_url: str, tenant: str, scope: str, run: Callable[..., str] = cli) -> str:
+    """A new API key (the CLI prints it alone on its last line); `run=cli_process` makes it with the installed command."""
+    run(database_url, "tenants", "create", tenant)
+    return run(database_url, "keys", "create", "--tenant", tenant, "--scope", scope).strip().splitlines()[-1]
 
 
 def uid(prefix: str) -> str:

@@ -273,7 +273,8 @@ def test_a_plain_trigger_is_filed_directly_as_the_framework_files_it(
     same_write(*again[:2])
 
 
-@pytest.mark.parametrize("body", FRAMEWORK_FILES)
+# numbered: the bodies hold fresh IDs, and test names that differ between pytest-xdist workers fail the run
+@pytest.mark.parametrize("body", FRAMEWORK_FILES, ids=range(len(FRAMEWORK_FILES)))
 def test_a_body_that_is_not_a_plain_trigger_goes_to_the_framework_whole(
         pair: Pair, tenants: dict[str, str], body: bytes) -> None:
     framework, direct, directly = post_both(pair, tenants, body)

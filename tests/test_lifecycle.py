@@ -214,12 +214,12 @@ def test_a_read_key_cannot_delete(database_url: str, base_url: str, graph: Graph
 
 
 def test_an_expired_object_is_gone_at_once_before_any_sweep(client: httpx.Client, graph: Graph, sql,
-                                                            database_url: str) -> None:
+                                                            database_url: str, expire) -> None:
     thread = graph.thread()["id"]
-    short = graph.trigger(ttl=1, thread_id=thread, payload="ephemeral words", summary="short-lived")
+    short = graph.trigger(ttl=3600, thread_id=thread, payload="ephemeral words", summary="short-lived")
     assert short["expires_at"]
     holder = graph.trigger(neighbours=[short["id"]])["id"]
-    time.sleep(1.5)
+    expire(short["id"])
     assert_problem(client.get(f"/triggers/{short['id']}"), 410)
     assert_problem(client.get(f"/triggers/{short['id']}/payload"), 410)
     assert client.get(f"/triggers/{holder}").json()["neighbours"] == [{"id": short["id"], "deleted": True}]
@@ -233,35 +233,36 @@ def test_an_expired_object_is_gone_at_once_before_any_sweep(client: httpx.Client
 
 
 def test_an_event_pointing_at_a_short_lived_object_of_any_kind_is_marked_once_it_expires(client: httpx.Client,
-                                                                                          graph: Graph) -> None:
+                                                                                          graph: Graph, expire) -> None:
     """recall_lookup, one branch a kind: the expiry of what an event points at goes on the event, so the
     event is marked from that moment on, before any sweep. A plain note takes the statement of notes
     (recall_append_notes), one with an Idempotency-Key the transaction's append (recall_expiry), as a
     filed report's event does."""
     thread = graph.thread()["id"]
-    memory = client.post("/memories", json={"namespace": ["t", uid("ns")], "key": "k", "value": 1, "ttl": 1})
+    memory = client.post("/memories", json={"namespace": ["t", uid("ns")], "key": "k", "value": 1, "ttl": 3600})
     assert memory.status_code == 201
-    targets = [graph.thread(ttl=1)["id"], graph.worker(ttl=1)["id"], graph.trigger(ttl=1)["id"], memory.json()["id"]]
+    targets = [graph.thread(ttl=3600)["id"], graph.worker(ttl=3600)["id"], graph.trigger(ttl=3600)["id"],
+               memory.json()["id"]]
     refs = []
     for ref in targets:
         for headers in ({}, idem()):
             note = client.post(f"/threads/{thread}/events", json={"summary": "see", "ref": ref}, headers=headers)
             assert note.status_code == 201
             refs.append(ref)
-    refs.append(graph.report(graph.worker()["id"], thread, ttl=1)["id"])
+    refs.append(graph.report(graph.worker()["id"], thread, ttl=3600)["id"])
 
     def marked() -> list[tuple[str, bool]]:
         return [(e["ref"], e.get("ref_deleted", False)) for e in client.get(f"/threads/{thread}/events").json()["data"]]
 
     assert marked() == [(ref, False) for ref in refs]
-    time.sleep(1.5)
+    expire(*targets, refs[-1])
     assert marked() == [(ref, True) for ref in refs]
 
 
-def test_an_expired_thread_takes_what_was_filed_on_it(client: httpx.Client, graph: Graph) -> None:
-    thread = graph.thread(ttl=1)["id"]
+def test_an_expired_thread_takes_what_was_filed_on_it(client: httpx.Client, graph: Graph, expire) -> None:
+    thread = graph.thread(ttl=3600)["id"]
     trigger = graph.trigger(thread_id=thread)["id"]
-    time.sleep(1.5)
+    expire(thread)
     assert_problem(client.get(f"/triggers/{trigger}"), 410)
     assert thread not in [t["id"] for t in client.get("/threads", params={"limit": 500}).json()["data"]]
 
@@ -274,15 +275,15 @@ def test_ttl_and_expires_at_are_exclusive_and_validated(client: httpx.Client) ->
     assert later["expires_at"] == "2030-01-01T00:00:00Z"
 
 
-def test_closed_threads_follow_the_tenants_retention(database_url: str, base_url: str) -> None:
+def test_closed_threads_follow_the_tenants_retention(database_url: str, base_url: str, expire) -> None:
     key = create_key(database_url, "tenant-retention", "write")
-    cli(database_url, "tenants", "retention", "tenant-retention", "--closed-threads", str(1.5 / 86400))
+    cli(database_url, "tenants", "retention", "tenant-retention", "--closed-threads", "1")
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
         g = Graph(c)
         merged, still_open = g.thread()["id"], g.thread()["id"]
         view = c.patch(f"/threads/{merged}", json={"status": "merged"}).json()
         assert view["expires_at"]
-        time.sleep(2)
+        expire(merged)
         assert_problem(c.get(f"/threads/{merged}"), 410)
         assert c.get(f"/threads/{still_open}").status_code == 200
 
@@ -314,34 +315,37 @@ def test_timestamps_outside_the_database_range_are_400(client: httpx.Client, whe
     assert_problem(client.post("/threads", json={"title": "t", "expires_at": when}), 400)
 
 
-def test_replaying_the_create_of_an_expired_object_is_410_before_any_sweep(client: httpx.Client) -> None:
+def test_replaying_the_create_of_an_expired_object_is_410_before_any_sweep(client: httpx.Client, expire) -> None:
     headers = idem()
     body = {"source": "s", "summary": "brief", "payload": "short-lived words", "content_type": "text/plain",
-            "ttl": 1}
-    assert client.post("/triggers", json=body, headers=headers).status_code == 201
-    time.sleep(1.5)
+            "ttl": 3600}
+    created = client.post("/triggers", json=body, headers=headers)
+    assert created.status_code == 201
+    expire(created.json()["id"])
     replay = client.post("/triggers", json=body, headers=headers)
     assert_problem(replay, 410)
     assert "short-lived words" not in replay.text
 
 
-def test_the_sweep_works_off_a_backlog_in_batches(graph: Graph, sql, database_url: str) -> None:
-    made = [graph.trigger(ttl=1, payload=f"backlog {i}")["id"] for i in range(5)]
-    time.sleep(1.5)
+def test_the_sweep_works_off_a_backlog_in_batches(graph: Graph, sql, database_url: str, expire) -> None:
+    made = [graph.trigger(ttl=3600, payload=f"backlog {i}")["id"] for i in range(5)]
+    expire(*made)
     out = cli(database_url, "sweep", "--batch", "2")
     assert int(out.split()[1]) >= 5
     assert sql("SELECT count(*) FROM triggers WHERE id = ANY($1) AND deleted_at IS NULL", made)[0][0] == 0
 
 
-def test_serve_sweeps_expired_content_by_itself(database_url: str, api_key: str, tmp_path: Path, sql) -> None:
+def test_serve_sweeps_expired_content_by_itself(database_url: str, api_key: str, tmp_path: Path, sql,
+                                                expire) -> None:
     server = ServerProcess(database_url, tmp_path / "log", RECALL_SWEEP_INTERVAL="0.5").start()
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {api_key}"}) as c:
-            made = Graph(c).trigger(ttl=1, payload="swept by serve")["id"]
+            made = Graph(c).trigger(ttl=3600, payload="swept by serve")["id"]
+        expire(made)
         deadline = time.monotonic() + 15
         while sql("SELECT octet_length(payload) FROM triggers WHERE id = $1", made)[0][0] > 0:
             assert time.monotonic() < deadline, "serve never swept"
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling (with a deadline) for serve's own sweep, every 0.5 s
     finally:
         server.stop()
 

@@ -209,11 +209,11 @@ def test_a_large_value_spills_and_is_served_whole_with_etag_and_range(client: ht
 # ---- expiry and deletion ------------------------------------------------------------------------
 
 
-def test_an_expired_current_version_leaves_retrieval_at_once(client: httpx.Client) -> None:
+def test_an_expired_current_version_leaves_retrieval_at_once(client: httpx.Client, expire) -> None:
     space = ns()
     kept = remember(client, space, "kept", "k")
-    short = remember(client, space, "short", "s", ttl=1)
-    time.sleep(1.5)
+    short = remember(client, space, "short", "s", ttl=3600)
+    expire(short["id"])
     assert_problem(current(client, space, "short"), 410)
     assert_problem(client.get(f"/memories/{short['id']}"), 410, short["id"])
     assert_problem(client.get(f"/memories/{short['id']}/value"), 410)
@@ -252,7 +252,7 @@ def test_deleting_a_memory_erases_every_version_of_its_pair_and_a_new_write_star
 
 
 def test_verify_erasure_finds_nothing_after_a_delete_and_after_expiry_and_sweep(
-    client: httpx.Client, database_url: str, sql
+    client: httpx.Client, database_url: str, sql, expire
 ) -> None:
     space = ns()
     v1 = remember(client, space, "k", "one", summary="one")
@@ -265,8 +265,8 @@ def test_verify_erasure_finds_nothing_after_a_delete_and_after_expiry_and_sweep(
                [v1["id"], v2["id"]])
     assert [tuple(r) for r in rows] == [("", "", "", 0)] * 2
 
-    short = remember(client, ns(), "k", "brief", ttl=1, summary="brief")
-    time.sleep(1.2)
+    short = remember(client, ns(), "k", "brief", ttl=3600, summary="brief")
+    expire(short["id"])
     assert _verify(database_url, short["id"]).returncode == 1  # expired but not yet swept: content remains
     cli(database_url, "sweep")
     assert _verify(database_url, short["id"]).returncode == 0
@@ -281,7 +281,7 @@ def _verify(database_url: str, mem: str):
                           env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True, timeout=60)
 
 
-def test_scratchpad_memories_take_the_tenants_default_ttl(base_url: str, database_url: str) -> None:
+def test_scratchpad_memories_take_the_tenants_default_ttl(base_url: str, database_url: str, expire) -> None:
     tenant = f"mem{uuid.uuid4().hex[:8]}"
     key = create_key(database_url, tenant, "write")
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
@@ -291,11 +291,12 @@ def test_scratchpad_memories_take_the_tenants_default_ttl(base_url: str, databas
         days = (_ts(pad["expires_at"]) - time.time()) / 86400
         assert 6.9 < days <= 7.0
         assert state.get("expires_at") is None and fact.get("expires_at") is None
-        cli(database_url, "tenants", "memory-ttl", tenant, "--scratchpad", "1", "--state", "3600")
+        cli(database_url, "tenants", "memory-ttl", tenant, "--scratchpad", "60", "--state", "3600")
         brief = remember(c, ["s"], "pad", "y", kind="scratchpad")
+        assert _ts(brief["expires_at"]) - time.time() <= 60, "the tenant's scratchpad ttl, not the default"
         assert remember(c, ["s"], "state", "y", kind="state")["expires_at"] is not None
         assert remember(c, ["s"], "pad2", "z", kind="scratchpad", ttl=100)["expires_at"] != brief["expires_at"]
-        time.sleep(1.3)
+        expire(brief["id"])
         assert_problem(current(c, ["s"], "pad"), 410)
 
 

@@ -46,7 +46,7 @@ def wait_for_pool(url: str, idle: int) -> None:
         if pool == {"idle": idle, "in_use": 0, "waiting": 0}:
             return
         assert time.monotonic() < deadline, pool
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling, with a deadline
 
 
 def worker_pids(server: PlainServerProcess) -> set[int]:
@@ -257,7 +257,7 @@ def test_workers_replaced_on_reload_leave_the_pool_gauges_but_keep_their_request
     deadline = time.monotonic() + 60
     while len(new := worker_pids(two_workers)) != 2 or new & old:
         assert time.monotonic() < deadline, (old, new)
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling, with a deadline
     assert sample(scrape(url), "recall_http_requests_total", **route) == 10, "counts outlive their worker"
     wait_for_pool(url, idle=4)  # the retired workers' connections are closed: they must not count
 
