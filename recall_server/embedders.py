@@ -126,8 +126,8 @@ class MiniLM(LocalEmbedder):
         except ImportError as exc:
             raise RuntimeError("RECALL_EMBEDDER=minilm needs the extra: pip install 'recall-server[minilm]'") from exc
         self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
-        self.dims = self._model.get_sentence_embedding_dimension()
-        self.model = f"minilm:all-MiniLM-L6-v2:{self.dims}"
+        self.dims = 384
+        self.model = "minilm:all-MiniLM-L6-v2:384"
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         return self._model.encode(texts, batch_size=self.batch, normalize_embeddings=True,
