@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import platformdirs
@@ -49,6 +49,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     trace_buffer: int = 10_000  # traced reads per process awaiting a write; beyond it they are dropped (counted)
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
     delivery_ttl: int = 7 * 86_400  # seconds a webhook delivery is kept to answer its redelivery (then purged)
+    # Search by meaning (recall_server/embedders.py): the model that turns text into vectors.
+    embedder: Literal["wordllama", "minilm", "openai", "none"] = "wordllama"
+    embed_url: str | None = None  # openai: base URL of the server, as OpenAI's SDKs take it (.../v1)
+    embed_model: str | None = None  # openai: the model name sent with each request
+    embed_dims: Annotated[int, msgspec.Meta(ge=1)] | None = None  # openai: sent as `dimensions`
+    embed_key: str | None = None  # openai: the bearer key; never logged
 
     @property
     def pool_floor(self) -> int:

@@ -1,0 +1,167 @@
+"""Scores a ranking on the labelled retrieval set: recall@5 and MRR, overall and per query class.
+
+    python bench/retrieval/evaluate.py --embedder wordllama [--embedder minilm] [--loop-lag] [--json FILE]
+    python bench/retrieval/evaluate.py --url http://127.0.0.1:8000 --key KEY [--seed] [--label lexical]
+
+The first ranks in-process: cosine between each query's vector and every object's (corpus.document),
+and also reports what the model costs: load seconds, wall ms and CPU ms per text embedded. The second
+asks a live server's `GET /search` (after `--seed` creates the corpus there through the HTTP API), so
+lexical, semantic and hybrid search are scored on the same questions. `evaluate(search)` takes any
+`search(query) -> list[id]`, best first.
+
+recall@5: the share of a query's relevant objects among the first 5 results, averaged over queries.
+MRR: 1 / the rank of the first relevant result within the first 10 (0 when none is), averaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
+
+import corpus  # noqa: E402
+from queries import QUERIES  # noqa: E402
+
+K, DEPTH = 5, 10
+CLASSES = ("paraphrase", "keyword", "exact")
+
+
+def evaluate(search: Callable[[str], list[str]], queries: list[tuple[str, str, list[str]]] = QUERIES) -> dict:
+    """{class or "all": {"n", "recall@5", "mrr"}} for a ranking, and the per-query ranks under "queries"."""
+    scores: dict[str, list[tuple[float, float]]] = {c: [] for c in (*CLASSES, "all")}
+    detail = []
+    for cls, query, relevant in queries:
+        ranked = search(query)[:DEPTH]
+        recall = len(set(ranked[:K]) & set(relevant)) / len(relevant)
+        first = next((rank for rank, oid in enumerate(ranked, 1) if oid in relevant), None)
+        rr = 1 / first if first else 0.0
+        scores[cls].append((recall, rr))
+        scores["all"].append((recall, rr))
+        detail.append({"class": cls, "query": query, "first_relevant_rank": first, "top": ranked[:K]})
+    result: dict = {c: {"n": len(s), "recall@5": round(sum(r for r, _ in s) / len(s), 3),
+                        "mrr": round(sum(m for _, m in s) / len(s), 3)} for c, s in scores.items() if s}
+    result["queries"] = detail
+    return result
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cosine_search(embedder, objects: list[dict] = corpus.OBJECTS) -> tuple[Callable[[str], list[str]], dict]:
+    """A ranking by cosine over the corpus with an in-process embedder, and what embedding it cost."""
+    import numpy as np
+
+    docs = [corpus.document(o) for o in objects]
+    texts = [q for _, q, _ in QUERIES]
+    wall, used = time.perf_counter(), cpu()
+    doc_vectors = np.array(embedder.embed_sync(docs))
+    query_vectors = np.array(embedder.embed_sync(texts))
+    wall, used = time.perf_counter() - wall, cpu() - used
+    by_query = dict(zip(texts, query_vectors))
+    ids = [o["id"] for o in objects]
+
+    def search(query: str) -> list[str]:
+        scores = doc_vectors @ by_query[query]
+        return [ids[i] for i in np.argsort(-scores, kind="stable")[:DEPTH]]
+
+    count = len(docs) + len(texts)
+    cost = {"texts": count, "chars_per_text": round(sum(map(len, docs + texts)) / count),
+            "wall_ms_per_text": round(1000 * wall / count, 3), "cpu_ms_per_text": round(1000 * used / count, 3)}
+    return search, cost
+
+
+def loop_lag(embedder, texts: list[str], threaded: bool) -> float:
+    """The event loop's longest stall (ms) while `texts` are embedded inline or in a worker thread: a
+    ticker asks to wake every millisecond and records how late it woke."""
+    async def go() -> float:
+        worst, done = 0.0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal worst
+            while not done.is_set():
+                before = time.perf_counter()
+                await asyncio.sleep(0.001)
+                worst = max(worst, time.perf_counter() - before - 0.001)
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.01)
+        if threaded:
+            await embedder.embed(texts)
+        else:
+            embedder.embed_sync(texts)
+        done.set()
+        await tick
+        return round(worst * 1000, 1)
+
+    return asyncio.run(go())
+
+
+def in_process(name: str, lag: bool) -> dict:
+    from recall_server import embedders
+
+    started, used = time.perf_counter(), cpu()
+    embedder = {"wordllama": embedders.WordLlama, "minilm": embedders.MiniLM}[name]()
+    load = {"load_s": round(time.perf_counter() - started, 2), "load_cpu_s": round(cpu() - used, 2)}
+    search, cost = cosine_search(embedder)
+    result = {"ranking": f"cosine, {embedder.model}", **load, **cost, **evaluate(search)}
+    if lag:
+        docs = [corpus.document(o) for o in corpus.OBJECTS]
+        result["loop_lag_ms"] = {"inline": loop_lag(embedder, docs, False), "thread": loop_lag(embedder, docs, True)}
+    return result
+
+
+def live(url: str, key: str, seed: bool, label: str) -> dict:
+    from recall_server.client import RecallClient
+
+    with RecallClient(url, key) as client:
+        if seed:
+            corpus.seed(client)
+        return {"ranking": label, **evaluate(lambda q: [hit.id for hit in client.search(q, limit=DEPTH).data])}
+
+
+def table(results: list[dict]) -> str:
+    head = ["ranking", *(f"{c} recall@5 / MRR" for c in (*CLASSES, "all"))]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [r["ranking"], *(f"{r[c]['recall@5']:.3f} / {r[c]['mrr']:.3f} (n={r[c]['n']})"
+                                 for c in (*CLASSES, "all"))]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--embedder", action="append", choices=["wordllama", "minilm"], default=[])
+    parser.add_argument("--loop-lag", action="store_true", help="also measure event-loop stalls, inline vs thread")
+    parser.add_argument("--url", help="a live server: score its GET /search")
+    parser.add_argument("--key", help="a write key for --url (to seed) or a read key")
+    parser.add_argument("--seed", action="store_true", help="create the corpus on --url first")
+    parser.add_argument("--label", default="GET /search", help="the name of the live ranking in the table")
+    parser.add_argument("--json", type=Path, help="write the full results (per query too) here")
+    args = parser.parse_args()
+    results = [in_process(name, args.loop_lag) for name in args.embedder]
+    if args.url:
+        results.append(live(args.url, args.key, args.seed, args.label))
+    if not results:
+        parser.error("give --embedder or --url")
+    print(f"{len(corpus.OBJECTS)} objects, {len(QUERIES)} queries")
+    print(table(results))
+    for r in results:
+        extra = {k: v for k, v in r.items() if k not in (*CLASSES, "all", "queries")}
+        print(json.dumps(extra))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

