@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_server import config  # noqa: E402
 from recall_server.db.pool import as_app_role  # noqa: E402
-from recall_server.direct import read_body  # noqa: E402
+from recall_server.limits import read_body  # noqa: E402
 from recall_server.observability import ObservabilityMiddleware  # noqa: E402
 from recall_server.process import freeze_heap  # noqa: E402
 

@@ -16,26 +16,20 @@ from litestar.exceptions import (
     SerializationException,
     ValidationException,
 )
+from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
-from recall_server import __version__, config, errors
+from recall_server import __version__, errors
 from recall_server.auth import KeyCache
 from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.mcp import HttpEndpoint
-from recall_server.direct import Direct
-from recall_server.head import HeadAsGet
-from recall_server.limits import BodyGuard
-from recall_server.observability import (
-    ObservabilityMiddleware,
-    forget_processes,
-    request_id,
-)
+from recall_server.observability import forget_processes, request_id
 from recall_server.openapi import CorrectedJsonPlugin
-from recall_server.process import die_with_parent, freeze_heap
+from recall_server.process import freeze_heap
 from recall_server.routes import (
     Caller,
     RequireKey,
@@ -154,18 +148,18 @@ def create_app(settings: Settings) -> Litestar:
             forget_processes(settings.metrics_dir, including_this_one=True)
             log.info("shutdown complete: pool closed")
 
-    mcp = HttpEndpoint(settings.max_body_bytes)  # /mcp: the MCP tools over streamable HTTP, checking keys itself
+    # /mcp: the MCP tools over streamable HTTP, in front of the framework (asgi.Mount), checking keys itself
+    mcp = HttpEndpoint(settings.max_body_bytes, settings.max_json_items, settings.mcp_allowed_origins)
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
                  *hooks.ROUTES, *lens.ROUTES]
     protected += trace_routes.ROUTES
-    return Litestar(
+    app = Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
                    middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (service/trace.py)
                    security=[{"bearer": []}]),
             *_options_handlers(meta.PUBLIC),
             *meta.PUBLIC,
-            mcp.handler,
             # Webhook deliveries carry no API key (their signature is checked by the service), and
             # GitHub sends up to 25 MB: their own body limit.
             Router("/hooks", route_handlers=hooks.DELIVERIES, request_max_body_size=settings.webhook_max_body_bytes),
@@ -190,16 +184,7 @@ def create_app(settings: Settings) -> Litestar:
         ),
         debug=False,
         logging_config=None,  # serve configures logging (JSON lines); Litestar must not add its own
+        state=State({"mcp": mcp}),
     )
-
-
-def from_env() -> ObservabilityMiddleware:
-    """The ASGI factory worker processes import: settings come from the environment the CLI set.
-
-    The observability wrapper sits outside Litestar so that unmatched routes get a request ID,
-    an access-log line and a metric too.
-    """
-    die_with_parent()
-    settings = config.load()
-    return ObservabilityMiddleware(HeadAsGet(BodyGuard(Direct(create_app(settings), settings.max_body_bytes),
-                                                    settings.body_timeout)))
+    mcp.bind(app)
+    return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import urllib.error
@@ -83,12 +84,14 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default=None, help=f"Bind address (env {ENV_NAMES['host']}, default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help=f"Port (env {ENV_NAMES['port']}, default 8000).")
-@click.option("--workers", type=int, default=None, help=f"Worker processes (env {ENV_NAMES['workers']}, default 1).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help=f"Port (env {ENV_NAMES['port']}, default 8000).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help=f"Worker processes (env {ENV_NAMES['workers']}, default 1).")
 @data_dir_option
 def serve(host: str | None, port: int | None, workers: int | None, data_dir: Path | None) -> None:
     """Start the HTTP server (migrating the database first)."""
     settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
+    held = _hold_address(settings)  # before anything starts: a second server on the port fails here
     own_metrics_dir = not settings.metrics_dir
     if own_metrics_dir:  # worker processes aggregate Prometheus metrics through a shared directory
         settings = msgspec.structs.replace(settings, metrics_dir=tempfile.mkdtemp(prefix="recall-metrics-"))
@@ -108,11 +111,30 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     if embedded:
         _bootstrap_local_key(settings)
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
+    held.close()  # granian binds it now
     try:
         _granian(settings, log_config(settings.log_level)).serve()  # returns after SIGTERM/SIGINT, exit 0
     finally:
         if own_metrics_dir:
             shutil.rmtree(settings.metrics_dir, ignore_errors=True)
+
+
+def _hold_address(settings: Settings) -> socket.socket:
+    """The server's address, bound (not listening) until granian binds it, or exit: "address in use".
+
+    granian binds with SO_REUSEPORT, so a second server on a port in use would start anyway and the
+    kernel would share the connections between two stores. This socket sets no SO_REUSEPORT, so its
+    bind fails while any server holds the port, and while it is held no other `serve` gets past here.
+    """
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is no conflict
+    try:
+        held.bind((settings.host, settings.port))
+    except OSError as exc:
+        held.close()
+        raise click.ClickException(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+    return held
 
 
 def _granian(settings: Settings, logging: dict[str, object]) -> object:
@@ -130,7 +152,7 @@ def _granian(settings: Settings, logging: dict[str, object]) -> object:
     from granian.server import Server
 
     return Server(
-        "recall_server.app:from_env", factory=True, interface=Interfaces.ASGI, address=settings.host,
+        "recall_server.asgi:from_env", factory=True, interface=Interfaces.ASGI, address=settings.host,
         port=settings.port, workers=settings.workers, loop=Loops.uvloop, http=HTTPModes.http1, websockets=False,
         backpressure=settings.max_connections,
         http1_settings=HTTP1Settings(header_read_timeout=int(settings.header_timeout * 1000),

@@ -17,10 +17,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     app_database_url: str | None = None  # requests connect as recall_app; None: database_url with that user
     data_dir: Path = Path(platformdirs.user_data_dir("recall-server"))
     host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
+    workers: Annotated[int, msgspec.Meta(ge=1)] = 1
     max_body_bytes: int = 8 * 1024 * 1024
     webhook_max_body_bytes: int = 8 * 1024 * 1024  # webhook deliveries (GitHub sends at most 25 MB)
+    # Keys and array items one JSON body may hold (jsonbody.MAX_ITEMS: decoding costs per item); more is a 413.
+    max_json_items: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    # Origins a browser may call /mcp from (comma-separated; `*`: any). None: loopback origins only.
+    mcp_allowed_origins: str | None = None
     # Request limits: granian enforces all but the body timeout (limits.BodyGuard); README has the table.
     # Request line + headers in bytes; more (or more than 100 headers) is a 431.
     max_header_bytes: Annotated[int, msgspec.Meta(ge=8192)] = 64 * 1024

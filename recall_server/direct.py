@@ -19,36 +19,49 @@ It takes only the plain case and passes everything else to the framework unchang
   checks in the same order;
 - a POST with a query, an Idempotency-Key, no Content-Length or one over the limit, a non-JSON media
   type, or a body that is not a valid CreateTrigger (CreateNote): the framework gets the request
-  with the body it was sent, and answers with its own messages. The key is checked first, as
-  RequireKey does, before the body is read.
+  with the body it was sent, and answers with its own messages.
+
+What it shares with the framework rather than copies: its routes are the framework's handlers' (their
+path templates), the key check is routes.caller_key (checked with the database before a body is read),
+and problems are rendered by errors.send.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
-from recall_server import auth, errors, ids, jsonbody, spill
+from recall_server import errors, ids, jsonbody, spill
 from recall_server.service import trace
 from recall_server.models import CreateNote, CreateTrigger
+from recall_server.limits import read_body, replay
 from recall_server.observability import request_id
+from recall_server.routes import caller_key, memories, threads, triggers, workers
 
 _HEADERS = [(b"content-type", b"application/json")]
+
+
+def template(handler: Any) -> str:
+    """A route handler's path as the framework reports it in `path_template` (without the `:str` types)."""
+    (path,) = handler.paths
+    return re.sub(r":\w+}", "}", path)
 
 
 class Direct:
     """ASGI middleware in front of the framework app; `app.state.service` is the service its lifespan made."""
 
     ROUTES = {  # the kind of the ID in the path -> (the framework's route template, the method of service.views)
-        "thread": ("/threads/{thread_id}", "get_thread"),
-        "worker": ("/workers/{worker_id}", "get_worker"),
-        "memory": ("/memories/{memory_id}", "get_memory"),
+        "thread": (template(threads.get_thread), "get_thread"),
+        "worker": (template(workers.get_worker), "get_worker"),
+        "memory": (template(memories.get_memory), "get_memory"),
     }
 
-    def __init__(self, app: Any, max_body_bytes: int) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, max_json_items: int = jsonbody.MAX_ITEMS) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_json_items = max_json_items
         self.encode = msgspec.json.Encoder().encode
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -87,15 +100,15 @@ class Direct:
 
     async def _create(self, scope: dict[str, Any], receive: Any, send: Any, model: type, create: Any) -> None:
         try:
-            cred = auth.from_headers(scope["headers"], self.app.state.key_cache)
+            cred = await caller_key(scope, self.app.state)
             body = await read_body(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
-        except errors.Problem as problem:
-            await self._problem(scope, send, problem)
+        except Exception as exc:
+            await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
             return
         try:
-            req = msgspec.convert(jsonbody.decode(body), model)
-        except (errors.BadRequest, msgspec.ValidationError):  # the framework says what is wrong, its way
-            await self.app(scope, _replay(body, receive), send)
+            req = msgspec.convert(jsonbody.decode(body, self.max_json_items), model)
+        except (errors.BadRequest, errors.PayloadTooLarge, msgspec.ValidationError):  # the framework's words
+            await self.app(scope, replay(body, receive), send)
             return
         try:
             outcome = await create(self.app.state.service.writes, cred, req)
@@ -112,10 +125,10 @@ class Direct:
         """The view, or the problem the framework's error handler would render (app._problem_response)."""
         try:
             # 401 first, as RequireKey, then a malformed X-Recall-Run's 400
-            cred = auth.from_headers(scope["headers"], self.app.state.key_cache)
+            cred = await caller_key(scope, self.app.state)
             run = trace.run_of(scope)
-        except errors.Problem as problem:
-            await self._problem(scope, send, problem)
+        except Exception as exc:
+            await self._problem(scope, send, errors.as_problem(exc, "GET", scope["path"]))
             return
 
         async def answer(send: Any) -> None:
@@ -133,29 +146,7 @@ class Direct:
 
     @staticmethod
     async def _problem(scope: dict[str, Any], send: Any, problem: errors.Problem) -> None:
-        headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in problem.headers.items()),
-                   (b"content-type", errors.PROBLEM_JSON.encode())]
-        await _send(send, problem.status, headers, errors.encode(problem, scope["path"], request_id(scope)))
-
-
-async def read_body(receive: Any) -> bytes:
-    """A request's whole body, from its http.request messages."""
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    """`receive` for the framework: the body already read, then whatever comes next (a disconnect)."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> dict[str, Any]:
-        return pending.pop() if pending else await receive()
-
-    return replayed
+        await errors.send(send, problem, scope["path"], request_id(scope))
 
 
 async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
@@ -164,15 +155,17 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body
     await send({"type": "http.response.body", "body": body})
 
 
+_TRIGGERS, _NOTES = template(triggers.create_trigger), template(threads.add_note)
+
+
 def _write(path: str) -> tuple[str, type, Any] | None:
     """The plain write a POST path is (its route template, body model and service call), or None."""
-    if path == "/triggers":
+    if path == _TRIGGERS:
         return path, CreateTrigger, lambda writes, cred, req: writes.create_trigger(cred, req, None)
     collection, _, rest = path[1:].partition("/")
     thread_id, _, tail = rest.partition("/")
     if collection == "threads" and thread_id and tail == "events":
-        return "/threads/{thread_id}/events", CreateNote, lambda writes, cred, req: writes.add_note(cred, thread_id, req,
-                                                                                                   None)
+        return _NOTES, CreateNote, lambda writes, cred, req: writes.add_note(cred, thread_id, req, None)
     return None
 
 

@@ -202,6 +202,16 @@ def encode(problem: Problem, instance: str, request_id: str | None = None) -> by
     return msgspec.json.encode(body)
 
 
+async def send(send: Any, problem: Problem, instance: str, request_id: str | None = None) -> None:
+    """A problem as a whole ASGI response, for the layers in front of the framework (direct.Direct,
+    mcp.HttpEndpoint); the framework's handler renders the same headers and body (app._problem_response)."""
+    body = encode(problem, instance, request_id)
+    headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in problem.headers.items()),
+               (b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": problem.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def as_problem(exc: Exception, method: str, path: str) -> Problem:
     """The problem for an exception that is not the framework's: ours as it is, a database error by its
     SQLSTATE, anything else a logged 500 without internals in the body."""

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import httpx
 import msgspec
-from litestar import asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.lowlevel.helper_types import ReadResourceContents
@@ -30,10 +30,12 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
-from recall_server import __version__, errors, ids
-from recall_server.client import RUN_HEADER, AsyncRecallClient, Content, RecallError, Unreachable
+from recall_server import __version__, errors, jsonbody
+from recall_server.client import AsyncRecallClient, Content, RecallError, Unreachable
+from recall_server.limits import read_body, replay
+from recall_server.service import trace
 from recall_server.models import ReportView, TriggerView
-from recall_server.observability import ObservabilityMiddleware
+from recall_server.observability import ObservabilityMiddleware, request_id
 
 INSTRUCTIONS = (
     "Recall memory of long-running work. Start from a thread ID (thr_...) with recall_get, then follow the IDs its "
@@ -315,48 +317,87 @@ def serve_stdio(url: str | None, key: str | None, run: str | None) -> None:
 
 
 class HttpEndpoint:
-    """/mcp on the server: a Litestar mount that checks the caller's key, then hands the request to the
-    MCP session manager (which must run for the app's lifetime: `lifespan`)."""
+    """/mcp on the server, in front of the framework (asgi.Mount): the caller's Origin, key, method and
+    body are checked here, in that order, then the MCP session manager (which must run for the app's
+    lifetime: `lifespan`) answers.
+
+    - A present `Origin` must be allowed (RECALL_MCP_ALLOWED_ORIGINS; by default loopback origins only),
+      else 403: the transport spec's guard against DNS rebinding. No Origin is a client that is not
+      a browser, and is allowed.
+    - The key is checked with the database before the body is read (a forged key costs one lookup).
+    - Stateless JSON responses leave nothing to stream: GET (an SSE stream) and DELETE (a session)
+      are 405, as the transport spec allows, instead of a stream held open until a timeout cuts it.
+    - The body is bounded as the API's are: over RECALL_MAX_BODY_BYTES a 413, JSON that is malformed,
+      nests too deeply or repeats a key a 400, more than RECALL_MAX_JSON_ITEMS keys and items a 413,
+      all problem+json, before the SDK parses anything.
+    """
 
     path = "/mcp"
     origin = "http://recall.in-process"  # what the tools' in-process requests are addressed to
 
-    def __init__(self, max_body_bytes: int) -> None:
-        # DNS-rebinding protection guards unauthenticated local servers; every /mcp request carries a
-        # key, and the server may be bound to any name.
+    def __init__(self, max_body_bytes: int, max_json_items: int, allowed_origins: str | None = None) -> None:
+        # The SDK's own DNS-rebinding check wants exact Host values; the Origin check here replaces it.
         self.server = RecallMCP(stateless_http=True, json_response=True, max_request_body_size=max_body_bytes,
                                 transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
                                 log_level="WARNING")
         self.server.streamable_http_app()  # creates the session manager
+        self.max_body_bytes = max_body_bytes
+        self.max_json_items = max_json_items
+        self.origins = origins(allowed_origins)
+        self.app: Any = None  # the framework app the tools call in-process (bind)
         self.inner: Any = None
-        self.handler = asgi(self.path, is_mount=True, copy_scope=True, name="mcp")(self._handle)
+
+    def bind(self, app: Any) -> None:
+        """The framework app the tools call; their calls go through its request IDs, access log and metrics."""
+        self.app = app
+        self.inner = ObservabilityMiddleware(app)
 
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
         async with self.server.session_manager.run():
             yield
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        app = scope["app"]  # the Litestar app this is mounted in
-        if self.inner is None:  # the tools' calls go through its request IDs, access log and metrics
-            self.inner = ObservabilityMiddleware(app)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
-        asked = headers.get(RUN_HEADER.lower().encode(), b"").decode("latin-1")
-        run = asked if ids.RUN_RE.match(asked) else new_run()
+        try:
+            origin = headers.get(b"origin")
+            if origin is not None and not allowed(origin.decode("latin-1"), self.origins):
+                raise errors.Forbidden("This Origin may not call /mcp (RECALL_MCP_ALLOWED_ORIGINS).")
+            run = trace.run_of(scope) or new_run()  # the API's run grammar, and its 400
+        except errors.Problem as problem:
+            await errors.send(send, problem, self.path, request_id(scope))
+            return
         forwarded = {"Authorization": headers[b"authorization"].decode("latin-1")} if b"authorization" in headers \
             else {}
         # The key check talks to the bare app: it is part of this /mcp request, not an API request of its own.
-        async with AsyncRecallClient(self.origin, None, transport=httpx.ASGITransport(app=app), headers=forwarded,
-                                     max_retries=0) as check:
+        async with AsyncRecallClient(self.origin, None, transport=httpx.ASGITransport(app=self.app),
+                                     headers=forwarded, max_retries=0) as check:
             try:
                 writable = await check.can_write()
             except RecallError as exc:
                 await self._problem(scope, send, exc)
                 return
+        try:
+            if scope["method"] != "POST":
+                raise errors.MethodNotAllowed("/mcp answers POST only: its responses are JSON, never a stream.",
+                                              headers={"Allow": "POST"})
+            body = await self._body(headers, receive)
+        except errors.Problem as problem:
+            await errors.send(send, problem, self.path, request_id(scope))
+            return
         async with AsyncRecallClient(self.origin, None, run=run, transport=httpx.ASGITransport(app=self.inner),
                                      headers=forwarded, max_retries=0) as client:
             scope.setdefault("state", {})[_STATE] = Binding(client, writable)  # type: ignore[typeddict-item]
-            await self.server.session_manager.handle_request(scope, receive, send)
+            await self.server.session_manager.handle_request(scope, replay(body, receive), send)
+
+    async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
+        """The request's body within the size limit, and its JSON within the API's bounds, or the problem."""
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            raise errors.PayloadTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
+        body = await read_body(receive, self.max_body_bytes)  # limits.BodyGuard bounds the time
+        jsonbody.decode(body, self.max_json_items)
+        return body
 
     async def _problem(self, scope: Scope, send: Send, exc: RecallError) -> None:
         """The key check's problem, with the API's members, for this request."""
@@ -369,3 +410,31 @@ class HttpEndpoint:
                     if name in exc.headers]
         await send({"type": "http.response.start", "status": exc.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def origins(setting: str | None) -> frozenset[str] | None:
+    """The allowed origins of RECALL_MCP_ALLOWED_ORIGINS (lower-cased, without a trailing slash); `*`: any
+    (None); unset: loopback only (an empty set, see `allowed`)."""
+    if setting is None:
+        return frozenset()
+    found = frozenset(o.strip().rstrip("/").lower() for o in setting.split(",") if o.strip())
+    return None if "*" in found else found
+
+
+def allowed(origin: str, allow: frozenset[str] | None) -> bool:
+    """Whether a browser at `origin` may call /mcp: a listed origin, or with no list, a loopback one
+    (http or https on localhost, 127.0.0.1 or [::1], any port)."""
+    origin = origin.strip().rstrip("/").lower()
+    if allow is None or origin in (allow or ()):
+        return True
+    if allow:
+        return False
+    try:
+        where = urlsplit(origin)
+        where.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return False
+    return where.scheme in ("http", "https") and where.hostname in LOOPBACK and not where.path

@@ -40,7 +40,7 @@ class Spy:
 
 
 def stack(app: Any) -> Any:
-    """The layers app.from_env puts around the framework (Direct aside)."""
+    """The layers asgi.stack puts around the framework (Direct and /mcp aside)."""
     return ObservabilityMiddleware(HeadAsGet(BodyGuard(app, 30)))
 
 

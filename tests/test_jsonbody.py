@@ -57,3 +57,32 @@ def test_json_media_types_are_accepted(ctype: str) -> None:
 def test_other_media_types_are_415(ctype: str | None) -> None:
     with pytest.raises(UnsupportedMediaType):
         jsonbody.require_json(ctype)
+
+
+@given(VALUES)
+def test_items_counts_the_commas_outside_strings_exactly_within_the_limit(value) -> None:
+    body = json.dumps(value).encode()
+    expected = sum(len(v) - 1 for v in _containers(value) if len(v) > 0)
+    assert jsonbody.items(body, 10**6) == expected
+    assert (jsonbody.items(body, 0) > 0) == (expected > 0)
+
+
+def _containers(value):
+    if isinstance(value, (list, dict)):
+        yield value
+        for inner in (value.values() if isinstance(value, dict) else value):
+            yield from _containers(inner)
+
+
+def test_a_body_over_the_item_limit_is_413_before_decoding() -> None:
+    from recall_server.errors import PayloadTooLarge
+
+    wide = json.dumps({f"k{i}": i for i in range(1002)}).encode()  # 1001 commas
+    with pytest.raises(PayloadTooLarge, match="more than 1000 keys and array items"):
+        jsonbody.decode(wide, max_items=1000)
+    assert len(jsonbody.decode(wide, max_items=1001)) == 1002
+    many_strings = json.dumps([""] * 1002).encode()  # refused by the count of its strings
+    with pytest.raises(PayloadTooLarge):
+        jsonbody.decode(many_strings, max_items=1000)
+    strings = json.dumps(["a,b,c,d"] * 10).encode()  # 39 commas, 9 of them outside strings
+    assert jsonbody.decode(strings, max_items=9) == ["a,b,c,d"] * 10

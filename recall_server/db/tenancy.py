@@ -75,6 +75,17 @@ async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple
     return rows
 
 
+async def verify(db: Database, cred: Credential) -> None:
+    """401 unless the key is live; a key this process checked within the window passes at once. For the
+    requests whose input costs work before their statement runs (a body to read and decode, a pattern
+    to compile): a forged key is refused before any of it, and the statement that follows binds the
+    tenant this check remembered."""
+    if cred.keys is not None and cred.keys.get(cred) is not None:
+        return
+    async with db.connection() as conn:
+        await _run(conn, cred, KEY_CHECK, ())
+
+
 async def after_revoking() -> None:
     """Wait out the window in which a process may still rely on a check made before a revocation that
     has just committed (auth.KeyCache): after this, every process refuses the key."""

@@ -15,6 +15,7 @@ from litestar.types import ASGIApp, Empty, Receive, Scope, Send
 from recall_server import auth, content, jsonbody, spill
 from recall_server.auth import Credential
 from recall_server.errors import PROBLEM_JSON, BadRequest
+from recall_server.limits import has_body
 from recall_server.models import ProblemBody
 from recall_server.rows import Content, Labels, Outcome
 from recall_server.service import Service
@@ -85,13 +86,26 @@ class Caller(Request[Any, Any, Any]):
         nests too deeply or repeats a key (jsonbody.decode)."""
         if self._json is Empty:
             jsonbody.require_json(self.headers.get("content-type"))
-            self._json = jsonbody.decode(await self.body())
+            self._json = jsonbody.decode(await self.body(), self.app.state.settings.max_json_items)
         return self._json
 
 
+async def caller_key(scope: Any, state: Any) -> Credential:
+    """The request's key, or 401 (the one key check of every keyed route, the framework's and direct.Direct's).
+
+    A well-formed Bearer key; the database checks it in the request's own statement. A request with a
+    body, or a grep (a pattern to compile), has its key checked with the database first (a check this
+    process made within auth.REVOCATION_WINDOW counts): with a forged key, no byte of the body is read
+    and no pattern compiled (tests/test_edge.py).
+    """
+    cred = auth.from_headers(scope["headers"], state.key_cache)
+    if scope["path"].endswith("/grep") or has_body(scope["headers"]):
+        await state.service.admin.check_key(cred)
+    return cred
+
+
 class RequireKey:
-    """Middleware of the protected routes: a well-formed Bearer key or 401, before the body is even
-    parsed. The database checks the key next, in the request's own statement.
+    """Middleware of the protected routes: the caller's key (caller_key) or 401, before the body is read.
 
     Middleware rather than a Litestar guard: Litestar copies the route handler for every guard call.
     """
@@ -101,8 +115,7 @@ class RequireKey:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "OPTIONS":  # OPTIONS says which methods exist, nothing about data
-            cred = auth.from_headers(scope["headers"], scope["app"].state.key_cache)
-            scope.setdefault("state", {})["credential"] = cred
+            scope.setdefault("state", {})["credential"] = await caller_key(scope, scope["app"].state)
         await self.app(scope, receive, send)
 
 

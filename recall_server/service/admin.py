@@ -19,6 +19,10 @@ class Admin:
 
     # ---- API keys ------------------------------------------------------------------------
 
+    async def check_key(self, cred: Credential) -> None:
+        """401 unless the key is live (before a request's body is read: tenancy.verify)."""
+        await tenancy.verify(self.db, cred)
+
     async def own_key(self, cred: Credential) -> KeyView:
         async with self.db.connection() as conn:
             return await q.own_key(conn, cred)

@@ -298,12 +298,10 @@ class Writes:
 def _new_trigger_view(trigger_id: str, req: CreateTrigger, content_type: str, payload: bytes,
                       occurred_at: datetime, created_at: datetime, expires_at: datetime | None) -> TriggerView:
     """The view of a trigger just filed without neighbours, from the request and what the insert returned:
-    what fetch_trigger would read back (the payload, or the head and tail of a preview)."""
-    whole = len(payload) <= spill.DEFAULT_BUDGET
-    head = payload if whole else payload[:spill.PREVIEW_BYTES]
-    tail = b"" if whole else payload[-spill.PREVIEW_BYTES:]
+    what fetch_trigger reads back. The row holds the whole payload: spill cuts its preview, the one it
+    cuts from what fetch_trigger reads (the same head and tail)."""
     row = TriggerRow(id=trigger_id, source=req.source, thread_id=req.thread_id, summary=req.summary,
-                     content_type=content_type, size=len(payload), head=head, tail=tail, occurred_at=occurred_at,
+                     content_type=content_type, size=len(payload), head=payload, tail=b"", occurred_at=occurred_at,
                      created_at=created_at, neighbours=[], app_id=req.app_id, agent_id=req.agent_id,
                      run_id=req.run_id, expires_at=expires_at)
     return spill.trigger_view(row, spill.DEFAULT_BUDGET)
