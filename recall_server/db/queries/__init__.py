@@ -62,7 +62,7 @@ __all__ = [
     "Conn", "HEAD_SIZE", "fetch_thread", "list_threads", "insert_thread", "update_thread", "insert_owner",
     "lock_thread", "ensure_thread", "count_owners", "rebuild_head", "rebuild_owner_heads", "cap_expiry",
     "list_events", "append_event", "NewNote", "note_many", "event_at", "fetch_worker", "insert_worker",
-    "rebuild_worker_head", "fetch_trigger", "trigger_by_external_id", "insert_neighbours", "insert_trigger",
+    "rebuild_worker_head", "fetch_trigger", "payload_sha", "trigger_by_external_id", "insert_neighbours", "insert_trigger",
     "NewTrigger", "file_on_threads", "ingest_many", "fetch_report", "list_reports", "insert_report",
     "insert_refs", "fetch_memory", "fetch_current_memory", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
