@@ -1,5 +1,8 @@
 """The Python client: one typed method per API operation, over httpx, sync and async.
 
+One module although long: every operation is written once for both the sync and the async client,
+which share the path escaping, retries and problem decoding defined here.
+
     RecallError (status, title, detail, type, instance, request_id, extra: the problem+json members)
      ├── BadRequest            400
      ├── Unauthorized          401

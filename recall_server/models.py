@@ -1,5 +1,7 @@
 """msgspec Structs: the wire shapes published in openapi.yaml.
 
+One module although long: it is the whole published vocabulary, read beside openapi.yaml.
+
 Request Structs forbid unknown fields, so a typo is a 400, not a silently dropped field.
 Length limits are what keep every inline view inside the smallest allowed budget.
 """

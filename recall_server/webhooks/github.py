@@ -43,7 +43,6 @@ _GITHUB_NAME = re.compile(r"^[a-z0-9._-]+\Z")
 _NOT_ID = re.compile(r"[^a-z0-9-]")
 _FAILED = {"failure", "timed_out", "startup_failure"}
 _VERDICT = {"success": "passed", "cancelled": "was cancelled", "action_required": "needs action"}
-COMPLETED_ONLY = {"check_run", "check_suite", "workflow_run"}  # other actions are progress: not stored
 
 # ---- IDs -----------------------------------------------------------------------------------
 
