@@ -32,7 +32,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from recall_server import ops
+from recall_server.service import ops
 from recall_server.langgraph import RecallStore
 
 CharacterEmbeddings = Any
