@@ -120,7 +120,7 @@ SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"
 Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
 Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
                                           description="A path of 1-8 segments, each like an ID body.")]
-MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=OneLine, examples=["tone"])]
+MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=text.KEY, examples=["tone"])]
 # Tag and source limits are what keep a memory's core inside the smallest budget (tests/test_memories.py).
 TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}\Z")]
 TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*\Z")]

@@ -19,11 +19,17 @@ _BIDI_RUN = re.compile(f"[{_BIDI}]+")
 # Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): drawn as nothing (zero-width space
 # and joiners, soft hyphen, word joiner, byte order mark, variation selectors, Hangul fillers, tags),
 # and surrogates, which are no characters at all.
-_INVISIBLE = re.compile(
-    r"[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
-    r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
-    rf"\ud800-\udfff{_REFUSED}]"
+_IGNORABLE = (  # the Basic Multilingual Plane's part, which a published pattern can name
+    r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
+    r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
 )
+_INVISIBLE = re.compile(
+    rf"[{_IGNORABLE}\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff\ud800-\udfff{_REFUSED}]"
+)
+# The pattern of a memory key (models.MemoryKey), published in openapi.yaml, so a schema-valid key is refused
+# by memory_key only for an astral ignorable (shorthand format controls, tags): openapi.yaml's patterns are
+# written with \u escapes, which cannot name characters beyond U+FFFF.
+KEY = rf"^[^{_IGNORABLE}{_REFUSED}]*\Z"
 KEY_MAX = 256
 
 

@@ -503,11 +503,12 @@ def test_a_key_is_one_pair_in_any_unicode_normal_form(client: httpx.Client) -> N
 @pytest.mark.parametrize("key", ["tone\u200b", "tone\u00ad", "tone\ufeff", "\u2060tone", "to\u034fne", "tone\ufe0f"])
 def test_a_key_with_an_invisible_character_is_400_and_writes_nothing(client: httpx.Client, sql, key: str) -> None:
     """Zero-width spaces, soft hyphens, byte order marks, word joiners, variation selectors: a key holding one
-    looks like another key and is not one, so it is refused, naming the character (reads as well as writes)."""
+    looks like another key and is not one, so it is refused by the key's published pattern (reads as well as
+    writes); text.memory_key names the character for what the pattern cannot name (astral ignorables)."""
     space = ns()
     before = sql("SELECT count(*) FROM memories")[0][0]
     problem = assert_problem(client.post("/memories", json={"namespace": space, "key": key, "value": 1}), 400)
-    assert "key" in problem["detail"] and "U+" in problem["detail"], problem
+    assert "key" in problem["detail"], problem
     assert sql("SELECT count(*) FROM memories")[0][0] == before
-    assert_problem(current(client, space, key), 400, "U+")
+    assert_problem(current(client, space, key), 400)
     assert_problem(client.post("/memories", json={"namespace": ["t", "a\u200bb"], "key": "k", "value": 1}), 400)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from litestar import Response, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 
-from recall_server import spill
+from recall_server import spill, text
 from recall_server.ids import MemoryKind
 from recall_server.service.memories import namespace_param
 from recall_server.models import (
@@ -52,7 +52,7 @@ async def create_memory(
 @get("/memories/current", responses=problems(400, 401, 404, 410, 503), operation_id="GetCurrentMemory")
 async def get_current_memory(
     request: Caller, namespace: NamespaceParam,
-    key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\Z")],
+    key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=text.KEY)],
     budget: Budget = spill.DEFAULT_BUDGET,
 ) -> MemoryView:
     """The current version of (namespace, key): 404 if it never had one, 410 if it was deleted or expired."""
