@@ -86,14 +86,23 @@ def theirs(trace_server: ServerProcess, keys: dict[str, str]) -> Iterator[httpx.
 
 def one_connection_per_worker(url: str, key: str) -> list[httpx.Client]:
     """Two keep-alive clients whose connections two different worker processes accepted (told apart by
-    the per-process prefix of the request IDs they answer with)."""
-    clients = [httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {key}"}) for _ in range(12)]
-    with ThreadPoolExecutor(len(clients)) as pool:  # connect all at once, so both workers accept some
-        answers = list(pool.map(lambda c: c.get("/threads", params={"limit": 1}), clients))
-    by_process = {r.headers["x-request-id"][:16]: c for r, c in zip(answers, clients)}
-    for c in clients:
-        if c not in by_process.values():
-            c.close()
+    the per-process prefix of the request IDs they answer with).
+
+    The workers accept from one shared socket (no SO_REUSEPORT, so a second server cannot bind the port),
+    and the kernel may hand a whole burst to one of them: bursts are tried until both have accepted one.
+    """
+    by_process: dict[str, httpx.Client] = {}
+    deadline = time.monotonic() + 30
+    while len(by_process) < 2 and time.monotonic() < deadline:
+        clients = [httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {key}"})
+                   for _ in range(12)]
+        with ThreadPoolExecutor(len(clients)) as pool:  # connect all at once, so both workers accept some
+            answers = list(pool.map(lambda c: c.get("/threads", params={"limit": 1}), clients))
+        for r, c in zip(answers, clients):
+            by_process.setdefault(r.headers["x-request-id"][:16], c)
+        for c in clients:
+            if c not in by_process.values():
+                c.close()
     assert len(by_process) == 2, "both worker processes accepted a connection"
     return list(by_process.values())
 
