@@ -14,7 +14,9 @@
 --                heads kept by the writes (recall_rebuild_head, ...), expiry, the sweep, batched appends
 --   webhooks     hooks (secrets as HMAC pads), hook_deliveries, github_threads, recall_hook_verify
 --   the trace    trace_reads, recall_record_reads, retention
---   search       generated tsvector columns, GIN indexes, backlink indexes, recall_search_hits
+--   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
+--                searches (recall_search_hits exact, recall_lexical_hits); version 7
+--   vectors      embeddings (pgvector), embedding_queue and its triggers, recall_semantic_hits
 --   version 5    the ID, namespace and run CHECKs PostgreSQL matches quickly
 
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -694,6 +696,8 @@ BEGIN
     UPDATE thread_events SET ref_gone_at = least(ref_gone_at, now()) WHERE tenant_id = t AND ref = mem;
     PERFORM recall_rebuild_heads_showing(t, mem);
     UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
+    DELETE FROM embeddings WHERE tenant_id = t AND object_id = mem;
+    DELETE FROM embedding_queue WHERE tenant_id = t AND object_id = mem;
 END
 $$;
 
@@ -804,6 +808,9 @@ BEGIN
     -- Stored idempotent responses that show it are dropped; replays render what still exists.
     UPDATE idempotency_keys SET body = NULL
      WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[obj];
+    -- Its vectors, and its place in the embedding queue.
+    DELETE FROM embeddings WHERE tenant_id = t AND object_id = obj;
+    DELETE FROM embedding_queue WHERE tenant_id = t AND object_id = obj;
 END
 $$;
 
@@ -1140,9 +1147,13 @@ END $$;
 -- write (and recall_erase, which overwrites the content) keeps it current with no trigger and no
 -- second statement. Config 'simple' (lower-casing, no stemming, no stop words): what agents look
 -- for is mostly code and log tokens (test names, error names, file paths, IDs), which an English
--- stemmer would conflate or drop. Weights: A title/name and summary, B source and labels, C content.
--- A deleted object's vector is empty (recall_erase sets deleted_at), so nothing of it stays findable;
--- an expired one is filtered by recall_is_gone at query time until the sweep erases it.
+-- stemmer would conflate or drop; natural-language questions reach word forms through the query
+-- (recall_lexical_hits: the English stem of each word, as a prefix). Weights: A title/name and
+-- summary, B source and labels, C content. Every lexeme carries its tenant ('acme:payment'), so a
+-- GIN lookup reads the caller's postings only: another tenant's data never changes what a search
+-- reads (tests/test_search.py, isolation by buffers read). A deleted object's vector is empty
+-- (recall_erase sets deleted_at), so nothing of it stays findable; an expired one is filtered by
+-- recall_is_gone at query time until the sweep erases it.
 
 -- The indexed text of a content column: text/* and JSON only, the first `n` bytes, cut back to a
 -- character boundary and before any NUL (PostgreSQL text cannot hold one). Content is stored as
@@ -1172,31 +1183,62 @@ BEGIN
 END
 $$;
 
-ALTER TABLE threads ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+-- A vector's (or a query's) lexemes, each prefixed with the tenant: 'payment' -> 'acme:payment',
+-- positions and weights kept. One regexp over the text form (lexemes are quoted there, quotes inside
+-- doubled): it adds about 45% to to_tsvector's cost. A lexeme too long to take the prefix (PostgreSQL
+-- caps one at 2047 bytes; the tenant adds up to 64) is left out rather than the write failing.
+CREATE OR REPLACE FUNCTION recall_scoped(t text, v tsvector) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+BEGIN
+    RETURN regexp_replace(v::text, '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsvector;
+EXCEPTION WHEN OTHERS THEN
+    RETURN regexp_replace(ts_delete(v, ARRAY(SELECT lexeme FROM unnest(v) WHERE octet_length(lexeme) > 1980))::text,
+                          '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsvector;
+END
+$$;
+CREATE OR REPLACE FUNCTION recall_scoped(t text, q tsquery) RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$
+    SELECT regexp_replace(q::text, '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsquery
+$$;
+
+-- Version 7 (tenant-scoped lexemes): the generated columns are made again with the new expression below.
+-- Dropping a column drops its GIN index with it; adding a STORED generated column rewrites the table.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 7) THEN
+        ALTER TABLE threads DROP COLUMN IF EXISTS search;
+        ALTER TABLE workers DROP COLUMN IF EXISTS search;
+        ALTER TABLE triggers DROP COLUMN IF EXISTS search;
+        ALTER TABLE reports DROP COLUMN IF EXISTS search;
+        ALTER TABLE memories DROP COLUMN IF EXISTS search;
+    END IF;
+END $$;
+
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN recall_scoped(tenant_id,
     setweight(to_tsvector('simple'::regconfig, title || ' ' || summary), 'A')
     || setweight(to_tsvector('simple'::regconfig, status || ' ' || coalesce(app_id, '') || ' '
-                             || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B') ELSE ''::tsvector END) STORED;
-ALTER TABLE workers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+                             || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')) ELSE ''::tsvector END) STORED;
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN recall_scoped(tenant_id,
     setweight(to_tsvector('simple'::regconfig, name || ' ' || summary), 'A')
     || setweight(to_tsvector('simple'::regconfig, coalesce(app_id, '') || ' ' || coalesce(agent_id, '') || ' '
-                             || coalesce(run_id, '')), 'B') ELSE ''::tsvector END) STORED;
-ALTER TABLE triggers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+                             || coalesce(run_id, '')), 'B')) ELSE ''::tsvector END) STORED;
+ALTER TABLE triggers ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN recall_scoped(tenant_id,
     setweight(to_tsvector('simple'::regconfig, summary), 'A')
     || setweight(to_tsvector('simple'::regconfig, source || ' ' || coalesce(app_id, '') || ' '
                              || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
-    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, payload, 65536)), 'C') ELSE ''::tsvector END) STORED;
-ALTER TABLE reports ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, payload, 65536)), 'C')) ELSE ''::tsvector END) STORED;
+ALTER TABLE reports ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL THEN recall_scoped(tenant_id,
     setweight(to_tsvector('simple'::regconfig, summary), 'A')
     || setweight(to_tsvector('simple'::regconfig, coalesce(app_id, '') || ' ' || coalesce(agent_id, '') || ' '
                              || coalesce(run_id, '')), 'B')
-    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, body, 65536)), 'C') ELSE ''::tsvector END) STORED;
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, body, 65536)), 'C')) ELSE ''::tsvector END) STORED;
 -- A memory: only its current version is searchable (a superseded one's vector is empty, so superseding
 -- costs no to_tsvector of the old value); A summary and key, B namespace segments and labels, C value.
-ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL AND current THEN
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL AND current THEN recall_scoped(tenant_id,
     setweight(to_tsvector('simple'::regconfig, summary || ' ' || key), 'A')
     || setweight(to_tsvector('simple'::regconfig, replace(namespace, '/', ' ') || ' ' || coalesce(app_id, '') || ' '
                              || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
-    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, value, 65536)), 'C') ELSE ''::tsvector END) STORED;
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, value, 65536)), 'C')) ELSE ''::tsvector END) STORED;
 CREATE INDEX IF NOT EXISTS threads_search ON threads USING gin (search);
 CREATE INDEX IF NOT EXISTS workers_search ON workers USING gin (search);
 CREATE INDEX IF NOT EXISTS triggers_search ON triggers USING gin (search);
@@ -1210,6 +1252,22 @@ ALTER INDEX workers_search SET (gin_pending_list_limit = 256);
 ALTER INDEX triggers_search SET (gin_pending_list_limit = 256);
 ALTER INDEX reports_search SET (gin_pending_list_limit = 256);
 ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
+INSERT INTO schema_migrations (version) VALUES (7) ON CONFLICT DO NOTHING;
+
+-- Everything search may return, one row per object, with what its filters read. Read only by the
+-- search functions below (as the owner); a memory is searchable in its current version only.
+CREATE OR REPLACE VIEW recall_searchable AS
+    SELECT 'thread'::text AS kind, tenant_id, id, created_at, search, status, app_id, agent_id, run_id, deleted_at,
+           expires_at FROM threads
+    UNION ALL SELECT 'worker', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
+           expires_at FROM workers
+    UNION ALL SELECT 'trigger', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
+           expires_at FROM triggers
+    UNION ALL SELECT 'report', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
+           expires_at FROM reports
+    UNION ALL SELECT 'memory', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
+           expires_at FROM memories WHERE current;
+REVOKE ALL ON recall_searchable FROM PUBLIC;
 
 -- Backlinks: each relation's lookup by the linked-to ID is an index scan, in keyset order.
 CREATE INDEX IF NOT EXISTS report_refs_by_trigger ON report_refs (tenant_id, trigger_id, report_id);
@@ -1229,46 +1287,32 @@ DROP INDEX IF EXISTS thread_events_by_ref;    -- (tenant_id, ref): thread_events
 -- Why SECURITY DEFINER: under row-level security PostgreSQL may not use an index for an operator that
 -- is not LEAKPROOF before the policy has filtered the rows, and tsvector @@ tsquery is not, so as
 -- recall_app every search was a sequential scan of the tenant's rows (45 ms on the bench store, vs
--- 2-10 ms with the GIN indexes). It returns IDs only: the caller reads each hit's summary and snippet
--- from the tables as recall_app, under the tenant policy, and drops a hit it cannot see.
+-- 2-10 ms with the GIN indexes). Each returns IDs only: the caller reads each hit's summary and snippet
+-- from the tables as recall_app, under the tenant policy, and drops a hit it cannot see. Filters are
+-- applied inside the candidate search, never after a cut, so a filtered search still fills its page.
+
+-- mode=exact: every live object matching the words as web search syntax (all words, "a phrase", or,
+-- -not), ranked by ts_rank (normalization 0: it depends on the row and the query only, never on the rest
+-- of the corpus), keyset-paged on (score, created_at, id).
 CREATE OR REPLACE FUNCTION recall_search_hits(p_q text, p_kinds text[], p_status text, p_app text, p_agent text,
     p_run text, p_since timestamptz, p_until timestamptz, p_score numeric, p_at timestamptz, p_id text,
     p_limit integer)
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
-DECLARE t text := current_setting('app.tenant_id', true); q tsquery := websearch_to_tsquery('simple', p_q);
+DECLARE t text := current_setting('app.tenant_id', true); q tsquery;
 BEGIN
     IF coalesce(t, '') = '' THEN  -- no tenant bound: nothing, never everything
         RETURN;
     END IF;
+    q := recall_scoped(t, websearch_to_tsquery('simple', p_q));
     RETURN QUERY SELECT * FROM (
-        SELECT 'thread'::text AS k, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) AS score FROM threads x
-         WHERE 'thread' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND (p_status IS NULL OR x.status = p_status)
-           AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
-           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
-        UNION ALL
-        SELECT 'worker'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM workers x
-         WHERE 'worker' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
-           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
-        UNION ALL
-        SELECT 'trigger'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM triggers x
-         WHERE 'trigger' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
-           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
-        UNION ALL
-        SELECT 'report'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM reports x
-         WHERE 'report' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
-           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
-        UNION ALL  -- current versions only: a superseded one never comes back (its vector is empty too)
-        SELECT 'memory'::text, x.id, x.created_at, round(ts_rank(x.search, q)::numeric, 6) FROM memories x
-         WHERE 'memory' = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ q AND x.current
-           AND NOT recall_is_gone(x.deleted_at, x.expires_at)
-           AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent) AND (p_run IS NULL OR x.run_id = p_run)
-           AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
+        SELECT s.kind, s.id, s.created_at, round(ts_rank(s.search, q)::numeric, 6) AS score FROM recall_searchable s
+         WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ q AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+           AND (p_status IS NULL OR s.status = p_status)
+           AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
+           AND (p_run IS NULL OR s.run_id = p_run)
+           AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
     ) h
     WHERE p_score IS NULL OR (h.score, h.created_at, h.id) < (p_score, p_at, p_id)
     ORDER BY h.score DESC, h.created_at DESC, h.id DESC LIMIT p_limit;
@@ -1278,6 +1322,379 @@ REVOKE ALL ON FUNCTION recall_search_hits(text, text[], text, text, text, text, 
     timestamptz, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_search_hits(text, text[], text, text, text, text, timestamptz, timestamptz, numeric,
     timestamptz, text, integer) TO recall_app;
+
+-- What every ranked mode requires of a hit, from the question: each "quoted phrase" as a phrase, and no
+-- -word (scoped to tenant `t`); NULL when the question asks neither.
+CREATE OR REPLACE FUNCTION recall_search_must(t text, p_q text) RETURNS tsquery
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+DECLARE seg text; must tsquery;
+BEGIN
+    FOR seg IN SELECT m[1] FROM regexp_matches(p_q, '"([^"]*)"', 'g') m LOOP
+        IF numnode(phraseto_tsquery('simple', seg)) > 0 THEN
+            must := CASE WHEN must IS NULL THEN phraseto_tsquery('simple', seg) ELSE must && phraseto_tsquery('simple', seg) END;
+        END IF;
+    END LOOP;
+    FOR seg IN SELECT m[1] FROM regexp_matches(p_q, '(?:^|\s)-([^\s"]+)', 'g') m LOOP
+        IF numnode(plainto_tsquery('simple', seg)) > 0 THEN
+            must := CASE WHEN must IS NULL THEN !! plainto_tsquery('simple', seg) ELSE must && !! plainto_tsquery('simple', seg) END;
+        END IF;
+    END LOOP;
+    RETURN CASE WHEN must IS NULL THEN NULL ELSE recall_scoped(t, must) END;
+END
+$$;
+
+-- mode=lexical (and the lexical arm of hybrid): a question in an agent's own words. Each word of it
+-- matches its own token or, unless it is an English stop word, any token starting with its English
+-- stem ("failed" -> fail:* finds fail, failing, failure); words are ORed, each weighted by how rare it is
+-- in this tenant (idf over a count capped at `cap`), an exact token counting more than a stem match,
+-- with ts_rank (title and summary above content) as the last part of the score. "Quoted phrases" must
+-- match as phrases and -words must not match. A word in `cap` or more objects is common: when rarer
+-- words exist it only adds to the score of what they found; when every word is common, the newest
+-- `cap` objects having them are ranked (a word in 100,000 triggers reads 1,000, not 100,000). The
+-- best `p_depth` hits created at or before `p_as_of`, best first.
+CREATE OR REPLACE FUNCTION recall_lexical_hits(p_q text, p_kinds text[], p_status text, p_app text, p_agent text,
+    p_run text, p_since timestamptz, p_until timestamptz, p_as_of timestamptz, p_depth integer)
+RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    t text := current_setting('app.tenant_id', true);
+    cap constant integer := 1000;
+    free text; w text; stem text;
+    exact tsquery; wq tsquery; df integer;
+    exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}';
+    rare tsquery; anyq tsquery; must tsquery; total float8 := 0;
+BEGIN
+    IF coalesce(t, '') = '' THEN
+        RETURN;
+    END IF;
+    must := recall_search_must(t, p_q);
+    free := regexp_replace(p_q, '(?:^|\s)-[^\s"]+', ' ', 'g');  -- "phrases" are required, and their words scored
+    FOR w IN SELECT unnest(tsvector_to_array(to_tsvector('simple', free))) LOOP
+        exact := recall_scoped(t, ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery);
+        stem := (SELECT l FROM unnest(tsvector_to_array(to_tsvector('english', w))) l LIMIT 1);
+        wq := exact;
+        IF stem IS NOT NULL AND char_length(stem) >= 3 THEN
+            wq := exact || recall_scoped(t, ('''' || replace(replace(stem, '\', '\\'), '''', '''''') || ''':*')::tsquery);
+        END IF;
+        SELECT count(*) INTO df FROM (SELECT 1 FROM recall_searchable s
+                                       WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ wq
+                                         AND s.created_at <= p_as_of LIMIT cap) x;
+        total := total + ln(1 + (cap + 1.0) / (df + 1));
+        CONTINUE WHEN df = 0;
+        exacts := exacts || exact;
+        stems := stems || wq;
+        weights := weights || ln(1 + (cap + 1.0) / (df + 1));
+        anyq := CASE WHEN anyq IS NULL THEN wq ELSE anyq || wq END;
+        IF df < cap THEN
+            rare := CASE WHEN rare IS NULL THEN wq ELSE rare || wq END;
+        END IF;
+    END LOOP;
+    IF anyq IS NULL THEN  -- no word of the question is in this tenant's objects
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH found AS MATERIALIZED (
+        SELECT s.kind, s.id, s.created_at, s.search FROM recall_searchable s
+         WHERE rare IS NOT NULL AND s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ rare
+           AND (must IS NULL OR s.search @@ must) AND s.created_at <= p_as_of
+           AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
+           AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
+           AND (p_run IS NULL OR s.run_id = p_run)
+           AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
+        UNION ALL
+        (SELECT s.kind, s.id, s.created_at, s.search FROM recall_searchable s
+          WHERE rare IS NULL AND s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ anyq
+            AND (must IS NULL OR s.search @@ must) AND s.created_at <= p_as_of
+            AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
+            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
+            AND (p_run IS NULL OR s.run_id = p_run)
+            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
+          ORDER BY s.created_at DESC LIMIT cap)
+    )
+    SELECT f.kind, f.id, f.created_at,
+           round(((SELECT sum(CASE WHEN f.search @@ u.e THEN u.wt WHEN f.search @@ u.s THEN 0.5 * u.wt ELSE 0 END)
+                     FROM unnest(exacts, stems, weights) AS u(e, s, wt)) / total
+                  + 0.001 * ts_rank(f.search, anyq))::numeric, 6) AS score
+      FROM found f
+     ORDER BY score DESC, f.created_at DESC, f.id DESC LIMIT p_depth;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_lexical_hits(text, text[], text, text, text, text, timestamptz, timestamptz,
+    timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_lexical_hits(text, text[], text, text, text, text, timestamptz, timestamptz,
+    timestamptz, integer) TO recall_app;
+
+-- ---- vectors ------------------------------------------------------------------------------------
+-- Search by meaning: one vector per object and model (recall_server/embedders.py makes them), kept
+-- beside the text. A write commits without waiting for its vector: a trigger on each table queues the
+-- object in the write's own transaction, and the server's indexer (service/indexer.py) drains the queue
+-- in batches, so a crash loses no queued work. Each vector records the model and dimensions that made
+-- it, and a search compares only vectors of the model it embedded the question with. Deleting or
+-- erasing an object deletes its vectors (recall_erase); search also skips any object that is gone,
+-- superseded or expired, sweep or no sweep.
+--
+-- The `vector` type comes from pgvector: the embedded PostgreSQL ships it; a server reached by
+-- DATABASE_URL may not. Without it the tables below exist (so erasure and the queue work the same) but
+-- hold no vectors, nothing is queued, and search is lexical only (GET /readyz and every search say so).
+CREATE TABLE IF NOT EXISTS embeddings (
+    tenant_id   text NOT NULL REFERENCES tenants(id),
+    object_id   text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory')),
+    model       text NOT NULL CHECK (char_length(model) BETWEEN 1 AND 200),
+    dims        integer NOT NULL CHECK (dims BETWEEN 1 AND 16000),
+    embedded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, model, object_id)
+);
+CREATE INDEX IF NOT EXISTS embeddings_by_object ON embeddings (tenant_id, object_id);
+
+CREATE TABLE IF NOT EXISTS embedding_queue (
+    tenant_id  text NOT NULL REFERENCES tenants(id),
+    object_id  text NOT NULL,
+    kind       text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory')),
+    queued_at  timestamptz NOT NULL DEFAULT now(),
+    not_before timestamptz NOT NULL DEFAULT now(),  -- retry backoff; 'infinity' once the model refused it
+    attempts   integer NOT NULL DEFAULT 0,
+    last_error text,
+    PRIMARY KEY (tenant_id, object_id)
+);
+CREATE INDEX IF NOT EXISTS embedding_queue_due ON embedding_queue (not_before, queued_at);
+
+GRANT SELECT, DELETE ON embeddings TO recall_app;  -- erasure deletes an object's vectors
+GRANT SELECT, INSERT, UPDATE, DELETE ON embedding_queue TO recall_app;  -- writes queue their objects
+DO $$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['embeddings', 'embedding_queue'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
+        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
+        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
+                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
+                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
+    END LOOP;
+END
+$$;
+
+-- pgvector, where the server has it and the owner may create it; the column that holds the vectors.
+-- `vector` without a length: each model's length is fixed by `dims`, and its index casts to it.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector')
+       AND EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') THEN
+        BEGIN
+            CREATE EXTENSION vector;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'pgvector is installed but this role may not create it: search stays lexical';
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') THEN
+        EXECUTE 'ALTER TABLE embeddings ADD COLUMN IF NOT EXISTS embedding vector NOT NULL';
+    END IF;
+END
+$$;
+
+-- Whether vectors can be stored here (pgvector is in this database).
+CREATE OR REPLACE FUNCTION recall_vectors_available() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'embeddings'::regclass AND attname = 'embedding'
+                                                AND NOT attisdropped)
+$$;
+GRANT EXECUTE ON FUNCTION recall_vectors_available() TO recall_app;
+
+-- A write queues its object for embedding (or again, when the text a vector is made of changed).
+CREATE OR REPLACE FUNCTION recall_queue_embedding() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO embedding_queue (tenant_id, object_id, kind) VALUES (NEW.tenant_id, NEW.id, TG_ARGV[0])
+    ON CONFLICT (tenant_id, object_id) DO UPDATE SET queued_at = now(), not_before = now(), attempts = 0,
+                                                     last_error = NULL;
+    RETURN NULL;
+END
+$$;
+DO $$
+DECLARE
+    k record;
+    vectors boolean := recall_vectors_available();
+BEGIN
+    FOR k IN SELECT * FROM (VALUES ('threads', 'thread', 'title'), ('workers', 'worker', 'name'), ('triggers', 'trigger', NULL),
+                                   ('reports', 'report', NULL), ('memories', 'memory', NULL)) AS v(tbl, kind, col) LOOP
+        EXECUTE format('DROP TRIGGER IF EXISTS queue_embedding ON %I', k.tbl);
+        EXECUTE format('DROP TRIGGER IF EXISTS queue_embedding_again ON %I', k.tbl);
+        IF vectors THEN
+            EXECUTE format('CREATE TRIGGER queue_embedding AFTER INSERT ON %I FOR EACH ROW WHEN (NEW.deleted_at IS NULL)'
+                           ' EXECUTE FUNCTION recall_queue_embedding(%L)', k.tbl, k.kind);
+            IF k.col IS NOT NULL THEN  -- a thread's or worker's name and summary may change; the others' text never
+                EXECUTE format('CREATE TRIGGER queue_embedding_again AFTER UPDATE OF %1$I, summary ON %2$I FOR EACH ROW'
+                               ' WHEN (NEW.deleted_at IS NULL AND (OLD.%1$I, OLD.summary) IS DISTINCT FROM (NEW.%1$I, NEW.summary))'
+                               ' EXECUTE FUNCTION recall_queue_embedding(%3$L)', k.col, k.tbl, k.kind);
+            END IF;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The text a vector is made of (as bench/retrieval/corpus.py's document(): the same for the labelled
+-- set's in-process ranking): name or title, summary and the head of the content, at most 2,000
+-- characters. NULL when the object is gone (or a superseded memory): nothing to embed.
+CREATE OR REPLACE FUNCTION recall_embedding_text(t text, obj text, k text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT left(CASE k
+        WHEN 'thread' THEN (SELECT x.title || E'\n' || x.summary FROM threads x
+                             WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+        WHEN 'worker' THEN (SELECT x.name || E'\n' || x.summary FROM workers x
+                             WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+        WHEN 'trigger' THEN (SELECT x.source || E'\n' || x.summary || E'\n' || recall_search_text(x.content_type, x.payload, 8192)
+                              FROM triggers x
+                             WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+        WHEN 'report' THEN (SELECT x.summary || E'\n' || recall_search_text(x.content_type, x.body, 8192) FROM reports x
+                             WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+        ELSE (SELECT x.namespace || ' ' || x.key || E'\n' || x.summary || E'\n'
+                     || recall_search_text(x.content_type, x.value, 8192) FROM memories x
+               WHERE x.tenant_id = t AND x.id = obj AND x.current AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+    END, 2000)
+$$;
+
+-- The indexer's batch (every tenant: it runs for the server, not for a request): up to `n` due queue
+-- entries, locked until the caller's transaction ends (SKIP LOCKED: several server processes drain one
+-- queue without taking the same entry), with the text to embed (NULL: the object is gone; the caller
+-- drops the entry). Oldest first.
+CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer)
+RETURNS TABLE (tenant_id text, object_id text, kind text, queued_at timestamptz, text text)
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT q.tenant_id, q.object_id, q.kind, q.queued_at, recall_embedding_text(q.tenant_id, q.object_id, q.kind)
+      FROM (SELECT * FROM embedding_queue WHERE not_before <= now() ORDER BY not_before, queued_at
+             LIMIT n FOR UPDATE SKIP LOCKED) q
+$$;
+
+-- Store a batch's vectors (text form, '[0.1,...]') and drop their queue entries; an object erased in
+-- the meantime gets none (its queue entry goes too).
+CREATE OR REPLACE FUNCTION recall_embedding_store(p_tenants text[], p_ids text[], p_kinds text[], p_vectors text[],
+    p_model text, p_dims integer) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    EXECUTE 'INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
+             SELECT v.t, v.o, v.k, $4, $5, v.e::vector FROM unnest($1, $2, $3, $6) AS v(t, o, k, e)
+              WHERE v.e IS NOT NULL AND recall_embedding_text(v.t, v.o, v.k) IS NOT NULL
+             ON CONFLICT (tenant_id, model, object_id)
+             DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, embedded_at = now()'
+    USING p_tenants, p_ids, p_kinds, p_model, p_dims, p_vectors;
+    DELETE FROM embedding_queue q USING unnest(p_tenants, p_ids) AS v(t, o)
+     WHERE q.tenant_id = v.t AND q.object_id = v.o;
+END
+$$;
+
+-- A batch the embedder failed: retried after a backoff (30 s, doubling, at most an hour), or never
+-- again (`permanent`: the model refused the text) until `recall-server reindex` queues it again.
+CREATE OR REPLACE FUNCTION recall_embedding_failed(p_tenants text[], p_ids text[], p_error text, p_permanent boolean)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    UPDATE embedding_queue q
+       SET attempts = q.attempts + 1, last_error = left(p_error, 500),
+           not_before = CASE WHEN p_permanent THEN 'infinity'::timestamptz
+                             ELSE now() + least(3600, 30 * 2 ^ least(q.attempts, 12)) * interval '1 second' END
+      FROM unnest(p_tenants, p_ids) AS v(t, o)
+     WHERE q.tenant_id = v.t AND q.object_id = v.o
+$$;
+
+-- The queue as metrics: entries due now, waiting on a retry, refused; the oldest due entry's age.
+CREATE OR REPLACE FUNCTION recall_embedding_queue_stats()
+RETURNS TABLE (due bigint, retrying bigint, refused bigint, oldest_seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT count(*) FILTER (WHERE not_before <= now()), count(*) FILTER (WHERE not_before > now() AND not_before < 'infinity'),
+           count(*) FILTER (WHERE not_before = 'infinity'),
+           coalesce(extract(epoch FROM now() - min(queued_at) FILTER (WHERE not_before <= now())), 0)
+      FROM embedding_queue
+$$;
+
+-- recall-server reindex: queue every live object of every tenant that has no vector of `p_model` (all
+-- of them with `p_all`), refused entries included. Returns how many were queued.
+CREATE OR REPLACE FUNCTION recall_embedding_reindex(p_model text, p_all boolean) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH queued AS (
+        INSERT INTO embedding_queue (tenant_id, object_id, kind)
+        SELECT s.tenant_id, s.id, s.kind FROM recall_searchable s
+         WHERE NOT recall_is_gone(s.deleted_at, s.expires_at)
+           AND (p_all OR NOT EXISTS (SELECT 1 FROM embeddings e
+                                      WHERE e.tenant_id = s.tenant_id AND e.model = p_model AND e.object_id = s.id))
+        ON CONFLICT (tenant_id, object_id) DO UPDATE SET not_before = now(), attempts = 0, last_error = NULL
+        RETURNING 1)
+    SELECT count(*) FROM queued
+$$;
+
+-- The HNSW index of one model's vectors (cosine), made by the server when it first indexes with that
+-- model: a model's vectors have one length, and an index needs it (the expression casts to it). Used
+-- by recall_semantic_hits for a tenant with more vectors than an exact scan reads quickly.
+CREATE OR REPLACE FUNCTION recall_embedding_index(p_model text, p_dims integer) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    IF recall_vectors_available() AND p_dims <= 2000 THEN
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
+                       ' WHERE model = %L', 'embeddings_hnsw_' || left(md5(p_model), 12), p_dims, p_model);
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+    recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
+    recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+    recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
+    recall_embedding_index(text, integer) TO recall_app;
+
+-- mode=semantic (and the semantic arm of hybrid): the bound tenant's live objects nearest to the
+-- question's vector `p_vec` (text form) among vectors of `p_model`, filtered inside the scan (the
+-- question's "phrases" and -words too), best first, score = cosine similarity. Up to `exact_max` vectors in the tenant it is an exact scan of the
+-- tenant's vectors only (another tenant's data changes nothing); above, the model's HNSW index with
+-- pgvector's iterative scan (approximate; it walks a graph of every tenant's vectors of the model).
+DROP FUNCTION IF EXISTS recall_semantic_hits(text, text, integer, text[], text, text, text, text, timestamptz,
+    timestamptz, timestamptz, integer);
+CREATE OR REPLACE FUNCTION recall_semantic_hits(p_q text, p_vec text, p_model text, p_dims integer, p_kinds text[],
+    p_status text, p_app text, p_agent text, p_run text, p_since timestamptz, p_until timestamptz,
+    p_as_of timestamptz, p_depth integer)
+RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    t text := current_setting('app.tenant_id', true);
+    exact_max constant integer := 20000;
+    n integer;
+    distance text;
+BEGIN
+    IF coalesce(t, '') = '' OR NOT recall_vectors_available() THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO n FROM (SELECT 1 FROM embeddings WHERE tenant_id = t AND model = p_model LIMIT exact_max + 1) x;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    distance := CASE WHEN n <= exact_max OR p_dims > 2000 THEN '(e.embedding <=> $1::vector)'  -- no index matches this
+                     ELSE format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims) END;
+    IF n > exact_max THEN
+        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+        PERFORM set_config('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text, true);
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        SELECT h.kind, h.id, h.created_at, round((1 - h.d)::numeric, 6) FROM (
+            SELECT s.kind, s.id, s.created_at, %1$s AS d
+              FROM embeddings e JOIN recall_searchable s ON s.tenant_id = e.tenant_id AND s.id = e.object_id
+             WHERE e.tenant_id = $2 AND e.model = %2$L AND e.kind = ANY($4) AND s.kind = e.kind
+               AND s.created_at <= $11 AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+               AND ($5::text IS NULL OR s.status = $5) AND ($6::text IS NULL OR s.app_id = $6)
+               AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
+               AND ($9::timestamptz IS NULL OR s.created_at >= $9) AND ($10::timestamptz IS NULL OR s.created_at < $10)
+               AND ($13::tsquery IS NULL OR s.search @@ $13)
+             ORDER BY %1$s LIMIT $12) h
+         ORDER BY h.d, h.created_at DESC, h.id DESC$q$, distance, p_model)
+    USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
+          recall_search_must(t, p_q);
+END
+$$;
+REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
+    timestamptz, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
+    timestamptz, timestamptz, integer) TO recall_app;
 
 -- Version 5: the ID, namespace and run CHECKs without bounded repetitions. PostgreSQL's regex engine
 -- unrolls `{1,64}` into its automaton and pays for it on every match: per value, a trigger ID cost

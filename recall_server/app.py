@@ -136,7 +136,8 @@ def create_app(settings: Settings) -> Litestar:
         app.state.service = service = Service(db, CursorCodec(secret), settings)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),
-                      asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever())]
+                      asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever()),
+                      asyncio.create_task(service.indexer.run_forever())]  # loads the embedder, then indexes
         try:
             yield
         finally:

@@ -399,8 +399,18 @@ class KeyList(Struct):
     data: list[KeyView]
 
 
-class Health(Struct):
+class SearchStatus(Struct):
+    """What GET /search can do now: its modes, the embedder, whether this database holds vectors, and why not."""
+
+    modes: list[Literal["hybrid", "lexical", "semantic", "exact"]]
+    embedder: str
+    vectors: bool
+    note: str | None = None
+
+
+class Health(Struct, omit_defaults=True):
     status: str
+    search: SearchStatus | None = None  # /readyz only
 
 
 class ProblemBody(Struct):
@@ -497,15 +507,29 @@ class SearchHit(Struct, omit_defaults=True):
     type: Literal["trigger", "thread", "worker", "report", "memory"]
     summary: str
     href: str
-    score: float  # ts_rank, rounded to 6 decimals; ties are broken by recency, then ID
+    # exact: ts_rank; lexical: rare-term-weighted match; semantic: cosine similarity; hybrid: reciprocal
+    # rank fusion. Rounded; ties are broken by recency, then ID.
+    score: float
     snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
     thread_id: ThreadId | None = None  # a trigger's or report's thread: the next hop (omitted for the other kinds)
+    explain: SearchExplain | None = None  # with explain=true (ranked modes): which arm found it, and where
+
+
+class SearchExplain(Struct, omit_defaults=True):
+    """Which arm of a ranked search found a hit: its 1-based rank and score in each (absent: not found by it)."""
+
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    semantic_rank: int | None = None
+    semantic_score: float | None = None  # cosine similarity of the question's vector and the object's
 
 
 class SearchPage(Struct):
     data: list[SearchHit]
     next_cursor: str | None
     has_more: bool
+    mode: Literal["hybrid", "lexical", "semantic", "exact"] = "exact"  # the mode that ran
+    note: str | None = None  # why a mode asked for (or the default) ran with fewer arms, e.g. no embedder
 
 
 class Backlink(Struct):

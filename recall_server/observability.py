@@ -43,6 +43,15 @@ DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the 
                     "timed out or was saturated", ["reason"])
 CONTENT_CACHE = Counter("recall_content_cache_total", "Payload/body reads served from this process's cache (hit) "
                         "or with the bytes from the database (miss)", ["result"])
+EMBEDDED = Counter("recall_embeddings_total", "Objects the indexer embedded and stored (all processes)")
+EMBED_FAILURES = Counter("recall_embedding_failures_total", "Objects the embedder failed on, by kind of failure: "
+                         "retried later (unavailable) or not until a reindex (rejected)", ["reason"])
+EMBED_QUEUE = Gauge("recall_embedding_queue", "Embedding queue entries: due now, waiting to retry, refused",
+                    ["state"], multiprocess_mode="max")
+EMBED_LAG = Gauge("recall_embedding_lag_seconds", "Age of the oldest embedding queue entry that is due",
+                  multiprocess_mode="max")
+EMBED_SECONDS = Histogram("recall_embedding_batch_seconds", "Wall time to embed one batch of texts",
+                          buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 
 
 def _request_ids() -> Iterator[str]:

@@ -156,6 +156,10 @@ class SearchRow(Struct):
     snippet: str | None
     position: str
     thread_id: str | None = None  # a trigger's or report's thread
+    lexical_rank: int | None = None  # ranked modes: the hit's rank in each arm (None: the arm missed it)
+    semantic_rank: int | None = None
+    lexical_score: float | None = None
+    semantic_score: float | None = None
 
 
 class BacklinkRow(Struct):

@@ -21,7 +21,9 @@ def word() -> str:
 
 
 def hits(client: httpx.Client, **params: object) -> list[dict]:
-    r = client.get("/search", params=params)
+    """A page's hits; mode=exact unless asked (these tests specify which objects match; tests/test_hybrid_search.py
+    covers the ranked modes)."""
+    r = client.get("/search", params={"mode": "exact", **params})
     assert r.status_code == 200, r.text
     return r.json()["data"]
 
@@ -120,7 +122,7 @@ def test_pages_are_stable_while_objects_are_added(client: httpx.Client, graph: G
     # Several objects at each of a few scores, so ties are broken by recency and ID across pages.
     made = [graph.trigger(summary=" ".join([w] * (1 + i % 3)), payload={"n": i})["id"] for i in range(14)]
     seen: list[str] = []
-    r = client.get("/search", params={"q": w, "limit": 3})
+    r = client.get("/search", params={"mode": "exact", "q": w, "limit": 3})
     while True:
         assert r.status_code == 200, r.text
         page = r.json()
@@ -130,7 +132,7 @@ def test_pages_are_stable_while_objects_are_added(client: httpx.Client, graph: G
         if not page["has_more"]:
             break
         assert r.headers["link"].endswith('rel="next"')
-        r = client.get("/search", params={"q": w, "limit": 3, "cursor": page["next_cursor"]})
+        r = client.get("/search", params={"mode": "exact", "q": w, "limit": 3, "cursor": page["next_cursor"]})
     assert len(seen) == len(set(seen)), "nothing repeated"
     assert set(made) <= set(seen), "nothing that existed was skipped"
     scores = [h["score"] for h in hits(client, q=w, limit=100)]
@@ -141,28 +143,28 @@ def test_a_forged_or_foreign_cursor_is_a_400(client: httpx.Client, graph: Graph)
     w = word()
     for _ in range(3):
         graph.thread(summary=w)
-    page = client.get("/search", params={"q": w, "limit": 1}).json()
-    assert_problem(client.get("/search", params={"q": word(), "cursor": page["next_cursor"]}), 400, "cursor")
+    page = client.get("/search", params={"mode": "exact", "q": w, "limit": 1}).json()
+    assert_problem(client.get("/search", params={"mode": "exact", "q": word(), "cursor": page["next_cursor"]}), 400, "cursor")
     body, mac = page["next_cursor"].split(".")
     # another MAC, still canonical base64: its first character (six whole bits) changed. (Its last two set to
     # "AA" left 1 token in 256 as it was: the last character of 16 bytes carries 2 bits, one of A, Q, g, w.)
     forged_mac = ("B" if mac[0] == "A" else "A") + mac[1:]
-    assert_problem(client.get("/search", params={"q": w, "cursor": f"{body}.{forged_mac}"}), 400, "cursor")
+    assert_problem(client.get("/search", params={"mode": "exact", "q": w, "cursor": f"{body}.{forged_mac}"}), 400, "cursor")
     for score in ("sNaN", "NaN", "-Infinity", "1e999999", "x"):  # positions a forger might try: still 400s
         forged = base64.urlsafe_b64encode(json.dumps([score, "2026-01-01T00:00:00Z", "thr_x"]).encode())
-        assert_problem(client.get("/search", params={"q": w, "cursor": f"{forged.decode().rstrip('=')}.{mac}"}),
+        assert_problem(client.get("/search", params={"mode": "exact", "q": w, "cursor": f"{forged.decode().rstrip('=')}.{mac}"}),
                        400, "cursor")
 
 
 def test_empty_blank_or_overlong_q_is_a_400_problem(client: httpx.Client) -> None:
     assert_problem(client.get("/search"), 400)
-    assert_problem(client.get("/search", params={"q": ""}), 400)
-    assert_problem(client.get("/search", params={"q": "   "}), 400)
-    assert_problem(client.get("/search", params={"q": "x" * 257}), 400)
-    assert_problem(client.get("/search", params={"q": "x", "type": "nope"}), 400)
-    assert_problem(client.get("/search", params={"q": "x", "since": "yesterday"}), 400, "since")
-    assert client.get("/search", params={"q": "x" * 256}).status_code == 200
-    assert client.get("/search", params={"q": '"unbalanced -- or OR'}).status_code == 200
+    assert_problem(client.get("/search", params={"mode": "exact", "q": ""}), 400)
+    assert_problem(client.get("/search", params={"mode": "exact", "q": "   "}), 400)
+    assert_problem(client.get("/search", params={"mode": "exact", "q": "x" * 257}), 400)
+    assert_problem(client.get("/search", params={"mode": "exact", "q": "x", "type": "nope"}), 400)
+    assert_problem(client.get("/search", params={"mode": "exact", "q": "x", "since": "yesterday"}), 400, "since")
+    assert client.get("/search", params={"mode": "exact", "q": "x" * 256}).status_code == 200
+    assert client.get("/search", params={"mode": "exact", "q": '"unbalanced -- or OR'}).status_code == 200
 
 
 def test_verify_erasure_checks_the_search_index(client: httpx.Client, graph: Graph, database_url: str) -> None:

@@ -1,7 +1,7 @@
 """Scores a ranking on the labelled retrieval set: recall@5 and MRR, overall and per query class.
 
     python bench/retrieval/evaluate.py --embedder wordllama [--embedder minilm] [--loop-lag] [--json FILE]
-    python bench/retrieval/evaluate.py --url http://127.0.0.1:8000 --key KEY [--seed] [--label lexical]
+    python bench/retrieval/evaluate.py --url http://127.0.0.1:8000 --key KEY [--seed] [--mode hybrid ...]
 
 The first ranks in-process: cosine between each query's vector and every object's (corpus.document),
 and also reports what the model costs: load seconds, wall ms and CPU ms per text embedded. The second
@@ -120,13 +120,25 @@ def in_process(name: str, lag: bool) -> dict:
     return result
 
 
-def live(url: str, key: str, seed: bool, label: str) -> dict:
+def live(url: str, key: str, seed: bool, mode: str | None, label: str) -> dict:
     from recall_server.client import RecallClient
 
     with RecallClient(url, key) as client:
         if seed:
             corpus.seed(client)
-        return {"ranking": label, **evaluate(lambda q: [hit.id for hit in client.search(q, limit=DEPTH).data])}
+            wait_indexed(client)
+        return {"ranking": label, **evaluate(lambda q: [hit.id for hit in client.search(q, mode=mode, limit=DEPTH).data])}
+
+
+def wait_indexed(client, timeout: float = 120.0) -> None:
+    """Until every object of the set is found by its own summary in semantic mode (the indexer has caught up)."""
+    deadline = time.monotonic() + timeout
+    last = corpus.OBJECTS[-1]
+    while time.monotonic() < deadline:
+        page = client.search(last["summary"], mode="semantic", limit=DEPTH)
+        if any(hit.id == last["id"] for hit in page.data):
+            return
+        time.sleep(0.5)
 
 
 def table(results: list[dict]) -> str:
@@ -146,12 +158,13 @@ def main() -> None:
     parser.add_argument("--url", help="a live server: score its GET /search")
     parser.add_argument("--key", help="a write key for --url (to seed) or a read key")
     parser.add_argument("--seed", action="store_true", help="create the corpus on --url first")
-    parser.add_argument("--label", default="GET /search", help="the name of the live ranking in the table")
+    parser.add_argument("--mode", action="append", default=[],
+                        help="score GET /search in this mode (repeatable: exact, lexical, semantic, hybrid)")
     parser.add_argument("--json", type=Path, help="write the full results (per query too) here")
     args = parser.parse_args()
     results = [in_process(name, args.loop_lag) for name in args.embedder]
-    if args.url:
-        results.append(live(args.url, args.key, args.seed, args.label))
+    for i, mode in enumerate(args.mode or ([None] if args.url else [])):
+        results.append(live(args.url, args.key, args.seed and i == 0, mode, f"GET /search mode={mode or 'default'}"))
     if not results:
         parser.error("give --embedder or --url")
     print(f"{len(corpus.OBJECTS)} objects, {len(QUERIES)} queries")

@@ -12,6 +12,7 @@ from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
 
 Kind = Literal["trigger", "thread", "worker", "report", "memory"]
+Mode = Literal["hybrid", "lexical", "semantic", "exact"]
 SearchLimit = Annotated[int, Parameter(ge=1, le=100, description="Page size (each hit carries a snippet).")]
 Moment = Annotated[str | None, Parameter(max_length=64, description="RFC 3339 date-time with an offset (created_at bound).")]
 Pattern = Annotated[str, Parameter(min_length=1, max_length=grep.MAX_PATTERN,
@@ -26,7 +27,14 @@ async def search(
     request: Caller,
     labels: LabelFilter,
     q: Annotated[str, Parameter(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*\Z",
-                                description="Words to find (web search syntax: \"quoted phrase\", or, -not).")],
+                                description="A question or words to find (\"quoted phrase\" and -not in every mode; "
+                                            "exact: web search syntax, all words).")],
+    mode: Annotated[Mode | None, Parameter(
+        description="hybrid (the default with an embedder): lexical and semantic fused by reciprocal rank; lexical: "
+                    "words, stems and rare terms first; semantic: by meaning; exact: every object with all the words. "
+                    "Default: hybrid, or lexical when search by meaning is unavailable (the page's note says why).")] = None,
+    explain: Annotated[bool, Parameter(description="Each hit of a ranked mode says which arm found it, its rank "
+                                                   "and score there.")] = False,
     kinds: Annotated[list[Kind] | None, QueryParameter(name="type", description="Only these kinds (repeatable).")] = None,
     status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z",
                                             description="Only threads with this status.")] = None,
@@ -36,9 +44,9 @@ async def search(
     limit: SearchLimit = 20,
 ) -> Response[SearchPage]:
     """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
-    labels or content (first 64 KiB) match q: best first."""
-    return paged(request, await request.service.lens.search(request.cred, q, kinds, status, labels, since, until, cursor,
-                                                      limit))
+    labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
+    return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
+                                                            until, cursor, limit))
 
 
 @get("/ids/{object_id:str}/backlinks", responses=problems(400, 401, 404, 410, 503), operation_id="ListBacklinks")

@@ -25,9 +25,9 @@ async def healthz() -> Health:
 
 @get("/readyz", responses=problems(503), operation_id="Readyz")
 async def readyz(request: Caller) -> Health:
-    """The database answers a query."""
+    """The database answers a query; and what search can do now (its modes, and why one is missing)."""
     await request.service.ready()
-    return Health(status="ready")
+    return Health(status="ready", search=request.service.indexer.describe())
 
 
 @get("/metrics", include_in_schema=False, sync_to_thread=False)

@@ -5,6 +5,7 @@
   writes.py       creates, thread updates, notes, owners, deletion; the write steps others compose
   memories.py     memory versions by (namespace, key): the current one, the lists, writing a version
   lens.py         search, backlinks, grep
+  indexer.py      search by meaning: the embedder, the question's vector, the embedding queue's drain
   trace.py        the recall trace: capture, buffer, batched writes, its pages
   admin.py        API keys and webhook endpoints of the caller's tenant
   ops.py          operator functions the CLI runs on an owner connection
@@ -25,6 +26,7 @@ from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.service import ops
 from recall_server.service.admin import Admin
+from recall_server.service.indexer import Indexer
 from recall_server.service.lens import Lens
 from recall_server.service.memories import Memories
 from recall_server.service.trace import Trace
@@ -43,7 +45,8 @@ class Service:
         self.views = Views(db, cursors, ContentCache(settings.content_cache_bytes))
         self.writes = Writes(db, self.views, settings.idempotency_ttl)
         self.memories = Memories(db, cursors, self.views, self.writes)
-        self.lens = Lens(db, cursors, self.views)
+        self.indexer = Indexer(db, settings)
+        self.lens = Lens(db, cursors, self.views, self.indexer)
         self.admin = Admin(db)
         self.trace = Trace(db, cursors, settings.trace_flush_interval, settings.trace_buffer)
         self.trace_ttl = settings.trace_ttl

@@ -1,9 +1,10 @@
 """The lens: finding and navigating the graph. Search (full text), backlinks (what links here), grep (lines of
-a payload or body)."""
+a payload or body).
+Search runs in one of four modes; docs/search.md says what each does."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import anyio
@@ -13,32 +14,74 @@ from recall_server.auth import Credential
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
-from recall_server.errors import BadRequest, UnsupportedMediaType, require_live
-from recall_server.models import Backlink, BacklinkPage, GrepResult, SearchHit, SearchPage
-from recall_server.rows import Labels
+from recall_server.errors import BadRequest, Unavailable, UnsupportedMediaType, require_live
+from recall_server.models import Backlink, BacklinkPage, GrepResult, SearchExplain, SearchHit, SearchPage
+from recall_server.rows import Labels, SearchRow
+from recall_server.service.indexer import Indexer
 from recall_server.service.inputs import timestamp
 from recall_server.service.views import Views
 from recall_server.text import one_line
 
 
 class Lens:
-    """Search, backlinks and grep, for one store; grep reads content through `views`."""
+    """Search, backlinks and grep, for one store; grep reads content through `views`, search embeds questions
+    through `indexer`."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, views: Views) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, views: Views, indexer: Indexer) -> None:
         self.db = db
         self.cursors = cursors
         self.views = views
+        self.indexer = indexer
 
-    async def search(self, cred: Credential, text: str, kinds: list[str] | None, status: str | None,
-                     labels: Labels, since: str | None, until: str | None, cursor: str | None,
+    async def search(self, cred: Credential, text: str, mode: str | None, explain: bool, kinds: list[str] | None,
+                     status: str | None, labels: Labels, since: str | None, until: str | None, cursor: str | None,
                      limit: int) -> SearchPage:
-        """Live objects whose text matches `text` (websearch syntax), best first, then newest."""
+        """Live objects matching `text`, best first: exact (all the words, every match, keyset by ts_rank) or
+        ranked (lexical, semantic, or both fused), see db/queries/search.py."""
         if not text.strip():
             raise BadRequest("q must contain something to search for.", field="q")
         wanted = sorted(set(kinds or ids.PLURAL))
         if status is not None:  # only threads have a status
             wanted = [k for k in wanted if k == "thread"]
         start, end = timestamp("since", since), timestamp("until", until)
+        ran, note = self._mode(mode)
+        if ran == "exact":
+            return await self._exact(cred, text, wanted, status, labels, start, end, cursor, limit)
+        pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str, datetime], "search", ran, text,
+                                   ",".join(wanted), status, labels.key(), start, end)
+        after = pager.after
+        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
+            after = None  # never a signed position: read from the start, and verify's 400 follows
+        as_of = after[3] if after else datetime.now(UTC)
+        vector = await self.indexer.question(text) if ran != "lexical" else None
+        if ran != "lexical" and vector is None:  # the embedder failed on this question
+            if ran == "semantic":
+                raise Unavailable("The embedder could not embed this question now; try again, or use mode=lexical.",
+                                  headers={"Retry-After": "1"})
+            ran, note = "lexical", "the embedder could not embed this question: this page is lexical only"
+        embedder = self.indexer.embedder
+        async with self.db.connection() as conn:
+            tenant, hits = await q.search_ranked(
+                conn, cred, ran, text, vector, embedder.model if embedder else None, embedder.dims if embedder else None,
+                wanted, status, labels, start, end, as_of, after[:3] if after else None, limit + 1)
+        shown, next_cursor, has_more = pager.page(tenant, hits, limit,
+                                                  lambda h: [Decimal(h.position), h.created_at, h.id, as_of])
+        return SearchPage(data=[self._hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
+                          mode=ran, note=note)  # type: ignore[arg-type]
+
+    def _mode(self, asked: str | None) -> tuple[str, str | None]:
+        """The mode that runs, and a note when it is not the one asked for (or the default)."""
+        if asked in ("exact", "lexical"):
+            return asked, None
+        if self.indexer.semantic:
+            return asked or "hybrid", None
+        if asked == "semantic":
+            raise BadRequest(f"Search by meaning is unavailable: {self.indexer.note or 'no embedder'}. "
+                             "Use mode=lexical or mode=hybrid.", field="mode")
+        return "lexical", self.indexer.note or "search by meaning is unavailable: lexical only"
+
+    async def _exact(self, cred: Credential, text: str, wanted: list[str], status: str | None, labels: Labels,
+                     start: datetime | None, end: datetime | None, cursor: str | None, limit: int) -> SearchPage:
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
                                    labels.key(), start, end)
         after = pager.after
@@ -48,9 +91,15 @@ class Lens:
             tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
-        data = [SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
-                          snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id) for h in shown]
-        return SearchPage(data=data, next_cursor=next_cursor, has_more=has_more)
+        return SearchPage(data=[self._hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,
+                          mode="exact")
+
+    @staticmethod
+    def _hit(h: SearchRow, explain: bool) -> SearchHit:
+        why = SearchExplain(lexical_rank=h.lexical_rank, lexical_score=h.lexical_score, semantic_rank=h.semantic_rank,
+                            semantic_score=h.semantic_score) if explain else None
+        return SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
+                         snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id, explain=why)
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
         """Every live object that links to this one, with the relation, in (relation, id) order."""

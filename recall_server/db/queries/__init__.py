@@ -39,13 +39,18 @@ from recall_server.db.queries.memories import (
 # objects.py: its content, what it resolves to, its state, the hash of the request that made it.
 from recall_server.db.queries.objects import fetch_content, resolve, states, state, request_hash
 # search.py: full-text search and backlinks.
-from recall_server.db.queries.search import SEARCH_PREFIX, search, BACKLINK_RELATIONS, backlinks
+from recall_server.db.queries.search import SEARCH_PREFIX, search, search_ranked, BACKLINK_RELATIONS, backlinks
 # trace.py: recording read batches, purging retained rows, a run's and an object's reads.
 from recall_server.db.queries.trace import record_reads, purge_retained, ReadPosition, run_reads, object_reads
 # idempotency.py: the per-key lock, the stored response, recording one.
 from recall_server.db.queries.idempotency import idempotency_lock, idempotency_get, idempotency_put
 # erasure.py: erase one ID, sweep expired objects, and the verify-erasure findings.
 from recall_server.db.queries.erasure import erase, sweep, erasure_findings, search_index_findings
+# embeddings.py: the indexer's queue, reindexing, the vector index, whether vectors are available.
+from recall_server.db.queries.embeddings import (
+    Queued, QueueStats, vectors_available, embedding_batch, store_embeddings, embeddings_failed,
+    embedding_queue_stats, queue_reindex, ensure_vector_index
+)
 # keys.py: create, list, revoke (operator CLI as the owner; admin endpoints within a tenant), a key's own row.
 from recall_server.db.queries.keys import insert_key, list_keys, own_key, revoke_key
 # hooks.py: hooks (operator CLI as the owner; admin endpoints within a tenant), deliveries, GitHub thread states.
@@ -67,9 +72,12 @@ __all__ = [
     "insert_refs", "fetch_memory", "fetch_current_memory", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
     "insert_memory_sources", "fetch_content", "resolve", "states", "state", "request_hash", "SEARCH_PREFIX",
-    "search", "BACKLINK_RELATIONS", "backlinks", "record_reads", "purge_retained", "ReadPosition", "run_reads",
+    "search", "search_ranked", "BACKLINK_RELATIONS", "backlinks", "record_reads", "purge_retained", "ReadPosition",
+    "run_reads",
     "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "sweep",
-    "erasure_findings", "search_index_findings", "insert_key", "list_keys", "own_key", "revoke_key",
+    "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",
+    "store_embeddings", "embeddings_failed", "embedding_queue_stats", "queue_reindex", "ensure_vector_index",
+    "insert_key", "list_keys", "own_key", "revoke_key",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",
     "ping"

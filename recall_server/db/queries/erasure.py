@@ -70,7 +70,7 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
 
 async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list[str]:
     """Places where the search index still holds terms of this ID's content, or of what was filed on it
-    (verify-erasure). An erased row's generated vector is empty."""
+    (verify-erasure), and vectors of it. An erased row's generated tsvector is empty; erasing deletes its vectors."""
     rows = await conn.fetch(
         """
         SELECT place FROM (
@@ -86,6 +86,13 @@ async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list
            WHERE tenant_id = $1 AND search <> ''::tsvector
              AND (id = $2 OR (pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
                               AND recall_is_gone(deleted_at, expires_at)))
+          UNION ALL SELECT DISTINCT 'embeddings: a vector of ' || e.object_id || ' still exists' FROM embeddings e
+           WHERE e.tenant_id = $1 AND (e.object_id = $2
+                 OR e.object_id IN (SELECT id FROM triggers WHERE tenant_id = $1 AND thread_id = $2
+                                    UNION ALL SELECT id FROM reports WHERE tenant_id = $1 AND thread_id = $2
+                                    UNION ALL SELECT v.id FROM memories v
+                                     WHERE v.tenant_id = $1 AND recall_is_gone(v.deleted_at, v.expires_at)
+                                       AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)))
         ) found ORDER BY place
         """,
         tenant, object_id,

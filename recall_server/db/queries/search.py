@@ -28,13 +28,9 @@ SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_sea
 _HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
              "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
 
-_SEARCH = keyed(f"""
-    SELECT coalesce(json_agg(json_build_object(
-             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
-             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
-             'thread_id', s.thread_id)
-           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
-    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+# Each hit's summary, snippet and thread, read as recall_app under the tenant policy (for the page's rows
+# only: ts_headline reads the row's text again); `h` names the hits (hit_kind, hit_id).
+_HYDRATE = f"""
     JOIN LATERAL (
       SELECT x.summary, {_HEADLINE.format(text="x.title || ' — ' || x.summary")} AS snippet, NULL AS thread_id
         FROM threads x WHERE h.hit_kind = 'thread' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
@@ -56,6 +52,58 @@ _SEARCH = keyed(f"""
                f"|| recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
         FROM memories x WHERE h.hit_kind = 'memory' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
     ) s ON true
+"""
+
+_SEARCH = keyed(f"""
+    SELECT coalesce(json_agg(json_build_object(
+             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
+             'thread_id', s.thread_id)
+           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+    {_HYDRATE}
+""")
+
+# Ranked modes (lexical, semantic, hybrid): each arm's best RANKED_DEPTH hits created at or before the
+# first page's time ($15, `as_of`: later pages rank the same set, so paging is exactly-once while objects
+# are added), fused by reciprocal rank (hybrid: the sum of 1/(RRF_K + rank) over the arms that found a
+# hit; a single arm keeps its own score), cut at the keyset (score, created_at, id). The depth is fixed,
+# so a hit's ranks, and its fused score, do not depend on the page. An arm not asked for is not run.
+RANKED_DEPTH = 200
+RRF_K = 60
+LEXICAL_BOOST = 2
+
+_RANKED = keyed(f"""
+    SELECT coalesce(json_agg(json_build_object(
+             'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
+             'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
+             'thread_id', s.thread_id, 'lexical_rank', h.lexical_rank, 'semantic_rank', h.semantic_rank,
+             'lexical_score', h.lexical_score, 'semantic_score', h.semantic_score)
+           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+      FROM (
+        WITH lexical AS (
+            SELECT l.*, row_number() OVER (ORDER BY l.hit_score DESC, l.hit_created_at DESC, l.hit_id DESC) AS r
+              FROM recall_lexical_hits($3, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}) l
+             WHERE $16::text IN ('lexical', 'hybrid')),
+        semantic AS (
+            SELECT v.*, row_number() OVER (ORDER BY v.hit_score DESC, v.hit_created_at DESC, v.hit_id DESC) AS r
+              FROM recall_semantic_hits($3, $17, $18, $19, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}) v
+             WHERE $16::text IN ('semantic', 'hybrid') AND $17::text IS NOT NULL),
+        fused AS (
+            SELECT coalesce(l.hit_kind, v.hit_kind) AS hit_kind, coalesce(l.hit_id, v.hit_id) AS hit_id,
+                   coalesce(l.hit_created_at, v.hit_created_at) AS hit_created_at,
+                   l.r AS lexical_rank, v.r AS semantic_rank, l.hit_score AS lexical_score,
+                   v.hit_score AS semantic_score,
+                   CASE $16::text WHEN 'lexical' THEN l.hit_score WHEN 'semantic' THEN v.hit_score
+                        ELSE round(coalesce((1 + {LEXICAL_BOOST} * least(l.hit_score, 1)) / ({RRF_K} + l.r), 0)
+                                   + coalesce(1.0 / ({RRF_K} + v.r), 0), 9)
+                   END AS hit_score
+              FROM lexical l FULL JOIN semantic v ON v.hit_id = l.hit_id)
+        SELECT * FROM fused
+         WHERE $11::numeric IS NULL OR (hit_score, hit_created_at, hit_id) < ($11, $12, $13)
+         ORDER BY hit_score DESC, hit_created_at DESC, hit_id DESC LIMIT $14
+      ) h
+      {_HYDRATE}
 """)
 
 
@@ -71,6 +119,21 @@ async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], stat
         conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
         after[0] if after else None, after[1] if after else None, after[2] if after else None,
         status, limit,
+    )
+    assert row is not None  # an aggregate: always one row
+    return tenant, _search_rows.decode(row["hits"])
+
+
+async def search_ranked(conn: Conn, cred: Credential, mode: str, text: str, vector: str | None, model: str | None,
+                        dims: int | None, kinds: list[str], status: str | None, labels: Labels,
+                        since: datetime | None, until: datetime | None, as_of: datetime,
+                        after: tuple[Decimal, datetime, str] | None, limit: int) -> tuple[str, list[SearchRow]]:
+    """The key's tenant, and the page of a lexical, semantic or hybrid search after `after` (see _RANKED).
+    `vector`: the question's vector in pgvector's text form, made by `model` (None: no semantic arm)."""
+    tenant, row = await tenancy.fetch(
+        conn, cred, _RANKED, text, kinds, status, labels.app_id, labels.agent_id, labels.run_id, since, until,
+        after[0] if after else None, after[1] if after else None, after[2] if after else None, limit,
+        as_of, mode, vector, model, dims,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _search_rows.decode(row["hits"])

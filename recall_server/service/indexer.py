@@ -1,0 +1,193 @@
+"""Search by meaning, the server's side: the embedder (loaded in the background at start), the question's
+vector, and the indexer that drains the embedding queue (schema.sql, vectors).
+
+A write never waits for its vector: it queues its object in its own transaction, and `run_forever` embeds
+the queue in batches. A batch is read with SKIP LOCKED and stored in the transaction that locked it, so
+several server processes share the queue and a crash loses nothing (the entries stay queued). An
+embedder that is unavailable (timeout, 429, 5xx) leaves its batch to be retried after a backoff; one that
+refuses a text (4xx) marks that entry refused until `recall-server reindex`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from recall_server import embedders
+from recall_server.config import Settings
+from recall_server.db import queries as q
+from recall_server.db.pool import Database
+from recall_server.embedders import EmbedRejected, EmbedUnavailable, Embedder
+from recall_server.models import SearchStatus
+from recall_server.observability import EMBED_FAILURES, EMBED_LAG, EMBED_QUEUE, EMBED_SECONDS, EMBEDDED
+
+log = logging.getLogger("recall_server.indexer")
+
+BATCH = 64  # texts per embedder call and per transaction
+IDLE_POLL = 0.2  # seconds between looks at an empty queue (the lag from write to searchable when idle)
+STATS_EVERY = 5.0  # seconds between queue metrics
+
+
+def as_vector(values: list[float]) -> str:
+    """pgvector's text form."""
+    return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
+
+
+class Indexer:
+    """The embedder and the queue drain for one server process (or one `reindex` command)."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self.embedder: Embedder | None = None
+        self.vectors: bool | None = None  # pgvector in this database; None until start() looked
+        self.note: str | None = "the embedder is loading: search is lexical until it is ready"
+        self._ready = asyncio.Event()
+        self._indexed_model: str | None = None
+
+    @property
+    def semantic(self) -> bool:
+        """Whether a question can be embedded and compared now."""
+        return self.embedder is not None and bool(self.vectors) and bool(self.embedder.dims)
+
+    def describe(self) -> SearchStatus:
+        """What search can do now (GET /readyz)."""
+        return SearchStatus(modes=["hybrid", "lexical", "semantic", "exact"] if self.semantic else ["lexical", "exact"],
+                            embedder=self.embedder.model if self.embedder else self.settings.embedder,
+                            vectors=bool(self.vectors), note=self.note)
+
+    async def start(self) -> None:
+        """Look for pgvector, then load the embedder (in a thread: a local model takes about a second)."""
+        try:
+            async with self.db.connection() as conn:
+                self.vectors = await q.vectors_available(conn)
+            if self.settings.embedder == "none":
+                self.note = "RECALL_EMBEDDER=none: search is lexical only"
+            elif not self.vectors:
+                self.note = ("this PostgreSQL has no pgvector: search is lexical only (install pgvector, "
+                             "then run `recall-server migrate` and `recall-server reindex`)")
+            else:
+                self.embedder = await asyncio.to_thread(embedders.from_settings, self.settings)
+                self.note = None
+        except Exception as exc:  # a model that cannot load leaves search lexical; the server keeps serving
+            self.note = f"the embedder could not be loaded ({type(exc).__name__}): search is lexical only"
+            log.error("embedder %s could not be loaded", self.settings.embedder, exc_info=True)
+        finally:
+            self._ready.set()
+
+    async def ready(self) -> None:
+        await self._ready.wait()
+
+    async def question(self, text: str) -> str | None:
+        """The question's vector (pgvector text), or None when search by meaning is unavailable."""
+        if self.embedder is None or not self.vectors:
+            return None
+        try:
+            [vector] = await self.embedder.embed([text])
+        except (EmbedUnavailable, EmbedRejected, ValueError):
+            return None
+        return as_vector(vector)
+
+    async def run_forever(self) -> None:
+        """Drain the queue while the server runs; publish its depth and lag."""
+        await self.start()
+        if self.embedder is None:
+            return
+        last_stats = 0.0
+        while True:
+            try:
+                done = await self.drain_once()
+                if time.monotonic() - last_stats > STATS_EVERY:
+                    await self.publish_stats()
+                    last_stats = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except EmbedUnavailable as exc:
+                log.warning("embedder unavailable, retrying later: %s", exc)
+                done = 0
+            except Exception:  # database down: try again on the next tick
+                log.warning("indexing failed; will retry", exc_info=True)
+                done = 0
+            if not done:
+                await asyncio.sleep(IDLE_POLL)
+
+    async def drain_once(self, batch: int = BATCH) -> int:
+        """Embed and store one batch of due entries; how many entries it took off the queue (0: none due)."""
+        assert self.embedder is not None
+        async with self.db.connection() as conn, conn.transaction():
+            entries = await q.embedding_batch(conn, batch)
+            if not entries:
+                return 0
+            texts = [e.text for e in entries if e.text and e.text.strip()]
+            started = time.perf_counter()
+            try:
+                made = await self.embedder.embed(texts) if texts else []
+            except EmbedUnavailable as exc:
+                await q.embeddings_failed(conn, entries, str(exc), permanent=False)
+                EMBED_FAILURES.labels("unavailable").inc(len(entries))
+                raise
+            except EmbedRejected:
+                made = await self._one_by_one(conn, entries)
+            EMBED_SECONDS.observe(time.perf_counter() - started)
+            vectors: list[str | None] = []
+            queue = iter(made)
+            for entry in entries:
+                vectors.append(as_vector(next(queue)) if entry.text and entry.text.strip() else None)
+            await self._ensure_index()
+            await q.store_embeddings(conn, entries, vectors, self.embedder.model, self.embedder.dims)
+            EMBEDDED.inc(sum(v is not None for v in vectors))
+            return len(entries)
+
+    async def _one_by_one(self, conn, entries: list[q.Queued]) -> list[list[float]]:
+        """After a refused batch: each text alone, so one bad text does not hold back the rest. Refused ones
+        are marked and dropped from `entries`; the vectors of the others, in order."""
+        assert self.embedder is not None
+        made: list[list[float]] = []
+        for entry in list(entries):
+            if not (entry.text and entry.text.strip()):
+                continue
+            try:
+                made += await self.embedder.embed([entry.text])
+            except EmbedRejected as exc:
+                await q.embeddings_failed(conn, [entry], str(exc), permanent=True)
+                EMBED_FAILURES.labels("rejected").inc()
+                entries.remove(entry)
+        return made
+
+    async def _ensure_index(self) -> None:
+        assert self.embedder is not None
+        if self._indexed_model == self.embedder.model or not self.embedder.dims:
+            return
+        try:
+            async with self.db.connection() as conn:
+                await q.ensure_vector_index(conn, self.embedder.model, self.embedder.dims)
+        except Exception:  # another process made it at the same moment; the next batch looks again
+            log.info("vector index not made now; will look again", exc_info=True)
+            return
+        self._indexed_model = self.embedder.model
+
+    async def publish_stats(self) -> q.QueueStats:
+        async with self.db.connection() as conn:
+            stats = await q.embedding_queue_stats(conn)
+        EMBED_QUEUE.labels("due").set(stats.due)
+        EMBED_QUEUE.labels("retrying").set(stats.retrying)
+        EMBED_QUEUE.labels("refused").set(stats.refused)
+        EMBED_LAG.set(stats.oldest_seconds)
+        return stats
+
+    async def reindex(self, everything: bool, progress: Callable[[int, int], None]) -> int:
+        """Queue what has no vector of this model (everything: all), then drain it here; `progress(done,
+        total)` after each batch. Resumable: what is queued stays queued if this stops."""
+        await self.start()
+        if self.embedder is None:
+            raise RuntimeError(self.note or "no embedder")
+        async with self.db.connection() as conn:
+            await q.queue_reindex(conn, self.embedder.model, everything)
+            total = (await q.embedding_queue_stats(conn)).due
+        done = 0
+        while (n := await self.drain_once()):
+            done += n
+            progress(done, total)
+        return done
