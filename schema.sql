@@ -1255,18 +1255,19 @@ ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
 INSERT INTO schema_migrations (version) VALUES (7) ON CONFLICT DO NOTHING;
 
 -- Everything search may return, one row per object, with what its filters read. Read only by the
--- search functions below (as the owner); a memory is searchable in its current version only.
+-- search functions below (as the owner); a memory is searchable in its current version only. A
+-- namespace filter (`p_ns`, segments joined by '/') matches the namespace and those under it.
 CREATE OR REPLACE VIEW recall_searchable AS
     SELECT 'thread'::text AS kind, tenant_id, id, created_at, search, status, app_id, agent_id, run_id, deleted_at,
-           expires_at FROM threads
+           expires_at, NULL::text AS namespace FROM threads
     UNION ALL SELECT 'worker', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at FROM workers
+           expires_at, NULL FROM workers
     UNION ALL SELECT 'trigger', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at FROM triggers
+           expires_at, NULL FROM triggers
     UNION ALL SELECT 'report', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at FROM reports
+           expires_at, NULL FROM reports
     UNION ALL SELECT 'memory', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at FROM memories WHERE current;
+           expires_at, namespace FROM memories WHERE current;
 REVOKE ALL ON recall_searchable FROM PUBLIC;
 
 -- Backlinks: each relation's lookup by the linked-to ID is an index scan, in keyset order.
@@ -1294,9 +1295,11 @@ DROP INDEX IF EXISTS thread_events_by_ref;    -- (tenant_id, ref): thread_events
 -- mode=exact: every live object matching the words as web search syntax (all words, "a phrase", or,
 -- -not), ranked by ts_rank (normalization 0: it depends on the row and the query only, never on the rest
 -- of the corpus), keyset-paged on (score, created_at, id).
+DROP FUNCTION IF EXISTS recall_search_hits(text, text[], text, text, text, text, timestamptz, timestamptz, numeric,
+    timestamptz, text, integer);
 CREATE OR REPLACE FUNCTION recall_search_hits(p_q text, p_kinds text[], p_status text, p_app text, p_agent text,
     p_run text, p_since timestamptz, p_until timestamptz, p_score numeric, p_at timestamptz, p_id text,
-    p_limit integer)
+    p_limit integer, p_ns text)
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
@@ -1312,6 +1315,7 @@ BEGIN
            AND (p_status IS NULL OR s.status = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
+           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
     ) h
     WHERE p_score IS NULL OR (h.score, h.created_at, h.id) < (p_score, p_at, p_id)
@@ -1319,9 +1323,9 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION recall_search_hits(text, text[], text, text, text, text, timestamptz, timestamptz, numeric,
-    timestamptz, text, integer) FROM PUBLIC;
+    timestamptz, text, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_search_hits(text, text[], text, text, text, text, timestamptz, timestamptz, numeric,
-    timestamptz, text, integer) TO recall_app;
+    timestamptz, text, integer, text) TO recall_app;
 
 -- What every ranked mode requires of a hit, from the question: each "quoted phrase" as a phrase, and no
 -- -word (scoped to tenant `t`); NULL when the question asks neither.
@@ -1353,7 +1357,7 @@ $$;
 -- `cap` objects having them are ranked (a word in 100,000 triggers reads 1,000, not 100,000). The
 -- best `p_depth` hits created at or before `p_as_of`, best first.
 CREATE OR REPLACE FUNCTION recall_lexical_hits(p_q text, p_kinds text[], p_status text, p_app text, p_agent text,
-    p_run text, p_since timestamptz, p_until timestamptz, p_as_of timestamptz, p_depth integer)
+    p_run text, p_since timestamptz, p_until timestamptz, p_as_of timestamptz, p_depth integer, p_ns text)
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
@@ -1401,6 +1405,7 @@ BEGIN
            AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
+           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
         UNION ALL
         (SELECT s.kind, s.id, s.created_at, s.search FROM recall_searchable s
@@ -1409,6 +1414,7 @@ BEGIN
             AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
             AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
             AND (p_run IS NULL OR s.run_id = p_run)
+           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
             AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
           ORDER BY s.created_at DESC LIMIT cap)
     )
@@ -1421,9 +1427,9 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION recall_lexical_hits(text, text[], text, text, text, text, timestamptz, timestamptz,
-    timestamptz, integer) FROM PUBLIC;
+    timestamptz, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_lexical_hits(text, text[], text, text, text, text, timestamptz, timestamptz,
-    timestamptz, integer) TO recall_app;
+    timestamptz, integer, text) TO recall_app;
 
 -- ---- vectors ------------------------------------------------------------------------------------
 -- Search by meaning: one vector per object and model (recall_server/embedders.py makes them), kept
@@ -1653,7 +1659,7 @@ DROP FUNCTION IF EXISTS recall_semantic_hits(text, text, integer, text[], text, 
     timestamptz, timestamptz, integer);
 CREATE OR REPLACE FUNCTION recall_semantic_hits(p_q text, p_vec text, p_model text, p_dims integer, p_kinds text[],
     p_status text, p_app text, p_agent text, p_run text, p_since timestamptz, p_until timestamptz,
-    p_as_of timestamptz, p_depth integer)
+    p_as_of timestamptz, p_depth integer, p_ns text)
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
@@ -1685,16 +1691,17 @@ BEGIN
                AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
                AND ($9::timestamptz IS NULL OR s.created_at >= $9) AND ($10::timestamptz IS NULL OR s.created_at < $10)
                AND ($13::tsquery IS NULL OR s.search @@ $13)
+               AND ($14::text IS NULL OR s.namespace = $14 OR left(s.namespace, length($14) + 1) = $14 || '/')
              ORDER BY %1$s LIMIT $12) h
          ORDER BY h.d, h.created_at DESC, h.id DESC$q$, distance, p_model)
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
-          recall_search_must(t, p_q);
+          recall_search_must(t, p_q), p_ns;
 END
 $$;
 REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
-    timestamptz, timestamptz, integer) FROM PUBLIC;
+    timestamptz, timestamptz, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
-    timestamptz, timestamptz, integer) TO recall_app;
+    timestamptz, timestamptz, integer, text) TO recall_app;
 
 -- Version 5: the ID, namespace and run CHECKs without bounded repetitions. PostgreSQL's regex engine
 -- unrolls `{1,64}` into its automaton and pays for it on every match: per value, a trigger ID cost

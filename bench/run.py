@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import asyncpg
 import httpx
@@ -52,6 +53,14 @@ RESULTS = HERE / "results"
 THREADS = [f"/threads/thr_b{i}" for i in range(1, 10001, 7)]
 WORKERS = [f"/workers/wkr_b{i}" for i in range(1, 1001)]
 PAYLOAD_4K = json.dumps({"source": "bench.ingest", "summary": "ingest 4 KB", "payload": "x" * 4096})
+
+
+# Questions as an agent asks them, over the bench store's words (CI runs, PRs, bench threads and workers).
+QUESTIONS = [quote_plus(q) for q in (
+    "which CI run finished last", "why did the build for PR 412 fail", "bench worker number 77",
+    "what happened on thread 5000", "reports citing CI run 1234", "a bench thread with twenty events",
+    "who owns PR 9999", "check run results for the payments service",
+)]
 
 
 def log(message: str) -> None:
@@ -117,6 +126,24 @@ def settle(dsn: str, timeout: float = 300) -> float:
     started = time.perf_counter()
     asyncio.run(go())
     return round(time.perf_counter() - started, 1)
+
+
+def drain_embeddings(dsn: str, timeout: float = 3600) -> dict | None:
+    """Wait until the server's indexer has embedded every queued object (the seed queues all of them): the
+    scenarios measure a store at rest. Returns the indexing throughput seen (None when nothing was queued)."""
+    queued = query(dsn, "SELECT count(*) FROM embedding_queue WHERE not_before <= now()")[0][0]
+    if not queued:
+        return None
+    log(f"the indexer is embedding {queued:,} queued objects")
+    started, cpu0 = time.perf_counter(), time.process_time()
+    deadline = time.monotonic() + timeout
+    while query(dsn, "SELECT count(*) FROM embedding_queue WHERE not_before <= now()")[0][0]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the indexer did not drain the queue in time")
+        time.sleep(1)
+    seconds = time.perf_counter() - started
+    log(f"embedded {queued:,} objects in {seconds:.0f} s ({queued / seconds:.0f}/s)")
+    return {"objects": queued, "seconds": round(seconds, 1), "per_second": round(queued / seconds, 1)}
 
 
 def seed(dsn: str) -> None:
@@ -451,6 +478,7 @@ def main() -> None:
                              RECALL_POOL_MAX=env["RECALL_POOL_MAX"], PROMETHEUS_MULTIPROC_DIR=ceiling_metrics)
     ceilings.start(timeout=120)
     seed(owner)
+    indexing = drain_embeddings(owner)
     log(f"store settled in {settle(owner)} s")
     key = make_key(owner)
     secret = query(owner, "SELECT value FROM server_secrets WHERE name = 'cursor'")[0][0]
@@ -464,6 +492,8 @@ def main() -> None:
                                  "connections": args.connections, "duration_s": args.duration,
                                  "rounds": args.rounds}}
     s = results["scenarios"] = {}
+    if indexing:
+        results["indexing"] = indexing
 
     # The ceilings and the fetches they are compared with run round-robin, `--rounds` times, and each
     # reports its median run: on a shared machine that keeps a slow minute from skewing one ratio.
@@ -573,11 +603,25 @@ def main() -> None:
     # make the rare words common. With --home, a store that already ran them has them too.
     log("search and backlinks")
     if want("search_rare"):  # a number: its trigger, thread, worker and report (a handful of hits)
-        s["search_rare"] = wrk.run(url, [f"/search?q={n}" for n in range(1, 10001, 37)])
+        s["search_rare"] = wrk.run(url, [f"/search?q={n}&mode=exact" for n in range(1, 10001, 37)])
     if want("search_payload"):  # a word only the 41 KB payload holds: one hit, its snippet from 41 KB of text
-        s["search_payload"] = wrk.run(url, ["/search?q=passed"])
-    if want("search_common"):  # a word in 100,000 trigger summaries: every match is ranked
-        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
+        s["search_payload"] = wrk.run(url, ["/search?q=passed&mode=exact"])
+    if want("search_common"):  # a word in 100,000 trigger summaries, mode=exact: every match is ranked
+        s["search_common"] = wrk.run(url, ["/search?q=finished&limit=20&mode=exact"], connections=4)
+    if want("search_common_lexical"):  # the same word, lexical: the newest 1,000 objects holding it are ranked
+        s["search_common_lexical"] = wrk.run(url, ["/search?q=finished&limit=20&mode=lexical"], connections=4)
+    if want("search_common_hybrid"):  # the same word, hybrid (the default): both arms, fused
+        s["search_common_hybrid"] = wrk.run(url, ["/search?q=finished&limit=20"], connections=4)
+    questions = [f"/search?q={q}&limit=20" for q in QUESTIONS]
+    if want("search_hybrid"):  # questions in an agent's words over 131,000 embedded objects, hybrid
+        s["search_hybrid"] = wrk.run(url, questions, connections=4)
+    if want("search_hybrid_filtered"):  # the same, reports only, created in a window (filters inside each arm)
+        s["search_hybrid_filtered"] = wrk.run(url, [f"{q}&type=report&since=2000-01-01T00:00:00Z" for q in questions],
+                                              connections=4)
+    if want("search_semantic"):  # the same questions, semantic arm alone
+        s["search_semantic"] = wrk.run(url, [f"{q}&mode=semantic" for q in questions], connections=4)
+    if want("search_lexical"):  # the same questions, lexical arm alone
+        s["search_lexical"] = wrk.run(url, [f"{q}&mode=lexical" for q in questions], connections=4)
     if want("backlinks_cited_10k"):  # trg_b7 cited by 10,000 reports: the first page, and one deep in
         cite_heavily(owner)
         deep = codec.encode("bench\0backlinks\0trg_b7", ["cites", "rpt_b5000"])

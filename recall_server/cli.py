@@ -19,6 +19,7 @@ import msgspec
 
 from recall_server import __version__, config
 from recall_server.config import ENV_NAMES, Settings
+from recall_server.embedders import EMBEDDERS
 
 T = TypeVar("T")
 
@@ -166,11 +167,17 @@ def _granian(settings: Settings, logging: dict[str, object]) -> object:
 @data_dir_option
 def migrate_command(data_dir: Path | None) -> None:
     """Apply schema.sql (idempotent, even when this file was applied before) and print the schema version."""
+    from recall_server.db import queries as q
     from recall_server.db.migrate import migrate
 
     settings = _settings(data_dir=data_dir)
     version = asyncio.run(migrate(_dsn(settings), again=True))
     click.echo(f"schema version {version}")
+    if not _owner(settings, q.vectors_available):
+        click.echo("pgvector is not in this database, so search is lexical only. To search by meaning: install "
+                   "pgvector on the PostgreSQL server (its package, or https://github.com/pgvector/pgvector), run "
+                   "`recall-server migrate` again as a role that may CREATE EXTENSION, then `recall-server reindex`.",
+                   err=True)
 
 
 @main.command()
@@ -254,6 +261,38 @@ def sweep(batch: int, data_dir: Path | None) -> None:
     settings = _settings(data_dir=data_dir)
     purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl, settings.delivery_ttl))
     click.echo(f"purged {purged} expired objects")
+
+
+@main.command()
+@click.option("--embedder", type=click.Choice(list(EMBEDDERS[:-1])), default=None,
+              help="Embed with this model instead of RECALL_EMBEDDER (to prepare a switch while the server serves).")
+@click.option("--all", "everything", is_flag=True,
+              help="Embed every live object again, not only those without a vector of the model.")
+@data_dir_option
+def reindex(embedder: str | None, everything: bool, data_dir: Path | None) -> None:
+    """Embed every live object that has no vector of the model, here, with progress. Resumable: what it queued
+    stays queued if it stops (a running server's indexer drains it too). Vectors of other models are kept."""
+    from recall_server.db.pool import Database
+    from recall_server.service.indexer import Indexer
+
+    settings = _settings(data_dir=data_dir, **({"embedder": embedder} if embedder else {}))
+
+    async def run() -> tuple[int, str]:
+        db = await Database.open(_dsn(settings), min_size=1, max_size=2, timeout=settings.db_timeout,
+                                 queue_limit=settings.queue_limit, queue_wait=settings.queue_wait)
+        try:
+            indexer = Indexer(db, settings)
+            done = await indexer.reindex(everything, lambda n, total: click.echo(f"embedded {n} of {total}", err=True))
+            assert indexer.embedder is not None
+            return done, indexer.embedder.model
+        finally:
+            await db.close()
+
+    try:
+        done, model = asyncio.run(run())
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"reindexed {done} objects with {model}")
 
 
 @main.command("verify-erasure")

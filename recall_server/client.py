@@ -552,15 +552,16 @@ class _Operations:
     def search(self, q: str, *, mode: str | None = None, explain: bool = False, type: str | list[str] | None = None,
                status: str | None = None, app_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
-               cursor: str | None = None, limit: int | None = None, run: str | None = None) -> SearchPage:
+               namespace: str | list[str] | tuple[str, ...] | None = None, cursor: str | None = None,
+               limit: int | None = None, run: str | None = None) -> SearchPage:
         """A page of live objects matching q (a question, or words), best first: IDs to start hopping from.
         `mode`: hybrid (the server's default with an embedder), lexical, semantic or exact (docs/search.md);
         `explain`: each hit says which arm found it. `type`: one kind or several (trigger, thread, worker,
-        report, memory); since/until bound created_at."""
+        report, memory); `namespace`: memories in it or under it; since/until bound created_at."""
         params = _query(q=q, mode=mode, explain="true" if explain else None,
                         type=[type] if isinstance(type, str) else type, status=status, app_id=app_id,
-                        agent_id=agent_id, run_id=run_id, since=_moment(since), until=_moment(until), cursor=cursor,
-                        limit=limit)
+                        agent_id=agent_id, run_id=run_id, namespace=_namespace(namespace), since=_moment(since),
+                        until=_moment(until), cursor=cursor, limit=limit)
         return self._run(_Call("GET", ("search",), SearchPage, params, run=run))
 
     def backlinks(self, object_id: str, cursor: str | None = None, limit: int | None = None, *,

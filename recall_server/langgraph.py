@@ -11,14 +11,15 @@ last per (namespace, key), are applied after them):
 - PutOp       -> POST /memories: a new version of (namespace, key) supersedes the current one. Recall keeps
                  superseded versions readable by ID (GET /memories/{id}/versions); the store never returns them.
                  `ttl` (minutes) becomes the memory's ttl in whole seconds (rounded up); reads do not refresh
-                 it (`refresh_ttl` is ignored). `index` is ignored (no embeddings).
+                 it (`refresh_ttl` is ignored). The server embeds every memory (PutOp.index is not consulted).
   value None  -> DELETE /memories/{id} of the current version: every version of (namespace, key) is erased
                  (LangGraph keeps no versions; recall erases them all, and a later put starts a new chain).
 - SearchOp    -> GET /memories?namespace=<prefix>, paged with cursors; `filter` string equalities are pushed down
                  as value_contains (PostgreSQL @>) and every filter (operators $eq $ne $gt $gte $lt $lte
                  included) is then applied here with LangGraph's own comparison, so results equal
                  InMemoryStore's; `offset`/`limit` are applied here. Order: (namespace, key), not insertion
-                 order. `query`: see `_ranked` (a client-side term match until GET /search is used).
+                 order. With a `query`: GET /search over memories under the prefix (the server's ranking:
+                 hybrid, or semantic with `index=`), best first, each item's score the server's.
 - ListNamespacesOp -> GET /memories/namespaces (a literal prefix/suffix pushed down); "*" wildcards and
                  several conditions are matched here; sorted as LangGraph sorts tuples, then offset/limit.
 
@@ -235,8 +236,15 @@ class RecallStore(BaseStore):
     supports_ttl = True
 
     def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
-                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
+                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
+        """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
+        with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
+        how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
+        (hybrid: words and meaning)."""
         self.url, self.key, self.run, self.kind = url, key, run, kind
+        self.index_config = index
+        self.search_mode = search_mode or ("semantic" if index is not None else None)
         self._client, self._aclient = client, aclient
         self._given_aclient = aclient is not None
         self._aclient_loop: asyncio.AbstractEventLoop | None = None
@@ -362,11 +370,13 @@ class RecallStore(BaseStore):
             namespace = encode_namespace(prefix) if prefix else None
         except ValueError:
             return []
+        if op.query is not None and op.query.strip():
+            return (yield from self._ranked_search(op, namespace))
         pushed = value_contains(op.filter)
         found: list[SearchItem] = []
         skip, want = max(op.offset, 0), op.limit
         cursor = None
-        while op.query is not None or len(found) < skip + want:
+        while len(found) < skip + want:
             try:
                 page = yield lambda c, cursor=cursor, pushed=pushed: c.list_memories(
                     namespace=namespace, value_contains=pushed, cursor=cursor, limit=PAGE)
@@ -384,9 +394,41 @@ class RecallStore(BaseStore):
             if not page.has_more:
                 break
             cursor = page.next_cursor
-        if op.query is not None:
-            found = _ranked(op.query, found)
         return found[skip:skip + want]
+
+    def _ranked_search(self, op: SearchOp, namespace: str | None) -> Steps:
+        """A query: the server's ranking (GET /search, memories under the prefix, `search_mode`), each hit read as
+        an item and filtered here, best first, its score the server's."""
+        found: list[SearchItem] = []
+        skip, want = max(op.offset, 0), op.limit
+        cursor = None
+        query = op.query[:256]  # the server's bound on a question
+        while len(found) < skip + want:
+            page = yield lambda c, cursor=cursor: c.search(query, mode=self.search_mode, type="memory",
+                                                           namespace=namespace, cursor=cursor, limit=100)
+            for hit in page.data:
+                try:
+                    view: MemoryView = yield lambda c, hit=hit: c.get(hit.id, GET_BUDGET)
+                except (NotFound, Gone):  # deleted since the search read it
+                    continue
+                item = yield from self._view_item(view)
+                if item is not None and _matches(item.value, op.filter):
+                    item.score = hit.score
+                    found.append(item)
+            if not page.has_more:
+                break
+            cursor = page.next_cursor
+        return found[skip:skip + want]
+
+    def _view_item(self, view: MemoryView) -> Steps:
+        value = view.value
+        if value is msgspec.UNSET:  # spilled: larger than the view's budget
+            value = msgspec.json.decode((yield lambda c: c.memory_value(view.id)))
+        if not isinstance(value, dict):  # not a LangGraph item (written through the API)
+            return None
+        key, value = original(view.key, value)
+        return SearchItem(namespace=decode_namespace(view.namespace), key=key, value=value,
+                          created_at=view.chain_created_at or view.created_at, updated_at=view.created_at)
 
     def _search_item(self, entry: MemoryIndexEntry) -> Steps:
         value = entry.value
@@ -422,23 +464,6 @@ class RecallStore(BaseStore):
                 break
             cursor = page.next_cursor
         return sorted(found)[op.offset:op.offset + op.limit]
-
-
-def _ranked(query: str, items: list[SearchItem]) -> list[SearchItem]:
-    """The seam for `SearchOp.query`: until the store switches to the server's GET /search, a client-side
-    match. Score = the share of the query's words found (case-insensitive) in the value's JSON text; items with
-    no word found are dropped; best first, (namespace, key) order among equals."""
-    words = [w for w in re.findall(r"\w+", query.lower())]
-    if not words:
-        return items
-    scored = []
-    for item in items:
-        text = msgspec.json.encode(item.value).decode().lower()
-        score = sum(w in text for w in words) / len(words)
-        if score > 0:
-            item.score = score
-            scored.append(item)
-    return sorted(scored, key=lambda i: -(i.score or 0))  # stable: keeps (namespace, key) order among equals
 
 
 def _none() -> Steps:

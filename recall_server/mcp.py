@@ -18,7 +18,7 @@ import secrets
 from urllib.parse import urlsplit
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import httpx
 import msgspec
@@ -199,10 +199,14 @@ def _register(server: RecallMCP) -> None:
 
         return await _answer(read())
 
-    @server.tool(description="Full-text search for an ID to start from, best first: each hit's id, type, summary, "
-                             "snippet (and thread_id for a trigger or report). Only when you hold no ID: then follow "
-                             "IDs with recall_get. Whole words, web search syntax (\"exact phrase\", or, -word).")
-    async def recall_search(query: str, type: Annotated[list[str] | str | None, Field(
+    @server.tool(description="Search for an ID to start from, best first: each hit's id, type, summary, snippet "
+                             "(and thread_id for a trigger or report). Only when you hold no ID: then follow IDs with "
+                             "recall_get. Ask in your own words (by default words and meaning are both used); "
+                             "\"exact phrase\" and -word hold in every mode.")
+    async def recall_search(query: str, mode: Annotated[Literal["hybrid", "lexical", "semantic", "exact"] | None, Field(
+                                description="hybrid (default): words and meaning; lexical: words and their forms; "
+                                            "semantic: meaning only; exact: every object with all the words.")] = None,
+                            type: Annotated[list[str] | str | None, Field(
                                 description="Only these kinds: trigger, thread, worker, report, memory.")] = None,
                             status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
                             since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
@@ -211,11 +215,12 @@ def _register(server: RecallMCP) -> None:
                             limit: Annotated[int | None, Field(ge=1, le=100, description="Hits (default 10).")] = None,
                             ) -> CallToolResult:
         async def found() -> dict[str, Any]:
-            page = await client().search(query, type=type, status=status, since=since, until=until, cursor=cursor,
-                                         limit=limit or 10)
+            page = await client().search(query, mode=mode, type=type, status=status, since=since, until=until,
+                                         cursor=cursor, limit=limit or 10)
             hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
                      **({"thread_id": h.thread_id} if h.thread_id else {})} for h in page.data]
-            return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {})}
+            return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
+                    **({"note": page.note} if page.note else {})}
 
         return await _answer(found())
 

@@ -13,13 +13,16 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, assert_problem, cli, create_key, run_sql
+from helpers import Graph, ServerProcess, assert_problem, cli, create_key, run_script, run_sql, with_database
 
 from recall_server import demo
+from recall_server.process import free_port
 
 
 def tenant_client(base_url: str, database_url: str, scope: str = "write") -> httpx.Client:
@@ -273,3 +276,84 @@ def explain_buffers(database_url: str, tenant: str, *words: str) -> list[int]:
         return out[1:]
 
     return asyncio.run(go())
+
+
+# ---- servers configured otherwise: no embedder, no pgvector, an embedder that fails ------------------
+
+
+@pytest.fixture()
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A new, empty database in the test cluster (a server on it migrates it): its queue is its own."""
+    name = f"recall_vec_{uuid.uuid4().hex[:10]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    yield with_database(database_url, name)
+    run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def serving(database_url: str, tmp_path: Path, **env: str) -> Iterator[tuple[ServerProcess, httpx.Client]]:
+    server = ServerProcess(database_url, tmp_path / f"server-{uuid.uuid4().hex[:6]}.log", **env).start()
+    try:
+        with tenant_client(server.url, database_url) as c:
+            yield server, c
+    finally:
+        server.stop()
+
+
+def test_without_an_embedder_search_is_lexical_and_says_so(database_url: str, tmp_path: Path) -> None:
+    with serving(database_url, tmp_path, RECALL_EMBEDDER="none") as (server, c):
+        ready = httpx.get(f"{server.url}/readyz").json()["search"]
+        assert ready["modes"] == ["lexical", "exact"] and not ready.get("note") is None
+        assert "RECALL_EMBEDDER=none" in ready["note"]
+        Graph(c).thread(summary="the nightly export failed")
+        page = search(c, "export failures")
+        assert page["mode"] == "lexical" and "RECALL_EMBEDDER=none" in page["note"]
+        assert len(page["data"]) == 1
+        assert_problem(c.get("/search", params={"q": "export", "mode": "semantic"}), 400, "mode")
+
+
+def test_a_store_without_pgvector_serves_lexical_search(fresh_database: str, tmp_path: Path) -> None:
+    cli(fresh_database, "migrate")
+    run_script(fresh_database, "DROP EXTENSION vector CASCADE")  # as on a PostgreSQL without pgvector
+    with serving(fresh_database, tmp_path) as (server, c):
+        ready = httpx.get(f"{server.url}/readyz").json()["search"]
+        assert ready["modes"] == ["lexical", "exact"] and ready["vectors"] is False
+        assert "no pgvector" in ready["note"]
+        thread = Graph(c).thread(summary="the nightly export failed")
+        page = search(c, "export failures")
+        assert page["mode"] == "lexical" and "no pgvector" in page["note"]
+        assert [h["id"] for h in page["data"]] == [thread["id"]]
+        assert c.delete(f"/threads/{thread['id']}").status_code == 204  # erasure works without the vectors
+
+
+def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: every embedding call fails at once
+    with serving(fresh_database, tmp_path, RECALL_EMBEDDER="openai", RECALL_EMBED_URL=dead,
+                 RECALL_EMBED_MODEL="m", RECALL_EMBED_DIMS="8") as (server, c):
+        thread = Graph(c).thread(summary="written while the embedder is down")
+        deadline = time.monotonic() + 30
+        while not (rows := run_sql(fresh_database, "SELECT attempts, last_error, not_before > now() AS later "
+                                                   "FROM embedding_queue WHERE object_id = $1", thread["id"])) \
+                or rows[0]["attempts"] == 0:
+            assert time.monotonic() < deadline, "the indexer never tried"
+            time.sleep(0.2)
+        assert rows[0]["later"] and "unreachable" in rows[0]["last_error"]
+        assert c.get(f"/threads/{thread['id']}").status_code == 200
+        assert search(c, "written while the embedder is down")["mode"] == "hybrid"  # lexical hits still come back
+        metrics = httpx.get(f"{server.url}/metrics").text
+        assert 'recall_embedding_failures_total{reason="unavailable"}' in metrics
+
+
+def test_reindex_embeds_what_has_no_vector_and_reports_progress(database_url: str, mine: httpx.Client) -> None:
+    g = Graph(mine)
+    made = [g.thread(summary=f"release train {i} departed")["id"] for i in range(5)]
+    indexed(database_url, mine)
+    run_sql(database_url, "DELETE FROM embeddings WHERE tenant_id = $1", tenant_of(mine))
+    assert found(mine, "release train departed", mode="semantic") == []
+    out = cli(database_url, "reindex")
+    assert out.startswith("reindexed ") and "wordllama" in out
+    vectors = run_sql(database_url, "SELECT object_id FROM embeddings WHERE tenant_id = $1", tenant_of(mine))
+    assert sorted(r[0] for r in vectors) == sorted(made)
+    assert set(found(mine, "release train departed", mode="semantic")) == set(made)

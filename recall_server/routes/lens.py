@@ -10,6 +10,7 @@ from litestar.params import FromPath, Parameter, QueryParameter
 from recall_server import grep
 from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
+from recall_server.routes.memories import NAMESPACE
 
 Kind = Literal["trigger", "thread", "worker", "report", "memory"]
 Mode = Literal["hybrid", "lexical", "semantic", "exact"]
@@ -38,6 +39,9 @@ async def search(
     kinds: Annotated[list[Kind] | None, QueryParameter(name="type", description="Only these kinds (repeatable).")] = None,
     status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z",
                                             description="Only threads with this status.")] = None,
+    namespace: Annotated[str | None, Parameter(
+        pattern=NAMESPACE, max_length=520,
+        description="Only memories in this namespace or under it (segments joined by '/').")] = None,
     since: Moment = None,
     until: Moment = None,
     cursor: Cursor = None,
@@ -46,7 +50,7 @@ async def search(
     """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
     labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
     return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
-                                                            until, cursor, limit))
+                                                            until, cursor, limit, namespace))
 
 
 @get("/ids/{object_id:str}/backlinks", responses=problems(400, 401, 404, 410, 503), operation_id="ListBacklinks")

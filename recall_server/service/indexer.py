@@ -26,7 +26,9 @@ from recall_server.observability import EMBED_FAILURES, EMBED_LAG, EMBED_QUEUE, 
 log = logging.getLogger("recall_server.indexer")
 
 BATCH = 64  # texts per embedder call and per transaction
-IDLE_POLL = 0.2  # seconds between looks at an empty queue (the lag from write to searchable when idle)
+# Seconds between looks at an empty queue: from IDLE_POLL, doubling while it stays empty, up to IDLE_MAX (the
+# lag from write to searchable after a quiet spell; under a stream of writes the queue is never empty).
+IDLE_POLL, IDLE_MAX = 0.05, 1.0
 STATS_EVERY = 5.0  # seconds between queue metrics
 
 
@@ -95,7 +97,7 @@ class Indexer:
         await self.start()
         if self.embedder is None:
             return
-        last_stats = 0.0
+        last_stats, idle = 0.0, IDLE_POLL
         while True:
             try:
                 done = await self.drain_once()
@@ -110,8 +112,11 @@ class Indexer:
             except Exception:  # database down: try again on the next tick
                 log.warning("indexing failed; will retry", exc_info=True)
                 done = 0
-            if not done:
-                await asyncio.sleep(IDLE_POLL)
+            if done:
+                idle = IDLE_POLL
+            else:
+                await asyncio.sleep(idle)
+                idle = min(idle * 2, IDLE_MAX)
 
     async def drain_once(self, batch: int = BATCH) -> int:
         """Embed and store one batch of due entries; how many entries it took off the queue (0: none due)."""

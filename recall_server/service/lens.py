@@ -35,7 +35,7 @@ class Lens:
 
     async def search(self, cred: Credential, text: str, mode: str | None, explain: bool, kinds: list[str] | None,
                      status: str | None, labels: Labels, since: str | None, until: str | None, cursor: str | None,
-                     limit: int) -> SearchPage:
+                     limit: int, namespace: str | None = None) -> SearchPage:
         """Live objects matching `text`, best first: exact (all the words, every match, keyset by ts_rank) or
         ranked (lexical, semantic, or both fused), see db/queries/search.py."""
         if not text.strip():
@@ -43,12 +43,14 @@ class Lens:
         wanted = sorted(set(kinds or ids.PLURAL))
         if status is not None:  # only threads have a status
             wanted = [k for k in wanted if k == "thread"]
+        if namespace is not None:  # only memories have one
+            wanted = [k for k in wanted if k == "memory"]
         start, end = timestamp("since", since), timestamp("until", until)
         ran, note = self._mode(mode)
         if ran == "exact":
-            return await self._exact(cred, text, wanted, status, labels, start, end, cursor, limit)
+            return await self._exact(cred, text, wanted, status, labels, start, end, cursor, limit, namespace)
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str, datetime], "search", ran, text,
-                                   ",".join(wanted), status, labels.key(), start, end)
+                                   ",".join(wanted), status, labels.key(), start, end, namespace)
         after = pager.after
         if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
             after = None  # never a signed position: read from the start, and verify's 400 follows
@@ -63,7 +65,7 @@ class Lens:
         async with self.db.connection() as conn:
             tenant, hits = await q.search_ranked(
                 conn, cred, ran, text, vector, embedder.model if embedder else None, embedder.dims if embedder else None,
-                wanted, status, labels, start, end, as_of, after[:3] if after else None, limit + 1)
+                wanted, status, labels, start, end, as_of, after[:3] if after else None, limit + 1, namespace)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id, as_of])
         return SearchPage(data=[self._hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
@@ -81,14 +83,16 @@ class Lens:
         return "lexical", self.indexer.note or "search by meaning is unavailable: lexical only"
 
     async def _exact(self, cred: Credential, text: str, wanted: list[str], status: str | None, labels: Labels,
-                     start: datetime | None, end: datetime | None, cursor: str | None, limit: int) -> SearchPage:
+                     start: datetime | None, end: datetime | None, cursor: str | None, limit: int,
+                     namespace: str | None) -> SearchPage:
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
-                                   labels.key(), start, end)
+                                   labels.key(), start, end, *([namespace] if namespace else []))
         after = pager.after
         if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
             after = None  # never a signed position: read from the start, and verify's 400 follows
         async with self.db.connection() as conn:
-            tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1)
+            tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1,
+                                          namespace)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
         return SearchPage(data=[self._hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,

@@ -60,7 +60,7 @@ _SEARCH = keyed(f"""
              'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
              'thread_id', s.thread_id)
            ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
-    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14) h
+    FROM recall_search_hits($3, $4::text[], $13, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15) h
     {_HYDRATE}
 """)
 
@@ -83,11 +83,11 @@ _RANKED = keyed(f"""
       FROM (
         WITH lexical AS (
             SELECT l.*, row_number() OVER (ORDER BY l.hit_score DESC, l.hit_created_at DESC, l.hit_id DESC) AS r
-              FROM recall_lexical_hits($3, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}) l
+              FROM recall_lexical_hits($3, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}, $20) l
              WHERE $16::text IN ('lexical', 'hybrid')),
         semantic AS (
             SELECT v.*, row_number() OVER (ORDER BY v.hit_score DESC, v.hit_created_at DESC, v.hit_id DESC) AS r
-              FROM recall_semantic_hits($3, $17, $18, $19, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}) v
+              FROM recall_semantic_hits($3, $17, $18, $19, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}, $20) v
              WHERE $16::text IN ('semantic', 'hybrid') AND $17::text IS NOT NULL),
         fused AS (
             SELECT coalesce(l.hit_kind, v.hit_kind) AS hit_kind, coalesce(l.hit_id, v.hit_id) AS hit_id,
@@ -112,13 +112,13 @@ _search_rows = msgspec.json.Decoder(list[SearchRow])
 
 async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], status: str | None, labels: Labels,
                  since: datetime | None, until: datetime | None, after: tuple[Decimal, datetime, str] | None,
-                 limit: int) -> tuple[str, list[SearchRow]]:
+                 limit: int, namespace: str | None = None) -> tuple[str, list[SearchRow]]:
     """The key's tenant, and its live objects matching `text`, best first then newest (keyset on
-    (score, created_at, id), the score exact as a decimal string)."""
+    (score, created_at, id), the score exact as a decimal string); `namespace`: memories in it or under it."""
     tenant, row = await tenancy.fetch(
         conn, cred, _SEARCH, text, kinds, labels.app_id, labels.agent_id, labels.run_id, since, until,
         after[0] if after else None, after[1] if after else None, after[2] if after else None,
-        status, limit,
+        status, limit, namespace,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _search_rows.decode(row["hits"])
@@ -127,13 +127,14 @@ async def search(conn: Conn, cred: Credential, text: str, kinds: list[str], stat
 async def search_ranked(conn: Conn, cred: Credential, mode: str, text: str, vector: str | None, model: str | None,
                         dims: int | None, kinds: list[str], status: str | None, labels: Labels,
                         since: datetime | None, until: datetime | None, as_of: datetime,
-                        after: tuple[Decimal, datetime, str] | None, limit: int) -> tuple[str, list[SearchRow]]:
+                        after: tuple[Decimal, datetime, str] | None, limit: int,
+                        namespace: str | None = None) -> tuple[str, list[SearchRow]]:
     """The key's tenant, and the page of a lexical, semantic or hybrid search after `after` (see _RANKED).
     `vector`: the question's vector in pgvector's text form, made by `model` (None: no semantic arm)."""
     tenant, row = await tenancy.fetch(
         conn, cred, _RANKED, text, kinds, status, labels.app_id, labels.agent_id, labels.run_id, since, until,
         after[0] if after else None, after[1] if after else None, after[2] if after else None, limit,
-        as_of, mode, vector, model, dims,
+        as_of, mode, vector, model, dims, namespace,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _search_rows.decode(row["hits"])
