@@ -67,7 +67,7 @@ try:
 except ImportError:
     validate_op_namespace = None  # type: ignore[assignment]
 
-from recall_server.client import AsyncRecallClient, BadRequest, Gone, NotFound, RecallClient
+from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
 from recall_server.models import MemoryIndexEntry, MemoryView, OneLine
 
 MAX_SEGMENTS = 8
@@ -195,18 +195,16 @@ def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
 def _pushable(wanted: Any) -> bool:
     """Whether `{key: wanted}` means exactly what JSON containment (@>) means: strings, and objects of them.
     Numbers are not (True == 1 here, not in JSON), nor None (a missing key matches it here), nor lists (exact
-    here, containment in @>): those are checked here only. Nor is a string holding NUL, which PostgreSQL's
-    jsonb cannot hold (the server refuses such a filter with 400), nor a member named like the NUL text."""
+    here, containment in @>): those are checked here only."""
     if isinstance(wanted, dict):
-        return bool(wanted) and all(not k.startswith("$") and "\x00" not in k and _pushable(v)
-                                    for k, v in wanted.items())
-    return isinstance(wanted, str) and "\x00" not in wanted
+        return bool(wanted) and all(not k.startswith("$") and _pushable(v) for k, v in wanted.items())
+    return isinstance(wanted, str)
 
 
 def value_contains(filter: dict[str, Any] | None) -> dict[str, Any] | None:
     """The part of a filter recall can apply itself (a superset of the matches; the rest is checked here).
     Never the member that keeps a hashed item's key: such an item stores that member's own value elsewhere."""
-    pushed = {k: v for k, v in (filter or {}).items() if k != KEY_MEMBER and "\x00" not in k and _pushable(v)}
+    pushed = {k: v for k, v in (filter or {}).items() if k != KEY_MEMBER and _pushable(v)}
     return pushed or None
 
 
@@ -377,16 +375,8 @@ class RecallStore(BaseStore):
         skip, want = max(op.offset, 0), op.limit
         cursor = None
         while len(found) < skip + want:
-            try:
-                page = yield lambda c, cursor=cursor, pushed=pushed: c.list_memories(
-                    namespace=namespace, value_contains=pushed, cursor=cursor, limit=PAGE)
-            except BadRequest:
-                if pushed is None:
-                    raise
-                # The server could not apply the filter to some value under the prefix (text with a NUL
-                # character, which jsonb cannot hold, fails containment with 400): filter here alone.
-                pushed, cursor, found = None, None, []
-                continue
+            page = yield lambda c, cursor=cursor: c.list_memories(
+                namespace=namespace, value_contains=pushed, cursor=cursor, limit=PAGE)
             for entry in page.data:
                 item = yield from self._search_item(entry)
                 if item is not None and _matches(item.value, op.filter):

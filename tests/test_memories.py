@@ -357,6 +357,45 @@ def test_lists_filter_by_namespace_prefix_kind_tags_labels_and_value(client: htt
     assert_problem(client.get("/memories", params={"value_contains": "[1]"}), 400)
 
 
+def _contains(value: Any, wanted: Any) -> bool:
+    """jsonb @> on values of strings, numbers, objects and lists: the reference for value_contains."""
+    if isinstance(wanted, dict):
+        return isinstance(value, dict) and all(k in value and _contains(value[k], w) for k, w in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(value, list) and all(any(_contains(v, w) for v in value) for w in wanted)
+    return type(value) is type(wanted) and value == wanted
+
+
+def test_a_value_filter_matches_values_holding_nul_exactly(client: httpx.Client, sql) -> None:
+    """jsonb cannot hold NUL: a value holding one no longer makes every filter under it a 400, it matches
+    (or not) as its JSON says, and so does a filter asking for a NUL. U+FFFF, which stands for NUL in the
+    cast, and the text "\\u0000" (an escaped backslash) are told apart from it."""
+    root = uuid.uuid4().hex[:12]
+    values = {
+        "plain": {"a": "x", "b": "y"},
+        "nul": {"a": "x", "b": "y\x00z"},
+        "nul-only": {"b": "\x00"},
+        "code": {"a": "x", "b": "y\uffff0z"},  # what NUL becomes in the cast
+        "coded": {"b": "y\uffffez"},  # and U+FFFF
+        "text": {"a": "x", "b": "y\\u0000z"},  # a backslash, then the text u0000
+        "key": {"k\x00": 1, "l": ["a\x00", "b"]},
+        "escaped": {},  # rewritten below as JSON text another writer could store: escapes of U+FFFF and "\\"
+    }
+    made = {name: remember(client, [root], name, value)["id"] for name, value in values.items()}
+    escaped = r'{"b": "y\uFFFF0z", "c": "\\u0000"}'
+    values["escaped"] = msgspec.json.decode(escaped)
+    sql("UPDATE memories SET value = convert_to($1, 'UTF8') WHERE id = $2", escaped, made["escaped"])
+
+    filters = [{"a": "x"}, {"b": "y"}, {"b": "y\x00z"}, {"b": "\x00"}, {"b": "y\uffff0z"}, {"b": "y\uffffez"},
+               {"b": "y\\u0000z"}, {"k\x00": 1}, {"k": 1}, {"l": ["a\x00"]}, {"l": ["b"]}, {"l": ["a"]},
+               {"c": "\\u0000"}, {"c": "\x00"}, {}]
+    for wanted in filters:
+        r = client.get("/memories", params={"namespace": root, "value_contains": msgspec.json.encode(wanted).decode()})
+        assert r.status_code == 200, (wanted, r.text)
+        found = {m["key"] for m in r.json()["data"]}
+        assert found == {name for name, value in values.items() if _contains(value, wanted)}, wanted
+
+
 def test_namespaces_list_with_prefix_suffix_and_max_depth(client: httpx.Client) -> None:
     root = uuid.uuid4().hex[:12]
     for path in ([root, "u1", "prefs"], [root, "u1", "facts"], [root, "u2", "prefs"], [root, "u2", "prefs"],

@@ -215,7 +215,7 @@ def _threads(cred: Credential, status: str | None = None, labels: Labels = Label
 def _memories(cred: Credential, namespace: str | None = None, labels: Labels = Labels(),
               after: tuple[str, str] | None = None) -> Read:
     async def read(conn: Any) -> list[Any]:
-        _, page = await queries.list_memories(conn, cred, namespace, None, None, labels, None, after, 6, 0)
+        _, page = await queries.list_memories(conn, cred, namespace, None, None, labels, None, after, 6, 0, False)
         return [m.id for m in page]
     return read
 

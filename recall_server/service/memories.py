@@ -91,6 +91,16 @@ def value_filter(text: str | None) -> str | None:
     return text
 
 
+# What the statement recodes in a filter (db/queries/memories.py, _NUL_FREE): NUL or U+FFFF, escaped or raw.
+# A match in what only looks like one (an escaped backslash, then "u0000") recodes a filter that means the same.
+_RECODED = re.compile(r"\\u0000|\\u[fF]{4}|\uffff")
+
+
+def recode_filter(value_json: str | None) -> bool:
+    """Whether a value filter holds a NUL (which jsonb cannot) or a U+FFFF, so the statement recodes it."""
+    return value_json is not None and _RECODED.search(value_json) is not None
+
+
 class Memories:
     """The memory operations, for one store (a memory by ID, its value and its deletion: `Views`, `Writes`)."""
 
@@ -127,7 +137,7 @@ class Memories:
                                    value_json)
         async with self.db.connection() as conn:
             tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
-                                                 pager.after, limit + 1, LIST_INLINE_BYTES)
+                                                 pager.after, limit + 1, LIST_INLINE_BYTES, recode_filter(value_json))
         shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.namespace, r.key])
         entries = []
         for r in shown:

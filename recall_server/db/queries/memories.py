@@ -110,11 +110,26 @@ _MEMORIES = """
          AND ($4::text IS NULL OR m.kind = $4)
          AND ($5::jsonb IS NULL OR m.tags @> $5)
          AND {labels}
-         AND ($9::jsonb IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
-                                        THEN convert_from(m.value, 'UTF8')::jsonb @> $9 ELSE false END)
+         AND ($9::text IS NULL OR CASE WHEN m.content_type = 'application/json' OR m.content_type LIKE '%+json'
+                                        THEN {value} @> (SELECT {filter}) ELSE false END)
          AND (m.namespace, m.key) > ($10, $11)
        ORDER BY m.namespace, m.key LIMIT $12) x
 """
+# jsonb cannot hold the NUL character (U+0000): the cast of a JSON value holding one fails. Such a JSON
+# text is cast with each NUL written as U+FFFF '0' and each U+FFFF as U+FFFF 'e', a code that keeps every
+# string and member name as distinct from the others as it was, so containment (@>) answers as it would
+# on the values themselves. Escaped backslashes are first written \u005c, so that every backslash left
+# starts an escape of its own and the escapes of U+0000 and U+FFFF can be found as text.
+_NUL_FREE = (r"replace(replace(regexp_replace(regexp_replace({0}, '\\\\', '\\u005c', 'g'), "
+             r"'\\u[fF][fF][fF][fF]', chr(65535), 'g'), chr(65535), chr(65535) || 'e'), "
+             r"'\u0000', chr(65535) || '0')")
+# A stored value is recoded when it may hold a NUL (its bytes hold the text \u0000) or, when the filter
+# is recoded ($14: it holds a NUL or a U+FFFF), a U+FFFF (raw, or escaped); others are the same either way.
+_VALUE = (r"CASE WHEN position('\x5c7530303030'::bytea IN m.value) > 0 OR ($14 AND ("
+          r"position('\xefbfbf'::bytea IN m.value) > 0 OR convert_from(m.value, 'UTF8') ~ '\\u[fF][fF][fF][fF]')) "
+          "THEN " + _NUL_FREE.format("convert_from(m.value, 'UTF8')") + "::jsonb "
+          "ELSE convert_from(m.value, 'UTF8')::jsonb END")
+_FILTER = f"(CASE WHEN $14 THEN {_NUL_FREE.format('$9')} ELSE $9 END)::jsonb"  # once a statement: (SELECT ...)
 # A namespace and those under it: [$3, $3 || '0') in "C" order holds the namespaces that start with $3, and
 # the filter keeps those where it ends a segment ($3, $3/...), not $3-... ('-' sorts before '/').
 _UNDER = ("m.namespace >= $3 AND m.namespace < $3 || '0' "
@@ -126,19 +141,21 @@ def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
     """The statement listing current memories with these filters given: along memories_current (or
     memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
     return keyed(_MEMORIES.format(namespace=_UNDER if namespace else "$3::text IS NULL",
-                                  labels=label_filters("m", 6, labels)))
+                                  labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER))
 
 
 async def list_memories(
     conn: Conn, cred: Credential, namespace: str | None, kind: str | None, tags: str | None, labels: Labels,
     value_contains: str | None, after: tuple[str, str] | None, limit: int, inline_max: int,
+    recode_filter: bool,
 ) -> tuple[str, list[_MemoryKey]]:
     """The key's tenant, and its current live memories in (namespace, key) order after `after`.
-    `tags` and `value_contains` are JSON objects the tags / JSON value must contain."""
+    `tags` and `value_contains` are JSON objects the tags / JSON value must contain; `recode_filter`:
+    value_contains holds a NUL or a U+FFFF (_NUL_FREE)."""
     start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
         conn, cred, _memories(namespace is not None, given(labels)), namespace, kind, tags,
-        labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max,
+        labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max, recode_filter,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _memory_keys.decode(row["memories"])
