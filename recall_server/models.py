@@ -518,6 +518,7 @@ class SearchHit(Struct, omit_defaults=True):
 class SearchExplain(Struct, omit_defaults=True):
     """Which arm of a ranked search found a hit: its 1-based rank and score in each (absent: not found by it)."""
 
+    arms: list[Literal["lexical", "semantic"]]
     lexical_rank: int | None = None
     lexical_score: float | None = None
     semantic_rank: int | None = None

@@ -126,9 +126,11 @@ def test_explain_says_which_arm_found_each_hit(database_url: str, mine: httpx.Cl
     page = search(mine, "payment timed out", explain="true")
     first = page["data"][0]
     assert first["id"] == both["id"]
+    assert first["explain"]["arms"] == ["lexical", "semantic"]
     assert first["explain"]["lexical_rank"] == 1 and first["explain"]["semantic_rank"] == 1
     assert 0 < first["explain"]["semantic_score"] <= 1
-    semantic_only = [h for h in page["data"] if "lexical_rank" not in h["explain"]]
+    semantic_only = [h for h in page["data"] if h["explain"]["arms"] == ["semantic"]]
+    assert all("lexical_rank" not in h["explain"] for h in semantic_only)
     assert semantic_only and all(h["explain"]["semantic_rank"] > 1 for h in semantic_only)
     assert "explain" not in search(mine, "payment timed out")["data"][0]  # compact unless asked
 
@@ -265,7 +267,7 @@ def explain_buffers(database_url: str, tenant: str, *words: str) -> list[int]:
         try:
             await conn.execute("SELECT set_config('app.tenant_id', $1, false)", tenant)
             await conn.execute("PREPARE lexical(text) AS SELECT * FROM recall_lexical_hits($1, ARRAY['thread', "
-                               "'worker', 'trigger', 'report', 'memory'], NULL, NULL, NULL, NULL, NULL, NULL, now(), 200)")
+                               "'worker', 'trigger', 'report', 'memory'], NULL, NULL, NULL, NULL, NULL, NULL, now(), 200, NULL)")
             out = []
             for word in ("warmup", *words):
                 plan = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE lexical('{word}')")
@@ -341,7 +343,9 @@ def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
             time.sleep(0.2)
         assert rows[0]["later"] and "unreachable" in rows[0]["last_error"]
         assert c.get(f"/threads/{thread['id']}").status_code == 200
-        assert search(c, "written while the embedder is down")["mode"] == "hybrid"  # lexical hits still come back
+        page = search(c, "written while the embedder is down")  # the question cannot be embedded either
+        assert page["mode"] == "lexical" and "could not embed" in page["note"]
+        assert [h["id"] for h in page["data"]] == [thread["id"]]
         metrics = httpx.get(f"{server.url}/metrics").text
         assert 'recall_embedding_failures_total{reason="unavailable"}' in metrics
 

@@ -169,11 +169,12 @@ def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
                     view(await s.call_tool("recall_search", {"query": '"payment timeout"', "limit": 1})))
 
     found, reports, first = run(search())
-    [hit] = found["hits"]
+    hit = found["hits"][0]  # best first: words and meaning (hybrid, the default)
     assert (hit["id"], hit["type"], hit["thread_id"]) == ("trg_8f21", "trigger", "thr_pr_412")
     assert "**PaymentGatewayError**" in hit["snippet"] and hit["summary"].startswith("CI failed on PR #412")
     assert set(hit) == {"id", "type", "summary", "snippet", "thread_id"}, "compact: no href, no score"
-    assert [(h["id"], h["thread_id"]) for h in reports["hits"]] == [("rpt_412a", "thr_pr_412")]  # type as a string
+    assert (reports["hits"][0]["id"], reports["hits"][0]["thread_id"]) == ("rpt_412a", "thr_pr_412")
+    assert {h["type"] for h in reports["hits"]} == {"report"}  # type as a string
     assert len(first["hits"]) == 1 and first["next_cursor"]
 
 
@@ -415,7 +416,8 @@ def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_
             return memory, found, links
 
     memory, found, links = run(work())
-    assert [(h["id"], h["type"]) for h in found["hits"]] == [(memory["id"], "memory")]
+    assert (found["hits"][0]["id"], found["hits"][0]["type"]) == (memory["id"], "memory")
+    assert {h["type"] for h in found["hits"]} == {"memory"}
     assert ("source", memory["id"], "memory") in {(b["relation"], b["id"], b["type"]) for b in links["links"]}
 
 

@@ -106,9 +106,6 @@ class Indexer:
                     last_stats = time.monotonic()
             except asyncio.CancelledError:
                 raise
-            except EmbedUnavailable as exc:
-                log.warning("embedder unavailable, retrying later: %s", exc)
-                done = 0
             except Exception:  # database down: try again on the next tick
                 log.warning("indexing failed; will retry", exc_info=True)
                 done = 0
@@ -119,7 +116,8 @@ class Indexer:
                 idle = min(idle * 2, IDLE_MAX)
 
     async def drain_once(self, batch: int = BATCH) -> int:
-        """Embed and store one batch of due entries; how many entries it took off the queue (0: none due)."""
+        """Embed and store one batch of due entries; how many it took off the queue (0: none due, or the embedder
+        was unavailable and the batch waits for its retry)."""
         assert self.embedder is not None
         async with self.db.connection() as conn, conn.transaction():
             entries = await q.embedding_batch(conn, batch)
@@ -129,10 +127,11 @@ class Indexer:
             started = time.perf_counter()
             try:
                 made = await self.embedder.embed(texts) if texts else []
-            except EmbedUnavailable as exc:
+            except EmbedUnavailable as exc:  # kept, to be tried again after a backoff (committed with this batch)
                 await q.embeddings_failed(conn, entries, str(exc), permanent=False)
                 EMBED_FAILURES.labels("unavailable").inc(len(entries))
-                raise
+                log.warning("embedder unavailable, %d entries wait for a retry: %s", len(entries), exc)
+                return 0
             except EmbedRejected:
                 made = await self._one_by_one(conn, entries)
             EMBED_SECONDS.observe(time.perf_counter() - started)

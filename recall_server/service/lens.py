@@ -100,8 +100,9 @@ class Lens:
 
     @staticmethod
     def _hit(h: SearchRow, explain: bool) -> SearchHit:
-        why = SearchExplain(lexical_rank=h.lexical_rank, lexical_score=h.lexical_score, semantic_rank=h.semantic_rank,
-                            semantic_score=h.semantic_score) if explain else None
+        arms = [arm for arm, rank in (("lexical", h.lexical_rank), ("semantic", h.semantic_rank)) if rank is not None]
+        why = SearchExplain(arms=arms, lexical_rank=h.lexical_rank, lexical_score=h.lexical_score,  # type: ignore[arg-type]
+                            semantic_rank=h.semantic_rank, semantic_score=h.semantic_score) if explain else None
         return SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
                          snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id, explain=why)
 
