@@ -236,12 +236,14 @@ def test_search_leads_to_objects(tab: Tab, writer: httpx.Client, tenant: dict[st
     thread = Graph(writer).thread(summary=f"the {word} outage")["id"]
     tab.sign_in(tenant["read"])
     tab.page.fill("#search-q", word)
+    tab.page.select_option("#search-mode", "lexical")
     tab.page.check("#search input[value='thread']")
     tab.page.click("#search button")
-    hit = tab.page.wait_for_selector("#hits li.hit")
+    hit = tab.page.wait_for_selector(f"#hits li.hit:has(a.id[data-id='{thread}'])")
     assert word in hit.text_content() and hit.query_selector("mark") is not None
+    assert tab.page.text_content("#search-ran").startswith("lexical search")
     request = tab.api_requests("/search?")[-1]
-    assert "type=thread" in request.url
+    assert "type=thread" in request.url and "mode=lexical" in request.url
     hit.query_selector(f"a.id[data-id='{thread}']").click()
     tab.page.wait_for_selector(f"#object-id:text('{thread}')")
 

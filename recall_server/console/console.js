@@ -11,6 +11,8 @@ const ID_RE = /^(thr|wkr|trg|rpt|mem)_[A-Za-z0-9_-]{1,64}$/;
 const KINDS = ["thread", "worker", "trigger", "report", "memory"];
 const PLURAL = { thread: "threads", worker: "workers", trigger: "triggers", report: "reports", memory: "memories" };
 const PAGE = 25;
+// GET /search's modes ("": the server's default, hybrid when it has an embedder).
+const MODES = [["", "default mode"], ["hybrid", "hybrid"], ["lexical", "lexical"], ["semantic", "semantic"], ["exact", "exact"]];
 
 const main = document.getElementById("main");
 let me = null; // the key's {id, tenant, scope, label} from GET /key
@@ -207,11 +209,13 @@ function homePage() {
 
   const q = el("input", { type: "text", id: "search-q", class: "wide", placeholder: '"payment timeout"', "aria-label": "Search" });
   const boxes = KINDS.map((kind) => el("label", {}, el("input", { type: "checkbox", value: kind }), " ", kind));
-  const search = el("form", { id: "search" }, q, ...boxes, el("button", { type: "submit" }, "Search"));
+  const mode = el("select", { id: "search-mode", "aria-label": "Mode" },
+                  MODES.map(([value, label]) => el("option", { value }, label)));
+  const search = el("form", { id: "search" }, q, mode, ...boxes, el("button", { type: "submit" }, "Search"));
   search.addEventListener("submit", (e) => {
     e.preventDefault();
     const types = boxes.map((b) => b.firstChild).filter((b) => b.checked).map((b) => b.value);
-    location.hash = "#/search" + query({ q: q.value, type: types });
+    location.hash = "#/search" + query({ q: q.value, mode: mode.value, type: types });
   });
 
   const run = el("input", { type: "text", id: "run-id", class: "wide", placeholder: "triage-42", "aria-label": "Run" });
@@ -228,15 +232,21 @@ function homePage() {
 
 async function searchPage(params) {
   const q = params.get("q") || "";
+  const mode = params.get("mode") || "";
   const types = params.getAll("type");
+  const ran = el("p", { class: "note", id: "search-ran" });
   const list = pagedList(el("ol", { id: "hits" }),
-                         (cursor) => get("/search" + query({ q, type: types, limit: PAGE, cursor })),
+                         async (cursor) => {
+                           const page = await get("/search" + query({ q, mode, type: types, limit: PAGE, cursor }));
+                           ran.textContent = (page.mode ? page.mode + " search" : "") + (page.note ? ": " + page.note : "");
+                           return page;
+                         },
                          (hit) => el("li", { class: "hit" }, idLink(hit.id), " ", el("span", { class: "mono" }, hit.type), " ",
                                      el("span", { class: "summary" }, hit.summary),
                                      hit.snippet ? el("div", { class: "note" }, marked(hit.snippet)) : ""),
                          { empty: "No live object matches." });
   show(el("h1", {}, "Search: ", el("span", { class: "mono" }, q)),
-       types.length ? el("p", { class: "note" }, "Only: " + types.join(", ")) : "", list.nodes);
+       types.length ? el("p", { class: "note" }, "Only: " + types.join(", ")) : "", ran, list.nodes);
 }
 
 async function objectPage(id) {
