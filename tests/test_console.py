@@ -176,6 +176,18 @@ def test_sign_in_keeps_the_key_in_the_tab_and_out_of_urls(tab: Tab, tenant: dict
     assert tab.problems() == []
 
 
+def test_a_key_revoked_in_use_signs_the_tab_out(tab: Tab, base_url: str, tenant: dict[str, str]) -> None:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {tenant['admin']}"}) as admin:
+        made = admin.post("/admin/keys", json={"scope": "read", "label": "revoked in use"}).json()
+        tab.sign_in(made["key"])
+        assert admin.delete(f"/admin/keys/{made['id']}").status_code == 200
+    tab.go("#/id/thr_pr_412")
+    tab.page.wait_for_selector("#sign-in")
+    assert "revoked" in tab.page.text_content("main .error")
+    assert tab.page.is_hidden("#nav")
+    assert tab.page.evaluate("() => sessionStorage.length") == 0
+
+
 def test_the_pr_412_story_walked_by_clicking(tab: Tab, base_url: str, tenant: dict[str, str]) -> None:
     demo.load(base_url, tenant["write"])
     tab.sign_in(tenant["read"])

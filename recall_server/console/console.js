@@ -41,8 +41,9 @@ function append(node, children) {
   return node;
 }
 
+// A page replaces the last; once signed out (a 401 mid-page), whatever that page was loading is dropped.
 function show(...children) {
-  main.replaceChildren(...children.flat(Infinity).filter((c) => c));
+  if (me) main.replaceChildren(...children.flat(Infinity).filter((c) => c));
 }
 
 function idLink(id, gone = false) {
@@ -75,6 +76,7 @@ class ApiError extends Error {
 }
 
 async function call(method, path, { body, headers = {}, raw = false, key = sessionStorage.getItem(KEY) } = {}) {
+  if (!key) throw new ApiError(401, "Unauthorized", "Signed out."); // a page still loading when the key went
   const init = { method, headers: { ...headers, Authorization: "Bearer " + key }, credentials: "omit",
                  cache: "no-store", redirect: "error", referrerPolicy: "no-referrer" };
   if (body !== undefined) {
@@ -89,7 +91,7 @@ async function call(method, path, { body, headers = {}, raw = false, key = sessi
       title = problem.title || title;
       detail = problem.detail || "";
     } catch { /* not a problem body */ }
-    if (response.status === 401 && key === sessionStorage.getItem(KEY)) signOut(detail);
+    if (response.status === 401 && key === sessionStorage.getItem(KEY)) signOut(detail); // revoked meanwhile
     throw new ApiError(response.status, title, detail);
   }
   return raw ? response : response.json();
@@ -195,10 +197,10 @@ function signInPage(message) {
       out.replaceChildren(errorBox(err));
     }
   });
-  show(el("h1", {}, "Sign in"),
-       el("p", { class: "note" }, "An API key of this tenant (rk_<id>.<secret>). It is kept in this tab only, " +
-          "until the tab closes, and sent only to this server, in the Authorization header."),
-       form, out);
+  main.replaceChildren(el("h1", {}, "Sign in"),
+                       el("p", { class: "note" }, "An API key (rk_<id>.<secret>). It is kept in this tab only, until " +
+                          "the tab closes, and sent only to this server, in the Authorization header."),
+                       form, out);
   input.focus();
 }
 
@@ -433,7 +435,7 @@ async function versionsPage(id) {
               el("p", { class: "summary" }, v.summary), el("div", { class: "detail" }, el("p", { class: "note" }, "..."))),
     { after: async (versions) => {
         await Promise.all(versions.map(async (v) => {
-          const box = row.querySelector(`[data-id="${v.id}"] .detail`);
+          const box = row.querySelector(`[data-id="${CSS.escape(v.id)}"] .detail`);
           try {
             const m = await get(v.href);
             const shown = { created_at: m.created_at, confirmed: m.confirmed, expires_at: m.expires_at ?? null,
