@@ -398,6 +398,13 @@ def test_untrusted_text_is_shown_as_text_and_runs_nothing(tab: Tab, writer: http
     tab.page.wait_for_selector("pre[data-content='payload']")
     assert json.dumps(HOSTILE) in tab.page.text_content("pre[data-content='payload']")  # the JSON, as text
 
+    memory = writer.post("/memories", json={"namespace": ["console"], "key": uid("k"), "summary": HOSTILE,
+                                            "value": SCRIPT}).json()["id"]
+    tab.go(f"#/versions/{memory}")
+    tab.page.wait_for_selector("#versions .version .detail > table")
+    assert HOSTILE in tab.page.text_content("#versions .version .summary")
+    assert tab.page.text_content("#versions .version pre.content") == SCRIPT
+
     tab.go(f"#/search?q={word}")
     tab.page.wait_for_selector("#hits li.hit")
     assert HOSTILE in tab.page.text_content("#hits")
