@@ -33,6 +33,7 @@ from recall_server.process import freeze_heap
 from recall_server.routes import (
     Caller,
     RequireKey,
+    console,
     hooks,
     WholeNumbers,
     keys,
@@ -159,8 +160,9 @@ def create_app(settings: Settings) -> Litestar:
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
                    middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (service/trace.py)
                    security=[{"bearer": []}]),
-            *_options_handlers(meta.PUBLIC),
+            *_options_handlers([*meta.PUBLIC, *console.ROUTES]),
             *meta.PUBLIC,
+            *console.ROUTES,  # the console for people: its files are public, its data needs the key it signs in with
             # Webhook deliveries carry no API key (their signature is checked by the service), and
             # GitHub sends up to 25 MB: their own body limit.
             Router("/hooks", route_handlers=hooks.DELIVERIES, request_max_body_size=settings.webhook_max_body_bytes),
