@@ -394,9 +394,13 @@ class RecallStore(BaseStore):
         cursor = None
         query = op.query[:256]  # the server's bound on a question
         while len(found) < skip + want:
-            page = yield lambda c, cursor=cursor: c.search(query, mode=self.search_mode, type="memory",
-                                                           namespace=namespace, cursor=cursor, limit=100)
+            # without a filter every hit is an item: ask for what is still missing; with one, a page of 100
+            ask = 100 if op.filter else min(100, skip + want - len(found))
+            page = yield lambda c, cursor=cursor, ask=ask: c.search(query, mode=self.search_mode, type="memory",
+                                                                    namespace=namespace, cursor=cursor, limit=ask)
             for hit in page.data:
+                if len(found) >= skip + want:
+                    break
                 try:
                     view: MemoryView = yield lambda c, hit=hit: c.get(hit.id, GET_BUDGET)
                 except (NotFound, Gone):  # deleted since the search read it
