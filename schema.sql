@@ -697,7 +697,6 @@ BEGIN
     PERFORM recall_rebuild_heads_showing(t, mem);
     UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
     DELETE FROM embeddings WHERE tenant_id = t AND object_id = mem;
-    DELETE FROM embedding_queue WHERE tenant_id = t AND object_id = mem;
 END
 $$;
 
@@ -808,9 +807,9 @@ BEGIN
     -- Stored idempotent responses that show it are dropped; replays render what still exists.
     UPDATE idempotency_keys SET body = NULL
      WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[obj];
-    -- Its vectors, and its place in the embedding queue.
+    -- Its vectors. Its queue entry (IDs only) is left to the indexer, which drops it: deleting it here would
+    -- wait for an indexer batch holding it.
     DELETE FROM embeddings WHERE tenant_id = t AND object_id = obj;
-    DELETE FROM embedding_queue WHERE tenant_id = t AND object_id = obj;
 END
 $$;
 
@@ -1187,18 +1186,18 @@ $$;
 -- positions and weights kept. One regexp over the text form (lexemes are quoted there, quotes inside
 -- doubled): it adds about 45% to to_tsvector's cost. A lexeme too long to take the prefix (PostgreSQL
 -- caps one at 2047 bytes; the tenant adds up to 64) is left out rather than the write failing.
-CREATE OR REPLACE FUNCTION recall_scoped(t text, v tsvector) RETURNS tsvector
+CREATE OR REPLACE FUNCTION recall_scoped(tenant text, v tsvector) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
 BEGIN
-    RETURN regexp_replace(v::text, '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsvector;
+    RETURN regexp_replace(v::text, '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
 EXCEPTION WHEN OTHERS THEN
     RETURN regexp_replace(ts_delete(v, ARRAY(SELECT lexeme FROM unnest(v) WHERE octet_length(lexeme) > 1980))::text,
-                          '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsvector;
+                          '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
 END
 $$;
-CREATE OR REPLACE FUNCTION recall_scoped(t text, q tsquery) RETURNS tsquery
+CREATE OR REPLACE FUNCTION recall_scoped(tenant text, q tsquery) RETURNS tsquery
 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$
-    SELECT regexp_replace(q::text, '''((?:[^'']|'''')*)''', '''' || t || ':\1''', 'g')::tsquery
+    SELECT regexp_replace(q::text, '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsquery
 $$;
 
 -- Version 7 (tenant-scoped lexemes): the generated columns are made again with the new expression below.
@@ -1328,8 +1327,8 @@ GRANT EXECUTE ON FUNCTION recall_search_hits(text, text[], text, text, text, tex
     timestamptz, text, integer, text) TO recall_app;
 
 -- What every ranked mode requires of a hit, from the question: each "quoted phrase" as a phrase, and no
--- -word (scoped to tenant `t`); NULL when the question asks neither.
-CREATE OR REPLACE FUNCTION recall_search_must(t text, p_q text) RETURNS tsquery
+-- -word (scoped to `tenant`); NULL when the question asks neither.
+CREATE OR REPLACE FUNCTION recall_search_must(tenant text, p_q text) RETURNS tsquery
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE seg text; must tsquery;
 BEGIN
@@ -1343,7 +1342,7 @@ BEGIN
             must := CASE WHEN must IS NULL THEN !! plainto_tsquery('simple', seg) ELSE must && !! plainto_tsquery('simple', seg) END;
         END IF;
     END LOOP;
-    RETURN CASE WHEN must IS NULL THEN NULL ELSE recall_scoped(t, must) END;
+    RETURN CASE WHEN must IS NULL THEN NULL ELSE recall_scoped(tenant, must) END;
 END
 $$;
 
@@ -1575,19 +1574,43 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
              LIMIT n FOR UPDATE SKIP LOCKED) q
 $$;
 
--- Store a batch's vectors (text form, '[0.1,...]') and drop their queue entries; an object erased in
--- the meantime gets none (its queue entry goes too).
+-- Store a batch's vectors (text form, '[0.1,...]') and drop their queue entries. Each object's row is
+-- share-locked first, skipping rows a write or an erasure holds (their entries stay queued for a later
+-- batch): an erasure that comes after waits for this transaction and deletes what it stored, and one
+-- that came before has committed, so its object is seen gone and gets no vector
+-- (tests/test_lifecycle.py, erasing what the indexer is embedding). Without this an erasure's DELETE
+-- could run between the check and the INSERT and leave the vector of an erased object.
 CREATE OR REPLACE FUNCTION recall_embedding_store(p_tenants text[], p_ids text[], p_kinds text[], p_vectors text[],
     p_model text, p_dims integer) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    k record;
+    held_t text[] := '{}'; held_o text[] := '{}'; live boolean[] := '{}';
+    t2 text[]; o2 text[]; l2 boolean[];
 BEGIN
+    FOR k IN SELECT * FROM (VALUES ('threads', 'thread', 'true'), ('workers', 'worker', 'true'),
+                                   ('triggers', 'trigger', 'true'), ('reports', 'report', 'true'),
+                                   ('memories', 'memory', 'x.current')) AS v(tbl, kind, current) LOOP
+        EXECUTE format('SELECT coalesce(array_agg(h.t), ''{}''), coalesce(array_agg(h.o), ''{}''), coalesce(array_agg(h.live), ''{}'')
+                          FROM (SELECT x.tenant_id AS t, x.id AS o,
+                                       %s AND NOT recall_is_gone(x.deleted_at, x.expires_at) AS live
+                                  FROM %I x JOIN unnest($1, $2, $3) AS v(t, o, k)
+                                    ON v.k = %L AND x.tenant_id = v.t AND x.id = v.o
+                                   FOR SHARE OF x SKIP LOCKED) h', k.current, k.tbl, k.kind)
+        INTO t2, o2, l2 USING p_tenants, p_ids, p_kinds;
+        held_t := held_t || t2; held_o := held_o || o2; live := live || l2;
+    END LOOP;
     EXECUTE 'INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
              SELECT v.t, v.o, v.k, $4, $5, v.e::vector FROM unnest($1, $2, $3, $6) AS v(t, o, k, e)
-              WHERE v.e IS NOT NULL AND recall_embedding_text(v.t, v.o, v.k) IS NOT NULL
+               JOIN unnest($7, $8, $9) AS h(t, o, live) ON h.t = v.t AND h.o = v.o
+              WHERE v.e IS NOT NULL AND h.live
              ON CONFLICT (tenant_id, model, object_id)
              DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, embedded_at = now()'
-    USING p_tenants, p_ids, p_kinds, p_model, p_dims, p_vectors;
-    DELETE FROM embedding_queue q USING unnest(p_tenants, p_ids) AS v(t, o)
+    USING p_tenants, p_ids, p_kinds, p_model, p_dims, p_vectors, held_t, held_o, live;
+    DELETE FROM embedding_queue q USING unnest(held_t, held_o) AS h(t, o)
+     WHERE q.tenant_id = h.t AND q.object_id = h.o;
+    UPDATE embedding_queue q SET not_before = now() + interval '1 second'  -- held by a writer: a moment later
+      FROM unnest(p_tenants, p_ids) AS v(t, o)
      WHERE q.tenant_id = v.t AND q.object_id = v.o;
 END
 $$;
@@ -1668,7 +1691,10 @@ DECLARE
     n integer;
     distance text;
 BEGIN
-    IF coalesce(t, '') = '' OR NOT recall_vectors_available() THEN
+    IF coalesce(t, '') = '' THEN
+        RETURN;
+    END IF;
+    IF NOT recall_vectors_available() THEN
         RETURN;
     END IF;
     SELECT count(*) INTO n FROM (SELECT 1 FROM embeddings WHERE tenant_id = t AND model = p_model LIMIT exact_max + 1) x;

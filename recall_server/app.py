@@ -134,7 +134,11 @@ def create_app(settings: Settings) -> Litestar:
             secret = await queries.cursor_secret(conn)
         app.state.settings = settings
         app.state.key_cache = KeyCache()  # the key checks this process may rely on for a moment (auth.KeyCache)
-        app.state.service = service = Service(db, CursorCodec(secret), settings)
+        # the indexer's own connection (opened when it first needs one): embedding never holds one a request waits for
+        indexer_db = await Database.open(
+            settings.app_database_url or as_app_role(settings.database_url), min_size=0, max_size=1,
+            timeout=settings.db_timeout, queue_limit=settings.queue_limit, queue_wait=settings.queue_wait)
+        app.state.service = service = Service(db, CursorCodec(secret), settings, indexer_db)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever()),
@@ -146,6 +150,7 @@ def create_app(settings: Settings) -> Litestar:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await service.trace.flush()  # what the last interval buffered (a crash loses at most that)
+            await indexer_db.close()
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)
             log.info("shutdown complete: pool closed")

@@ -51,6 +51,11 @@ SPANNING_FUNCTIONS = {
     "recall_sweep": "purges what expired in every tenant",
     "recall_record_reads": "a trace flush: one process's buffered reads, each filed in the tenant of its verified key",
     "recall_purge_retained": "retention: drops trace reads and webhook deliveries past their TTLs in every tenant",
+    "recall_embedding_batch": "the indexer: the embedding queue's due entries, whatever their tenant",
+    "recall_embedding_store": "the indexer: each entry's vector stored in its own tenant",
+    "recall_embedding_failed": "the indexer: a failed batch's entries marked for a retry, each in its own tenant",
+    "recall_embedding_queue_stats": "the indexer's metrics: the whole queue's depth and lag",
+    "recall_embedding_reindex": "`recall-server reindex`: every tenant's objects queued",
 }
 ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
@@ -60,6 +65,11 @@ ALL_TENANTS = {
     "purge_retained": "trace and webhook retention, for every tenant (recall_purge_retained)",
     "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",
     "revoke_hook": "`recall-server hooks revoke ID` finds the hook in whichever tenant has it (reference table)",
+    "embedding_batch": "the indexer's batch, from every tenant (recall_embedding_batch)",
+    "store_embeddings": "the indexer stores a batch's vectors, each in its own tenant (recall_embedding_store)",
+    "embeddings_failed": "the indexer marks a failed batch for a retry (recall_embedding_failed)",
+    "embedding_queue_stats": "the queue's metrics, over every tenant (recall_embedding_queue_stats)",
+    "queue_reindex": "`recall-server reindex` queues every tenant's objects (recall_embedding_reindex)",
 }
 
 
@@ -83,14 +93,15 @@ def tables(store: str) -> set[str]:
 def tenant_tables(store: str) -> set[str]:
     rows = run_sql(store, "SELECT table_name FROM information_schema.columns "
                           "WHERE table_schema = 'public' AND column_name = 'tenant_id'")
-    return {r[0] for r in rows} - set(REFERENCE_TABLES)
+    return ({r[0] for r in rows} & tables(store)) - set(REFERENCE_TABLES)  # not the views
 
 
 def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coordinator_ones(store: str) -> None:
     assert tables(store) - tenant_tables(store) == set(REFERENCE_TABLES) | set(COORDINATOR_TABLES)
     assert tenant_tables(store) == {"threads", "workers", "thread_owners", "triggers", "trigger_neighbours",
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
-                                    "memory_sources", "hook_deliveries", "github_threads", "trace_reads"}
+                                    "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
+                                    "embedding_queue"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:

@@ -209,22 +209,23 @@ def test_memories_through_the_client(recall: RecallClient) -> None:
 
 def test_search_backlinks_and_grep_through_the_client(recall: RecallClient, base_url: str, api_key: str) -> None:
     demo.load(base_url, api_key)
-    page = recall.search("PaymentGatewayError")
+    page = recall.search("PaymentGatewayError", mode="exact")  # every object with the word, and only those
     assert isinstance(page, SearchPage) and all(isinstance(h, SearchHit) for h in page.data)
     [hit] = page.data
+    assert recall.search("PaymentGatewayError").data[0].id == hit.id  # hybrid, the default: first too
     assert (hit.id, hit.type, hit.thread_id) == ("trg_8f21", "trigger", "thr_pr_412")
     assert "**paymentgatewayerror**" in hit.snippet.lower()
-    assert {h.id for h in recall.search('"payment timeout"', type=["trigger", "report"]).data} >= {
+    assert {h.id for h in recall.search('"payment timeout"', mode="exact", type=["trigger", "report"]).data} >= {
         "trg_8f21", "rpt_412a"}
-    assert recall.search('"payment timeout"', type="thread").data == []
+    assert recall.search('"payment timeout"', mode="exact", type="thread").data == []
 
     word = uid("thr")[4:].lower()
     made = [recall.create_trigger(source="test", summary=f"{word} {i}", payload="-").id for i in range(5)]
-    first = recall.search(word, limit=2)
+    first = recall.search(word, mode="exact", limit=2)
     assert len(first.data) == 2 and first.has_more and first.next_cursor
-    assert sorted(h.id for h in recall.iter_search(word, limit=2)) == sorted(made)
-    assert [h.id for h in recall.iter_search(word, since=datetime.now(UTC) + timedelta(minutes=5))] == []
-    assert len(list(recall.iter_search(word, until=datetime.now(UTC) + timedelta(minutes=5)))) == 5
+    assert sorted(h.id for h in recall.iter_search(word, mode="exact", limit=2)) == sorted(made)
+    assert [h.id for h in recall.iter_search(word, mode="exact", since=datetime.now(UTC) + timedelta(minutes=5))] == []
+    assert len(list(recall.iter_search(word, mode="exact", until=datetime.now(UTC) + timedelta(minutes=5)))) == 5
 
     links = recall.backlinks("trg_8f21")
     assert isinstance(links, BacklinkPage) and all(isinstance(b, Backlink) for b in links.data)
@@ -506,7 +507,7 @@ def test_the_async_client_has_the_same_operations(base_url: str, api_key: str) -
             await client.delete_memory(made.id)
             with pytest.raises(rc.Gone):
                 await client.current_memory([root], "k")
-            assert [h.id async for h in client.iter_search("PaymentGatewayError")] == ["trg_8f21"]
+            assert [h.id async for h in client.iter_search("PaymentGatewayError", mode="exact")] == ["trg_8f21"]
             assert (await client.search("PaymentGatewayError", type="trigger")).data[0].thread_id == "thr_pr_412"
             assert ("cites", "rpt_412a") in {(b.relation, b.id) async for b in client.iter_backlinks("trg_8f21")}
             assert (await client.backlinks("trg_8f21", limit=1)).has_more

@@ -243,13 +243,15 @@ def test_ttl_is_minutes_and_becomes_the_memorys_expiry(store: RecallStore, base_
     assert 85 <= (view.expires_at - view.created_at).total_seconds() <= 95
 
 
-def test_query_is_a_client_side_word_match_until_search_is_wired(store: RecallStore) -> None:
+def test_a_query_is_ranked_by_the_servers_search_best_first(store: RecallStore) -> None:
     ns = (fresh_root(),)
     store.put(ns, "a", {"text": "the payment timeout after 30s"})
     store.put(ns, "b", {"text": "payment ok"})
     store.put(ns, "c", {"text": "unrelated"})
-    found = store.search(ns, query="payment timeout")
-    assert [(i.key, i.score) for i in found] == [("a", 1.0), ("b", 0.5)]
+    found = store.search(ns, query="payment timeout")  # hybrid: words and meaning, the server's score
+    assert [i.key for i in found][:2] == ["a", "b"]
+    assert [i.score for i in found] == sorted((i.score for i in found), reverse=True) and found[0].score > 0
+    assert store.search((fresh_root(),), query="payment timeout") == []  # nothing under another prefix
 
 
 # ---- a real graph, across a server restart -------------------------------------------------------------

@@ -291,8 +291,8 @@ def test_the_search_function_sees_only_the_bound_tenant_and_nothing_without_one(
 
     w = word()
     mine = graph.thread(summary=w)["id"]
-    args = (w, ["thread"], None, None, None, None, None, None, None, None, None, 10)
-    call = "SELECT hit_id FROM recall_search_hits($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+    args = (w, ["thread"], None, None, None, None, None, None, None, None, None, 10, None)
+    call = "SELECT hit_id FROM recall_search_hits($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 
     async def run() -> tuple[list, list, list]:
         conn = await asyncpg.connect(as_app_role(database_url))
@@ -352,7 +352,7 @@ def test_search_uses_the_gin_indexes_which_rls_would_forbid(database_url: str, s
                 await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
                 hits = await conn.fetch(
                     "SELECT hit_id FROM recall_search_hits($1, ARRAY['thread', 'worker', 'trigger', 'report', 'memory'],"
-                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10)", w)
+                    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 10, NULL)", w)
                 assert sorted(h[0] for h in hits) == ["mem_bulk9", "trg_bulk7"]
                 scans = dict(await conn.fetch(
                     "SELECT relname, pg_stat_get_xact_numscans(oid) FROM pg_class WHERE relname = ANY($1)", indexes))

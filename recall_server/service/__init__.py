@@ -38,14 +38,15 @@ class Service:
     """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `lens`,
     `trace`, `admin`; and the server's own upkeep (`ready`, `sweep`)."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, settings: Settings) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, settings: Settings, indexer_db: Database | None = None) -> None:
         """`settings`: the retention periods (Idempotency-Key outcomes, trace reads, webhook deliveries),
-        the content cache's size and the trace buffer's; config.py holds their defaults."""
+        the content cache's size and the trace buffer's; config.py holds their defaults. `indexer_db`: the
+        indexer's own connection, so that embedding never takes a connection a request is waiting for."""
         self.db = db
         self.views = Views(db, cursors, ContentCache(settings.content_cache_bytes))
         self.writes = Writes(db, self.views, settings.idempotency_ttl)
         self.memories = Memories(db, cursors, self.views, self.writes)
-        self.indexer = Indexer(db, settings)
+        self.indexer = Indexer(indexer_db or db, settings)
         self.lens = Lens(db, cursors, self.views, self.indexer)
         self.admin = Admin(db)
         self.trace = Trace(db, cursors, settings.trace_flush_interval, settings.trace_buffer)
