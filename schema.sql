@@ -1269,6 +1269,13 @@ CREATE OR REPLACE VIEW recall_searchable AS
            expires_at, namespace FROM memories WHERE current;
 REVOKE ALL ON recall_searchable FROM PUBLIC;
 
+-- The newest objects first, for a search whose every word is common (recall_lexical_hits): an ordered scan
+-- that stops after a page, instead of ranking every match. Threads have theirs (threads_by_created).
+CREATE INDEX IF NOT EXISTS triggers_by_created ON triggers (tenant_id, created_at DESC);
+CREATE INDEX IF NOT EXISTS reports_by_created ON reports (tenant_id, created_at DESC);
+CREATE INDEX IF NOT EXISTS workers_by_created ON workers (tenant_id, created_at DESC);
+CREATE INDEX IF NOT EXISTS memories_by_created ON memories (tenant_id, created_at DESC) WHERE current;
+
 -- Backlinks: each relation's lookup by the linked-to ID is an index scan, in keyset order.
 CREATE INDEX IF NOT EXISTS report_refs_by_trigger ON report_refs (tenant_id, trigger_id, report_id);
 CREATE INDEX IF NOT EXISTS trigger_neighbours_by_neighbour ON trigger_neighbours (tenant_id, neighbour_id, trigger_id);
@@ -1352,9 +1359,9 @@ $$;
 -- in this tenant (idf over a count capped at `cap`), an exact token counting more than a stem match,
 -- with ts_rank (title and summary above content) as the last part of the score. "Quoted phrases" must
 -- match as phrases and -words must not match. A word in `cap` or more objects is common: when rarer
--- words exist it only adds to the score of what they found; when every word is common, the newest
--- `cap` objects having them are ranked (a word in 100,000 triggers reads 1,000, not 100,000). The
--- best `p_depth` hits created at or before `p_as_of`, best first.
+-- words exist they alone find and score (a common word adds little weight); when every word is common,
+-- the newest `p_depth` objects having them are ranked (a word in 100,000 triggers reads 200 rows, not
+-- 100,000). The best `p_depth` hits created at or before `p_as_of`, best first.
 CREATE OR REPLACE FUNCTION recall_lexical_hits(p_q text, p_kinds text[], p_status text, p_app text, p_agent text,
     p_run text, p_since timestamptz, p_until timestamptz, p_as_of timestamptz, p_depth integer, p_ns text)
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
@@ -1365,8 +1372,8 @@ DECLARE
     cap constant integer := 1000;
     free text; w text; stem text;
     exact tsquery; wq tsquery; df integer;
-    exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}';
-    rare tsquery; anyq tsquery; must tsquery; total float8 := 0;
+    exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}'; rares boolean[] := '{}';
+    rare tsquery; anyq tsquery; allq tsquery; must tsquery; total float8 := 0; covered float8 := 0;
 BEGIN
     IF coalesce(t, '') = '' THEN
         RETURN;
@@ -1388,7 +1395,10 @@ BEGIN
         exacts := exacts || exact;
         stems := stems || wq;
         weights := weights || ln(1 + (cap + 1.0) / (df + 1));
+        rares := rares || (df < cap);
+        covered := covered + ln(1 + (cap + 1.0) / (df + 1));
         anyq := CASE WHEN anyq IS NULL THEN wq ELSE anyq || wq END;
+        allq := CASE WHEN allq IS NULL THEN exact ELSE allq && exact END;
         IF df < cap THEN
             rare := CASE WHEN rare IS NULL THEN wq ELSE rare || wq END;
         END IF;
@@ -1396,33 +1406,60 @@ BEGIN
     IF anyq IS NULL THEN  -- no word of the question is in this tenant's objects
         RETURN;
     END IF;
-    RETURN QUERY
-    WITH found AS MATERIALIZED (
-        SELECT s.kind, s.id, s.created_at, s.search FROM recall_searchable s
-         WHERE rare IS NOT NULL AND s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ rare
-           AND (must IS NULL OR s.search @@ must) AND s.created_at <= p_as_of
-           AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
-           AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
-           AND (p_run IS NULL OR s.run_id = p_run)
-           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
-           AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
-        UNION ALL
-        (SELECT s.kind, s.id, s.created_at, s.search FROM recall_searchable s
-          WHERE rare IS NULL AND s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ anyq
-            AND (must IS NULL OR s.search @@ must) AND s.created_at <= p_as_of
-            AND NOT recall_is_gone(s.deleted_at, s.expires_at) AND (p_status IS NULL OR s.status = p_status)
-            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
-            AND (p_run IS NULL OR s.run_id = p_run)
-           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
-            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
-          ORDER BY s.created_at DESC LIMIT cap)
-    )
-    SELECT f.kind, f.id, f.created_at,
-           round(((SELECT sum(CASE WHEN f.search @@ u.e THEN u.wt WHEN f.search @@ u.s THEN 0.5 * u.wt ELSE 0 END)
-                     FROM unnest(exacts, stems, weights) AS u(e, s, wt)) / total
-                  + 0.001 * ts_rank(f.search, anyq))::numeric, 6) AS score
-      FROM found f
-     ORDER BY score DESC, f.created_at DESC, f.id DESC LIMIT p_depth;
+    IF rare IS NOT NULL THEN
+        -- Scored from the index alone: per rare word, the objects having it (its stem: half its weight, its
+        -- own token: the other half); ts_rank (one read of each vector) only orders the best p_depth.
+        RETURN QUERY
+        WITH parts AS (
+            SELECT m.kind, m.id, m.created_at, u.wt * 0.5 AS part
+              FROM unnest(exacts, stems, weights, rares) AS u(e, s, wt, r)
+              CROSS JOIN LATERAL (
+                  SELECT x.kind, x.id, x.created_at FROM recall_searchable x
+                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ u.s
+                     AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
+                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+                     AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
+                     AND (p_run IS NULL OR x.run_id = p_run)
+                     AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+                     AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
+                  UNION ALL
+                  SELECT x.kind, x.id, x.created_at FROM recall_searchable x
+                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ u.e
+                     AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
+                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+                     AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
+                     AND (p_run IS NULL OR x.run_id = p_run)
+                     AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+                     AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
+              ) m
+             WHERE u.r),
+        best AS (
+            SELECT kind, id, created_at, sum(part) / total AS base FROM parts GROUP BY kind, id, created_at
+             ORDER BY base DESC, created_at DESC, id DESC LIMIT p_depth)
+        SELECT b.kind, b.id, b.created_at, round((b.base + 0.001 * ts_rank(v.search, anyq))::numeric, 6) AS score
+          FROM best b CROSS JOIN LATERAL (SELECT x.search FROM recall_searchable x
+                                           WHERE x.tenant_id = t AND x.id = b.id AND x.kind = b.kind) v
+         ORDER BY score DESC, b.created_at DESC, b.id DESC;
+    ELSE
+        -- Every word common: the newest p_depth objects having any of them (an index on created_at, not
+        -- 100,000 matches ranked), scored by whether they have all the words, then ts_rank.
+        RETURN QUERY
+        WITH found AS (
+            SELECT x.kind, x.id, x.created_at, x.search FROM recall_searchable x
+             WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ anyq
+               AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
+               AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+               AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
+               AND (p_run IS NULL OR x.run_id = p_run)
+               AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+               AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
+             ORDER BY x.created_at DESC LIMIT p_depth)
+        SELECT f.kind, f.id, f.created_at,
+               round(((CASE WHEN f.search @@ allq THEN 1.0 ELSE 0.5 END) * covered / total
+                      + 0.001 * ts_rank(f.search, anyq))::numeric, 6) AS score
+          FROM found f
+         ORDER BY score DESC, f.created_at DESC, f.id DESC;
+    END IF;
 END
 $$;
 REVOKE ALL ON FUNCTION recall_lexical_hits(text, text[], text, text, text, text, timestamptz, timestamptz,
@@ -1707,19 +1744,26 @@ BEGIN
         PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
         PERFORM set_config('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text, true);
     END IF;
+    -- The filters are an EXISTS on the object, so the planner can keep the vectors' order (the HNSW index's,
+    -- whose iterative scan goes on until the page is full) and read each object once; created_at is read
+    -- for the page's rows only.
     RETURN QUERY EXECUTE format($q$
-        SELECT h.kind, h.id, h.created_at, round((1 - h.d)::numeric, 6) FROM (
-            SELECT s.kind, s.id, s.created_at, %1$s AS d
-              FROM embeddings e JOIN recall_searchable s ON s.tenant_id = e.tenant_id AND s.id = e.object_id
-             WHERE e.tenant_id = $2 AND e.model = %2$L AND e.kind = ANY($4) AND s.kind = e.kind
-               AND s.created_at <= $11 AND NOT recall_is_gone(s.deleted_at, s.expires_at)
-               AND ($5::text IS NULL OR s.status = $5) AND ($6::text IS NULL OR s.app_id = $6)
-               AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
-               AND ($9::timestamptz IS NULL OR s.created_at >= $9) AND ($10::timestamptz IS NULL OR s.created_at < $10)
-               AND ($13::tsquery IS NULL OR s.search @@ $13)
-               AND ($14::text IS NULL OR s.namespace = $14 OR left(s.namespace, length($14) + 1) = $14 || '/')
+        SELECT h.kind, h.id, c.created_at, round((1 - h.d)::numeric, 6) FROM (
+            SELECT e.kind, e.object_id AS id, %1$s AS d FROM embeddings e
+             WHERE e.tenant_id = $2 AND e.model = %2$L AND e.kind = ANY($4)
+               AND EXISTS (SELECT 1 FROM recall_searchable s
+                            WHERE s.tenant_id = e.tenant_id AND s.id = e.object_id AND s.kind = e.kind
+                              AND s.created_at <= $11 AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+                              AND ($5::text IS NULL OR s.status = $5) AND ($6::text IS NULL OR s.app_id = $6)
+                              AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
+                              AND ($9::timestamptz IS NULL OR s.created_at >= $9)
+                              AND ($10::timestamptz IS NULL OR s.created_at < $10)
+                              AND ($13::tsquery IS NULL OR s.search @@ $13)
+                              AND ($14::text IS NULL OR s.namespace = $14 OR left(s.namespace, length($14) + 1) = $14 || '/'))
              ORDER BY %1$s LIMIT $12) h
-         ORDER BY h.d, h.created_at DESC, h.id DESC$q$, distance, p_model)
+          JOIN LATERAL (SELECT s.created_at FROM recall_searchable s
+                         WHERE s.tenant_id = $2 AND s.id = h.id AND s.kind = h.kind) c ON true
+         ORDER BY h.d, c.created_at DESC, h.id DESC$q$, distance, p_model)
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
           recall_search_must(t, p_q), p_ns;
 END
