@@ -15,6 +15,8 @@ import logging
 import time
 from collections.abc import Callable
 
+import asyncpg
+
 from recall_server import embedders
 from recall_server.config import Settings
 from recall_server.db import queries as q
@@ -139,7 +141,7 @@ class Indexer:
             queue = iter(made)
             for entry in entries:
                 vectors.append(as_vector(next(queue)) if entry.text and entry.text.strip() else None)
-            await self._ensure_index()
+            await self._ensure_index(conn)
             await q.store_embeddings(conn, entries, vectors, self.embedder.model, self.embedder.dims)
             EMBEDDED.inc(sum(v is not None for v in vectors))
             return len(entries)
@@ -160,14 +162,15 @@ class Indexer:
                 entries.remove(entry)
         return made
 
-    async def _ensure_index(self) -> None:
+    async def _ensure_index(self, conn) -> None:
+        """The model's vector index, made on the batch's connection (in a savepoint) the first time."""
         assert self.embedder is not None
         if self._indexed_model == self.embedder.model or not self.embedder.dims:
             return
         try:
-            async with self.db.connection() as conn:
+            async with conn.transaction():
                 await q.ensure_vector_index(conn, self.embedder.model, self.embedder.dims)
-        except Exception:  # another process made it at the same moment; the next batch looks again
+        except asyncpg.PostgresError:  # another process made it at the same moment; the next batch looks again
             log.info("vector index not made now; will look again", exc_info=True)
             return
         self._indexed_model = self.embedder.model
