@@ -35,7 +35,7 @@ async def put_checkpoint(data: JSONBody[PutCheckpoint], request: Caller) -> Resp
     return sent(await request.service.checkpoints.put(request.cred, data))
 
 
-@post("/checkpoints/writes", status_code=204, responses=problems(400, 401, 403, 404, 410, 413, 503),
+@post("/checkpoints/writes", status_code=204, responses=problems(400, 401, 403, 409, 413, 503),
       operation_id="PutCheckpointWrites")
 async def put_checkpoint_writes(data: JSONBody[PutWrites], request: Caller) -> None:
     """Store a task's pending writes against a checkpoint, once per (task_id, idx)."""

@@ -138,15 +138,11 @@ class Checkpoints:
         return Outcome(status=201 if made else 200, body=_json.encode(ref), object_id=req.checkpoint_id)
 
     async def put_writes(self, cred: Credential, req: PutWrites) -> None:
-        """Store a task's writes against a checkpoint (once per (task, idx)): 404 without the checkpoint."""
+        """Store a task's writes against a checkpoint, once per (task, idx). LangGraph may send them while the
+        checkpoint's own put is in flight, so they are not checked against it; 409 for an erased thread."""
         async with tenancy.session(self.db, cred, "write") as (conn, tenant):
-            states = await q.lock_checkpoint_threads(conn, tenant, [req.thread_id])
-            if states.get(req.thread_id) is State.GONE:
-                raise _gone(req.thread_id)
-            if not await q.checkpoint_exists(conn, tenant, req.thread_id, req.checkpoint_ns, req.checkpoint_id):
-                raise NotFound(f"The LangGraph thread {req.thread_id!r} has no checkpoint {req.checkpoint_id!r} in "
-                               f"namespace {req.checkpoint_ns!r}.", thread_id=req.thread_id,
-                               checkpoint_id=req.checkpoint_id)
+            if await q.claim_checkpoint_thread(conn, tenant, req.thread_id) is not None:
+                raise _retired(req.thread_id)
             if req.writes:
                 await q.insert_checkpoint_writes(
                     conn, tenant, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,

@@ -129,13 +129,6 @@ async def insert_checkpoint_blobs(conn: Conn, tenant: str, thread_id: str, check
         tenant, thread_id, checkpoint_ns, channels, versions, types, blobs)
 
 
-async def checkpoint_exists(conn: Conn, tenant: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> bool:
-    return bool(await conn.fetchval(
-        """SELECT EXISTS (SELECT 1 FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3
-                            AND checkpoint_id = $4)""",
-        tenant, thread_id, checkpoint_ns, checkpoint_id))
-
-
 async def insert_checkpoint_writes(conn: Conn, tenant: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
                                    task_id: str, task_path: str, idxs: list[int], channels: list[str],
                                    types: list[str], blobs: list[bytes]) -> None:
