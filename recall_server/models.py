@@ -583,6 +583,9 @@ CheckpointNs = Annotated[str, Meta(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*
                                    description="A LangGraph checkpoint_ns ('' for the root graph).")]
 CheckpointId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+\Z",
                                    examples=["1ef4f797-8335-6428-8001-8a1503f9b875"])]
+# bytes in JSON: standard base64 with its padding, all a schema can say of it (and what msgspec decodes)
+Base64 = Annotated[bytes, Meta(extra_json_schema={
+    "pattern": r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?\Z"})]
 SerdeType = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+\Z", examples=["msgpack"])]
 ChannelName = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+\Z")]
 ChannelVersion = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+\Z")]
@@ -597,7 +600,7 @@ class ChannelBlob(Request, kw_only=True):
     channel: ChannelName
     version: ChannelVersion
     type: SerdeType
-    data: bytes
+    data: Base64
 
 
 class PutCheckpoint(Request, kw_only=True):
@@ -606,7 +609,7 @@ class PutCheckpoint(Request, kw_only=True):
     checkpoint_id: CheckpointId
     parent_checkpoint_id: CheckpointId | None = None
     type: SerdeType
-    checkpoint: Annotated[bytes, Meta(description="The checkpoint without its channel values, serialised.")]
+    checkpoint: Annotated[Base64, Meta(description="The checkpoint without its channel values, serialised.")]
     channel_versions: Annotated[dict[ChannelName, ChannelVersion], Meta(
         max_length=1024, description="The version of each channel the checkpoint holds.")] = {}
     metadata: Annotated[dict[str, Any], Meta(description="JSON; list filters match it (containment).")] = {}
@@ -618,7 +621,7 @@ class WriteItem(Request, kw_only=True):
     idx: Annotated[int, Meta(ge=-1000, le=1_000_000)]
     channel: ChannelName
     type: SerdeType
-    data: bytes
+    data: Base64
 
 
 class PutWrites(Request, kw_only=True):
