@@ -347,3 +347,20 @@ def test_strict_msgpack_does_not_construct_unlisted_classes(base_url: str, tenan
 ])
 def test_bad_input_is_a_400_problem(client: httpx.Client, method: str, path: str, kwargs: dict[str, Any]) -> None:
     assert_problem(client.request(method, path, **kwargs), 400)
+
+
+def test_a_read_key_reads_checkpoints_and_writes_none(saver: RecallSaver, base_url: str, database_url: str,
+                                                      tenant_key: tuple[str, str]) -> None:
+    from recall_server.client import Forbidden
+
+    thread = fresh("scoped")
+    configs = put_chain(saver, thread, 1)
+    with RecallSaver(base_url, create_key(database_url, tenant_key[0], "read")) as reader:
+        assert reader.get_tuple(configs[-1]) is not None
+        with pytest.raises(Forbidden):
+            put_chain(reader, thread, 1)
+        with pytest.raises(Forbidden):
+            reader.put_writes(configs[-1], [("ch", 1)], "task")
+        with pytest.raises(Forbidden):
+            reader.delete_thread(thread)
+    assert len(ids_of(saver, thread)) == 1

@@ -4,8 +4,8 @@ The server stores what LangGraph's serde made on the client (bytes with their ty
 it reads only the JSON it is given beside them: the channel versions a checkpoint holds (which stored values
 make its state) and its metadata (list filters). What is particular here:
 
-- a LangGraph thread is a row of checkpoint_threads, locked by every write to it: an erasure, a prune and a
-  put of one thread never interleave; an erased thread keeps its row as a tombstone (410; a put is a 409);
+- a LangGraph thread is a row of checkpoint_threads, locked by every write to it (a put and a task's writes
+  in their one statement): an erasure, a prune and a put of one thread never interleave; an erased thread keeps its row as a tombstone (410; a put is a 409);
 - a retried put lands once (the same checkpoint ID and body: 200, another body: 409), a retried put_writes
   too (once per (task, idx)); a channel's value is written once per version.
 """
@@ -121,33 +121,30 @@ class Checkpoints:
         """Store a checkpoint and its new channel values: 201, or 200 for a retry of the same put."""
         h = hashlib.sha256(_json.encode(req)).digest()
         ref = CheckpointRef(thread_id=req.thread_id, checkpoint_ns=req.checkpoint_ns, checkpoint_id=req.checkpoint_id)
-        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
-            if await q.claim_checkpoint_thread(conn, tenant, req.thread_id) is not None:
-                raise _retired(req.thread_id)
-            if req.blobs:
-                await q.insert_checkpoint_blobs(
-                    conn, tenant, req.thread_id, req.checkpoint_ns, [b.channel for b in req.blobs],
-                    [b.version for b in req.blobs], [b.type for b in req.blobs], [b.data for b in req.blobs])
-            made, stored = await q.insert_checkpoint(
-                conn, tenant, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.parent_checkpoint_id, req.type,
-                req.checkpoint, _json.encode(req.channel_versions).decode(), _json.encode(req.metadata).decode(), h)
-            if stored != h:
-                raise Conflict(f"Checkpoint {req.checkpoint_id!r} of thread {req.thread_id!r} already exists with "
-                               "a different body; checkpoint IDs are never reassigned.",
-                               thread_id=req.thread_id, checkpoint_id=req.checkpoint_id)
+        async with self.db.connection() as conn:
+            gone, made, stored = await q.put_checkpoint(
+                conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.parent_checkpoint_id, req.type,
+                req.checkpoint, _json.encode(req.channel_versions).decode(), _json.encode(req.metadata).decode(), h,
+                [b.channel for b in req.blobs], [b.version for b in req.blobs], [b.type for b in req.blobs],
+                [b.data for b in req.blobs])
+        if gone:
+            raise _retired(req.thread_id)
+        if stored != h:
+            raise Conflict(f"Checkpoint {req.checkpoint_id!r} of thread {req.thread_id!r} already exists with "
+                           "a different body; checkpoint IDs are never reassigned.",
+                           thread_id=req.thread_id, checkpoint_id=req.checkpoint_id)
         return Outcome(status=201 if made else 200, body=_json.encode(ref), object_id=req.checkpoint_id)
 
     async def put_writes(self, cred: Credential, req: PutWrites) -> None:
         """Store a task's writes against a checkpoint, once per (task, idx). LangGraph may send them while the
         checkpoint's own put is in flight, so they are not checked against it; 409 for an erased thread."""
-        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
-            if await q.claim_checkpoint_thread(conn, tenant, req.thread_id) is not None:
-                raise _retired(req.thread_id)
-            if req.writes:
-                await q.insert_checkpoint_writes(
-                    conn, tenant, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,
-                    [w.idx for w in req.writes], [w.channel for w in req.writes], [w.type for w in req.writes],
-                    [w.data for w in req.writes])
+        async with self.db.connection() as conn:
+            live = await q.put_checkpoint_writes(
+                conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,
+                [w.idx for w in req.writes], [w.channel for w in req.writes], [w.type for w in req.writes],
+                [w.data for w in req.writes])
+        if not live:
+            raise _retired(req.thread_id)
 
     async def delete_thread(self, cred: Credential, thread_id: str) -> None:
         """Erase a thread's checkpoints, values and writes; its thread_id is retired (410 from now on).

@@ -9,7 +9,7 @@ import asyncpg
 from recall_server.auth import Credential
 from recall_server.db import tenancy
 from recall_server.db.queries._common import Conn
-from recall_server.db.tenancy import keyed
+from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.ids import State
 
 # The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names,
@@ -97,52 +97,77 @@ async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]
     return {r["thread_id"]: State.of(r["gone"]) for r in rows}
 
 
-async def insert_checkpoint(conn: Conn, tenant: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
-                            parent_id: str | None, type_: str, checkpoint: bytes, channel_versions: str,
-                            metadata: str, request_hash: bytes) -> tuple[bool, bytes]:
-    """Write a checkpoint unless its ID is taken: (whether it wrote it, the request hash stored under that ID)."""
-    row = await conn.fetchrow(
-        """WITH made AS (
-             INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
-                                      channel_versions, metadata, request_hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10)
-             ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING
-             RETURNING request_hash)
-           SELECT true AS made, request_hash FROM made
-           UNION ALL SELECT false, request_hash FROM checkpoints
-            WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3 AND checkpoint_id = $4
-           LIMIT 1""",
-        tenant, thread_id, checkpoint_ns, checkpoint_id, parent_id, type_, checkpoint, channel_versions, metadata,
-        request_hash)
-    return row["made"], row["request_hash"]
+# A put in one statement behind the key check: the thread's row (made if new, locked), then, unless the thread
+# was erased, the channel values new in it (a version already stored is not written again) and the
+# checkpoint unless its ID is taken; `stored` is the request hash under that ID (a retry's, or a clash's).
+# The foreign keys to the thread's row are checked at the statement's end, when the row exists.
+_PUT = keyed_write("""
+    th AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
+           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
+           RETURNING tenant_id, deleted_at),
+    live AS (SELECT tenant_id FROM th WHERE deleted_at IS NULL),
+    blobs AS (
+        INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
+        SELECT live.tenant_id, $3, $4, x.channel, x.version, x.type, x.blob
+          FROM live, unnest($12::text[], $13::text[], $14::text[], $15::bytea[]) AS x(channel, version, type, blob)
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING RETURNING 1),
+    made AS (
+        INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
+                                 channel_versions, metadata, request_hash)
+        SELECT live.tenant_id, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11 FROM live
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING RETURNING request_hash),
+    done AS (
+        SELECT th.deleted_at IS NOT NULL AS gone, EXISTS (SELECT 1 FROM made) AS made,
+               coalesce((SELECT request_hash FROM made),
+                        (SELECT c.request_hash FROM checkpoints c
+                          WHERE c.tenant_id = th.tenant_id AND c.thread_id = $3 AND c.checkpoint_ns = $4
+                            AND c.checkpoint_id = $5)) AS stored,
+               (SELECT count(*) FROM blobs) AS blobs
+          FROM th)
+""", "write")
 
 
-async def insert_checkpoint_blobs(conn: Conn, tenant: str, thread_id: str, checkpoint_ns: str,
-                                  channels: list[str], versions: list[str], types: list[str],
-                                  blobs: list[bytes]) -> None:
-    """Channel values by (channel, version): a version already stored is not written again."""
-    await conn.execute(
-        """INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
-           SELECT $1, $2, $3, x.channel, x.version, x.type, x.blob
-             FROM unnest($4::text[], $5::text[], $6::text[], $7::bytea[]) AS x(channel, version, type, blob)
-           ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING""",
-        tenant, thread_id, checkpoint_ns, channels, versions, types, blobs)
+async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                         parent_id: str | None, type_: str, checkpoint: bytes, channel_versions: str, metadata: str,
+                         request_hash: bytes, channels: list[str], versions: list[str], types: list[str],
+                         blobs: list[bytes]) -> tuple[bool, bool, bytes | None]:
+    """Store a checkpoint and its new channel values (see _PUT): (the thread was erased, it wrote the
+    checkpoint, the request hash stored under its ID). 401 for a bad key, 403 without write scope."""
+    _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id, parent_id,
+                                       type_, checkpoint, channel_versions, metadata, request_hash, channels,
+                                       versions, types, blobs)
+    row = rows[0]
+    return row["gone"], row["made"], row["stored"]
 
 
-async def insert_checkpoint_writes(conn: Conn, tenant: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
-                                   task_id: str, task_path: str, idxs: list[int], channels: list[str],
-                                   types: list[str], blobs: list[bytes]) -> None:
-    """A task's writes: once per (task, idx); a special channel's (idx < 0) replaces the one stored."""
-    await conn.execute(
-        """INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
-                                          idx, channel, type, blob)
-           SELECT $1, $2, $3, $4, $5, $6, x.idx, x.channel, x.type, x.blob
-             FROM unnest($7::integer[], $8::text[], $9::text[], $10::bytea[]) AS x(idx, channel, type, blob)
-           ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-           DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob,
-                         task_path = EXCLUDED.task_path
-           WHERE EXCLUDED.idx < 0""",
-        tenant, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idxs, channels, types, blobs)
+# A task's writes in one statement behind the key check: the thread's row (made if new, locked), then, unless
+# the thread was erased, each write once per (task, idx); a special channel's (idx < 0) replaces the stored one.
+_PUT_WRITES = keyed_write("""
+    th AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
+           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
+           RETURNING tenant_id, deleted_at),
+    written AS (
+        INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                                       idx, channel, type, blob)
+        SELECT th.tenant_id, $3, $4, $5, $6, $7, x.idx, x.channel, x.type, x.blob
+          FROM th, unnest($8::integer[], $9::text[], $10::text[], $11::bytea[]) AS x(idx, channel, type, blob)
+         WHERE th.deleted_at IS NULL
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob,
+                      task_path = EXCLUDED.task_path
+        WHERE EXCLUDED.idx < 0
+        RETURNING 1),
+    done AS (SELECT th.deleted_at IS NOT NULL AS gone, (SELECT count(*) FROM written) AS written FROM th)
+""", "write")
+
+
+async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str,
+                                checkpoint_id: str, task_id: str, task_path: str, idxs: list[int],
+                                channels: list[str], types: list[str], blobs: list[bytes]) -> bool:
+    """Store a task's writes (see _PUT_WRITES); False when the thread was erased (nothing written)."""
+    _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns, checkpoint_id,
+                                       task_id, task_path, idxs, channels, types, blobs)
+    return not rows[0]["gone"]
 
 
 async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> None:
