@@ -251,21 +251,12 @@ def _literal_part(condition: MatchCondition) -> tuple[str, ...]:
 # ---- the store -----------------------------------------------------------------------------------
 
 
-class RecallStore(BaseStore):
-    """A LangGraph BaseStore on recall-server memories. `kind` is the kind every put writes (fact by default)."""
+class _OnClient:
+    """What the store and the saver share: the sync client, and the async client of the running event loop."""
 
-    supports_ttl = True
-
-    def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
-                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
-                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
-        """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
-        with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
-        how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
-        (hybrid: words and meaning)."""
-        self.url, self.key, self.run, self.kind = url, key, run, kind
-        self.index_config = index
-        self.search_mode = search_mode or ("semantic" if index is not None else None)
+    def __init__(self, url: str | None, key: str | None, run: str | None, client: RecallClient | None,
+                 aclient: AsyncRecallClient | None) -> None:
+        self.url, self.key, self.run = url, key, run
         self._client, self._aclient = client, aclient
         self._given_aclient = aclient is not None
         self._aclient_loop: asyncio.AbstractEventLoop | None = None
@@ -279,7 +270,7 @@ class RecallStore(BaseStore):
     @property
     def aclient(self) -> AsyncRecallClient:
         """The async client for the running event loop: its pooled connections belong to one loop, and a store
-        may outlive a loop (each asyncio.run of a graph has its own)."""
+        or saver may outlive a loop (each asyncio.run of a graph has its own)."""
         loop = asyncio.get_running_loop()
         if not self._given_aclient and (self._aclient is None or self._aclient_loop is not loop):
             self._aclient = AsyncRecallClient(self.url, self.key, run=self.run)
@@ -295,11 +286,29 @@ class RecallStore(BaseStore):
         if self._aclient is not None:
             await self._aclient.aclose()
 
-    def __enter__(self) -> RecallStore:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RecallStore(_OnClient, BaseStore):
+    """A LangGraph BaseStore on recall-server memories. `kind` is the kind every put writes (fact by default)."""
+
+    supports_ttl = True
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
+                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
+        """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
+        with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
+        how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
+        (hybrid: words and meaning)."""
+        _OnClient.__init__(self, url, key, run, client, aclient)
+        self.kind = kind
+        self.index_config = index
+        self.search_mode = search_mode or ("semantic" if index is not None else None)
 
     # ---- batch: reads first, then the batch's puts (the last per (namespace, key) wins), as InMemoryStore
 
@@ -534,7 +543,7 @@ def _json_metadata(value: Any) -> Any:
     return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
 
 
-class RecallSaver(BaseCheckpointSaver[int]):
+class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     """A LangGraph BaseCheckpointSaver on recall-server's checkpoints (routes /checkpoints; docs/agents.md).
 
         saver = RecallSaver()                  # or RecallSaver("http://host:8000", "rk_...")
@@ -552,41 +561,8 @@ class RecallSaver(BaseCheckpointSaver[int]):
 
     def __init__(self, url: str | None = None, key: str | None = None, *, serde: SerializerProtocol | None = None,
                  client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
-        super().__init__(serde=serde or strict_serde())
-        self.url, self.key = url, key
-        self._client, self._aclient = client, aclient
-        self._given_aclient = aclient is not None
-        self._aclient_loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def client(self) -> RecallClient:
-        if self._client is None:
-            self._client = RecallClient(self.url, self.key)
-        return self._client
-
-    @property
-    def aclient(self) -> AsyncRecallClient:
-        """The async client of the running event loop (its pooled connections belong to one loop)."""
-        loop = asyncio.get_running_loop()
-        if not self._given_aclient and (self._aclient is None or self._aclient_loop is not loop):
-            self._aclient = AsyncRecallClient(self.url, self.key)
-            self._aclient_loop = loop
-        assert self._aclient is not None
-        return self._aclient
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-    async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
-
-    def __enter__(self) -> RecallSaver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        BaseCheckpointSaver.__init__(self, serde=serde or strict_serde())
+        _OnClient.__init__(self, url, key, None, client, aclient)
 
     # ---- what goes over the wire, and back --------------------------------------------------------
 
