@@ -97,14 +97,21 @@ async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]
     return {r["thread_id"]: State.of(r["gone"]) for r in rows}
 
 
+# The thread's row for a put or a task's writes: made if new, else locked FOR SHARE, so puts and writes of a
+# thread run side by side while an erasure (FOR UPDATE) waits for them, and they for it (then they see its
+# deleted_at). Empty only when another statement made the row after this one's snapshot: run it again.
+_THREAD_SHARED = """
+    made_thread AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
+                    ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING tenant_id, deleted_at),
+    old_thread AS (SELECT t.tenant_id, t.deleted_at FROM checkpoint_threads t, gate
+                    WHERE t.tenant_id = gate.tenant AND t.thread_id = $3 FOR SHARE OF t),
+    th AS (SELECT * FROM made_thread UNION ALL SELECT * FROM old_thread),"""
+
 # A put in one statement behind the key check: the thread's row (made if new, locked), then, unless the thread
 # was erased, the channel values new in it (a version already stored is not written again) and the
 # checkpoint unless its ID is taken; `stored` is the request hash under that ID (a retry's, or a clash's).
 # The foreign keys to the thread's row are checked at the statement's end, when the row exists.
-_PUT = keyed_write("""
-    th AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
-           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
-           RETURNING tenant_id, deleted_at),
+_PUT = keyed_write(f"""{_THREAD_SHARED}
     live AS (SELECT tenant_id FROM th WHERE deleted_at IS NULL),
     blobs AS (
         INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
@@ -136,16 +143,18 @@ async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoin
     _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id, parent_id,
                                        type_, checkpoint, channel_versions, metadata, request_hash, channels,
                                        versions, types, blobs)
-    row = rows[0]
-    return row["gone"], row["made"], row["stored"]
+    for _ in range(3):
+        if rows:
+            return rows[0]["gone"], rows[0]["made"], rows[0]["stored"]
+        _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id,
+                                           parent_id, type_, checkpoint, channel_versions, metadata, request_hash,
+                                           channels, versions, types, blobs)
+    raise RuntimeError("the thread's row stayed invisible to three statements in a row")
 
 
 # A task's writes in one statement behind the key check: the thread's row (made if new, locked), then, unless
 # the thread was erased, each write once per (task, idx); a special channel's (idx < 0) replaces the stored one.
-_PUT_WRITES = keyed_write("""
-    th AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
-           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
-           RETURNING tenant_id, deleted_at),
+_PUT_WRITES = keyed_write(f"""{_THREAD_SHARED}
     written AS (
         INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
                                        idx, channel, type, blob)
@@ -167,7 +176,12 @@ async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, ch
     """Store a task's writes (see _PUT_WRITES); False when the thread was erased (nothing written)."""
     _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns, checkpoint_id,
                                        task_id, task_path, idxs, channels, types, blobs)
-    return not rows[0]["gone"]
+    for _ in range(3):
+        if rows:
+            return not rows[0]["gone"]
+        _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns,
+                                           checkpoint_id, task_id, task_path, idxs, channels, types, blobs)
+    raise RuntimeError("the thread's row stayed invisible to three statements in a row")
 
 
 async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> None:
