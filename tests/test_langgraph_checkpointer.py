@@ -364,3 +364,38 @@ def test_a_read_key_reads_checkpoints_and_writes_none(saver: RecallSaver, base_u
         with pytest.raises(Forbidden):
             reader.delete_thread(thread)
     assert len(ids_of(saver, thread)) == 1
+
+
+def test_concurrent_puts_and_an_erasure_leave_nothing_behind(base_url: str, tenant_key: tuple[str, str],
+                                                             sql: Any) -> None:
+    import asyncio
+
+    tenant, thread = tenant_key[0], fresh("race")
+    asyncio.run(_race(base_url, tenant_key[1], thread))
+    for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        assert sql(f"SELECT count(*) FROM {table} WHERE tenant_id = $1 AND thread_id = $2", tenant, thread)[0][0] == 0
+
+
+async def _race(base_url: str, key: str, thread: str) -> None:
+    import asyncio
+
+    from recall_server.client import Conflict
+
+    saver = RecallSaver(base_url, key)
+
+    async def one(i: int) -> Any:
+        cp = checkpoint(v=i)
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        stored = await saver.aput(config, cp, {"source": "loop", "step": i}, cp["channel_versions"])
+        await saver.aput_writes(stored, [("ch", i)], f"task-{i}")
+        return stored
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(8)))  # a new thread's row made by one, waited for by the rest
+        assert len([t async for t in saver.alist({"configurable": {"thread_id": thread}})]) == 8
+        # puts racing an erasure: each lands before it (and is erased) or is refused after it
+        results = await asyncio.gather(*(one(i) for i in range(8, 16)), saver.adelete_thread(thread),
+                                       return_exceptions=True)
+        assert all(r is None or isinstance(r, (dict, Conflict)) for r in results), results
+    finally:
+        await saver.aclose()
