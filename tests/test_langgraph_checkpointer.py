@@ -274,9 +274,17 @@ def test_a_retried_put_lands_once_and_another_body_under_its_id_is_409(
                            writes=[WriteItem(idx=0, channel="c", type="msgpack", data=b"\x01")])
         for _ in range(2):
             assert http.post("/checkpoints/writes", content=msgspec.json.encode(writes)).status_code == 204
+        # one idx twice in one request: the first regular write stays, a special channel's last one wins
+        twice = msgspec.structs.replace(writes, task_id="t2", writes=[
+            WriteItem(idx=0, channel="c", type="msgpack", data=b"\x01"),
+            WriteItem(idx=0, channel="c", type="msgpack", data=b"\x02"),
+            WriteItem(idx=-3, channel="__interrupt__", type="msgpack", data=b"\x03"),
+            WriteItem(idx=-3, channel="__interrupt__", type="msgpack", data=b"\x04")])
+        assert http.post("/checkpoints/writes", content=msgspec.json.encode(twice)).status_code == 204
     assert sql("SELECT count(*) FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2", tenant, thread)[0][0] == 1
-    assert sql("SELECT count(*) FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2",
-               tenant, thread)[0][0] == 1
+    rows = sql("SELECT task_id, idx, blob FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 "
+               "ORDER BY task_id, idx", tenant, thread)
+    assert [tuple(r) for r in rows] == [("t1", 0, b"\x01"), ("t2", -3, b"\x04"), ("t2", 0, b"\x01")]
 
 
 def test_an_unchanged_channel_is_stored_once(saver: RecallSaver, tenant_key: tuple[str, str], sql: Any) -> None:

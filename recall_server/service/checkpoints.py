@@ -36,6 +36,7 @@ from recall_server.models import (
     PruneCheckpoints,
     PutCheckpoint,
     PutWrites,
+    WriteItem,
 )
 from recall_server.rows import Outcome
 
@@ -75,6 +76,16 @@ def _tuple(row: asyncpg.Record) -> CheckpointTupleView:
                         for w in row["writes"]],
         created_at=row["created_at"],
     )
+
+
+def _once_per_idx(writes: list[WriteItem]) -> list[WriteItem]:
+    """One write per idx, as if they were stored one by one: the first of a regular idx (a later one is a
+    retry), the last of a special channel's (idx < 0: it replaces the stored one)."""
+    kept: dict[int, WriteItem] = {}
+    for write in writes:
+        if write.idx < 0 or write.idx not in kept:
+            kept[write.idx] = write
+    return list(kept.values())
 
 
 class Checkpoints:
@@ -138,11 +149,12 @@ class Checkpoints:
     async def put_writes(self, cred: Credential, req: PutWrites) -> None:
         """Store a task's writes against a checkpoint, once per (task, idx). LangGraph may send them while the
         checkpoint's own put is in flight, so they are not checked against it; 409 for an erased thread."""
+        writes = _once_per_idx(req.writes)
         async with self.db.connection() as conn:
             live = await q.put_checkpoint_writes(
                 conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,
-                [w.idx for w in req.writes], [w.channel for w in req.writes], [w.type for w in req.writes],
-                [w.data for w in req.writes])
+                [w.idx for w in writes], [w.channel for w in writes], [w.type for w in writes],
+                [w.data for w in writes])
         if not live:
             raise _retired(req.thread_id)
 
