@@ -644,7 +644,8 @@ class DeleteCheckpointRuns(Request, kw_only=True):
 
 class PruneCheckpoints(Request, kw_only=True):
     thread_ids: Annotated[list[CheckpointThreadId], Meta(max_length=500)]
-    keep: Annotated[int, Meta(ge=0, le=1_000_000, description="Checkpoints kept per (thread, namespace), newest first.")] = 1
+    keep: Annotated[int, Meta(ge=0, le=1_000_000,
+                              description="Checkpoints kept per (thread, namespace), newest first.")] = 1
 
 
 class CheckpointRef(Struct):

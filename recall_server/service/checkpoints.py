@@ -4,8 +4,10 @@ The server stores what LangGraph's serde made on the client (bytes with their ty
 it reads only the JSON it is given beside them: the channel versions a checkpoint holds (which stored values
 make its state) and its metadata (list filters). What is particular here:
 
-- a LangGraph thread is a row of checkpoint_threads, locked by every write to it (a put and a task's writes
-  in their one statement): an erasure, a prune and a put of one thread never interleave; an erased thread keeps its row as a tombstone (410; a put is a 409);
+- a LangGraph thread is a row of checkpoint_threads, locked by every write to it (shared by a put and a
+  task's writes, in their one statement each; exclusive for an erasure, a prune, a copy or deleting runs),
+  so an erasure never interleaves with a put; an erased thread keeps its row as a tombstone (410; a put
+  is a 409);
 - a retried put lands once (the same checkpoint ID and body: 200, another body: 409), a retried put_writes
   too (once per (task, idx)); a channel's value is written once per version.
 """

@@ -185,7 +185,8 @@ async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, ch
 
 
 async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> None:
-    """Erase a thread: every checkpoint, channel value and write gone, the thread row kept as its tombstone."""
+    """Erase a thread: every checkpoint, channel value and write gone, the thread row kept as its tombstone.
+    (A data-modifying CTE runs to completion whether or not the query reads it.)"""
     await conn.execute(
         """WITH tomb AS (
              UPDATE checkpoint_threads SET deleted_at = coalesce(deleted_at, now())
@@ -193,8 +194,7 @@ async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> No
            c AS (DELETE FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
            b AS (DELETE FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
            w AS (DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1)
-           SELECT (SELECT count(*) FROM tomb) + (SELECT count(*) FROM c) + (SELECT count(*) FROM b)
-                  + (SELECT count(*) FROM w)""",
+           SELECT count(*) FROM tomb""",
         tenant, thread_id)
 
 
@@ -229,8 +229,7 @@ async def delete_checkpoint_runs(conn: Conn, tenant: str, run_ids: list[str]) ->
                    WHERE c.tenant_id = $1 AND c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
                      AND c.channel_versions->>b.channel = b.version AND (c.run_id IS NULL OR c.run_id <> ALL ($2::text[])))
              RETURNING 1)
-           SELECT (SELECT count(*) FROM gone)::integer + 0 * (SELECT count(*) FROM gone_writes)::integer
-                  + 0 * (SELECT count(*) FROM gone_blobs)::integer""",
+           SELECT count(*)::integer FROM gone""",
         tenant, run_ids)
 
 
@@ -256,8 +255,7 @@ async def copy_checkpoint_thread(conn: Conn, tenant: str, source: str, target: s
              SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path
                FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
              ON CONFLICT DO NOTHING RETURNING 1)
-           SELECT (SELECT count(*) FROM c)::integer + 0 * (SELECT count(*) FROM b)::integer
-                  + 0 * (SELECT count(*) FROM w)::integer""",
+           SELECT count(*)::integer FROM c""",
         tenant, source, target)
 
 
