@@ -18,6 +18,9 @@
 --                searches (recall_search_hits exact, recall_lexical_hits); version 7
 --   vectors      embeddings (pgvector), embedding_queue and its triggers, recall_semantic_hits
 --   version 5    the ID, namespace and run CHECKs PostgreSQL matches quickly
+--   checkpoints  LangGraph checkpoints: checkpoint_threads (the erasure tombstones), checkpoints,
+--                checkpoint_blobs (a channel's value once per version), checkpoint_writes; the
+--                per-tenant retention the sweep applies (recall_checkpoint_retention)
 
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
@@ -1839,3 +1842,161 @@ BEGIN
         INSERT INTO schema_migrations (version) VALUES (6);
     END IF;
 END $$;
+
+-- ---- checkpoints (LangGraph) ------------------------------------------------------------------
+-- The state of a LangGraph thread at its super-step boundaries (recall_server/langgraph.py, RecallSaver).
+-- A LangGraph thread_id is the caller's text (1-256 characters); it names a row of checkpoint_threads,
+-- which outlives erasure as its tombstone (deleted_at): an erased thread answers 410, and is never
+-- written again. Checkpoints are keyed by (thread, namespace, checkpoint ID); the checkpoint itself,
+-- channel values and pending writes are the client's serialised bytes (LangGraph's serde, with its
+-- type tag), never decoded here. A channel's value is stored once per (thread, namespace, channel,
+-- version): a checkpoint names the versions it holds (channel_versions), so an unchanged channel is
+-- not written again. metadata is JSON, for list filters (@>); run_id is read from it for delete_for_runs.
+-- request_hash makes a retried put land once: the same ID with the same body is a no-op, with another 409.
+CREATE TABLE IF NOT EXISTS checkpoint_threads (
+    tenant_id  text NOT NULL REFERENCES tenants (id),
+    thread_id  text COLLATE "C" NOT NULL CHECK (char_length(thread_id) BETWEEN 1 AND 256),
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    deleted_at timestamptz,
+    PRIMARY KEY (tenant_id, thread_id)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    tenant_id        text NOT NULL,
+    thread_id        text COLLATE "C" NOT NULL,
+    checkpoint_ns    text COLLATE "C" NOT NULL CHECK (char_length(checkpoint_ns) <= 1024),
+    checkpoint_id    text COLLATE "C" NOT NULL CHECK (char_length(checkpoint_id) BETWEEN 1 AND 128),
+    parent_id        text COLLATE "C" CHECK (char_length(parent_id) <= 128),
+    type             text NOT NULL,
+    checkpoint       bytea NOT NULL,
+    channel_versions jsonb NOT NULL CHECK (jsonb_typeof(channel_versions) = 'object'),
+    metadata         jsonb NOT NULL CHECK (jsonb_typeof(metadata) = 'object'),
+    run_id           text GENERATED ALWAYS AS (metadata->>'run_id') STORED,
+    request_hash     bytea NOT NULL CHECK (octet_length(request_hash) = 32),
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
+);
+ALTER TABLE checkpoints ALTER COLUMN checkpoint SET STORAGE EXTERNAL;
+CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (tenant_id, run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (tenant_id, checkpoint_id DESC, thread_id, checkpoint_ns);
+CREATE TABLE IF NOT EXISTS checkpoint_blobs (
+    tenant_id     text NOT NULL,
+    thread_id     text COLLATE "C" NOT NULL,
+    checkpoint_ns text COLLATE "C" NOT NULL,
+    channel       text COLLATE "C" NOT NULL CHECK (char_length(channel) BETWEEN 1 AND 256),
+    version       text COLLATE "C" NOT NULL CHECK (char_length(version) BETWEEN 1 AND 128),
+    type          text NOT NULL,
+    blob          bytea NOT NULL,
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, channel, version),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
+);
+ALTER TABLE checkpoint_blobs ALTER COLUMN blob SET STORAGE EXTERNAL;
+-- A write of a task of the step after a checkpoint; (task_id, idx) once: a retried put_writes lands once
+-- (idx < 0, LangGraph's special channels: error, interrupt, resume, are replaced instead, as its savers do).
+CREATE TABLE IF NOT EXISTS checkpoint_writes (
+    tenant_id     text NOT NULL,
+    thread_id     text COLLATE "C" NOT NULL,
+    checkpoint_ns text COLLATE "C" NOT NULL,
+    checkpoint_id text COLLATE "C" NOT NULL,
+    task_id       text COLLATE "C" NOT NULL CHECK (char_length(task_id) BETWEEN 1 AND 256),
+    idx           integer NOT NULL,
+    channel       text NOT NULL CHECK (char_length(channel) BETWEEN 1 AND 256),
+    type          text NOT NULL,
+    blob          bytea NOT NULL,
+    task_path     text COLLATE "C" NOT NULL DEFAULT '' CHECK (char_length(task_path) <= 1024),
+    PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
+);
+-- Retention per tenant, applied by the sweep (NULL: none): keep the newest N checkpoints of each
+-- (thread, namespace), and drop checkpoints older than an age; the newest of each is always kept.
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_keep_latest integer CHECK (checkpoint_keep_latest >= 1);
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_max_age interval CHECK (checkpoint_max_age > interval '0');
+
+GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
+GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;
+GRANT UPDATE ON checkpoint_writes TO recall_app;  -- a special channel's write is replaced
+
+DO $$
+DECLARE t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['checkpoint_threads', 'checkpoints', 'checkpoint_blobs', 'checkpoint_writes'] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
+        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
+        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
+        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
+                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
+                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
+    END LOOP;
+END
+$$;
+
+-- Drop checkpoints of (tenant t, threads) beyond the newest `keep` of each (thread, namespace) (NULL: no
+-- count) and, but for the newest, those created before now() - max_age (NULL: no age); with their
+-- writes, and the channel values no checkpoint left names. keep = 0 drops them all. Returns how many
+-- checkpoints went. One statement: the values kept are read from the checkpoints that stay.
+CREATE OR REPLACE FUNCTION recall_prune_checkpoints(t text, threads text[], keep integer, max_age interval)
+RETURNS integer LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
+    WITH ranked AS (
+        SELECT thread_id, checkpoint_ns, checkpoint_id, created_at,
+               row_number() OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id DESC) AS rank
+          FROM checkpoints WHERE tenant_id = t AND thread_id = ANY (threads)
+    ), doomed AS MATERIALIZED (
+        SELECT thread_id, checkpoint_ns, checkpoint_id FROM ranked
+         WHERE rank > keep OR (rank > 1 AND max_age IS NOT NULL AND created_at < now() - max_age)
+    ), kept AS MATERIALIZED (
+        SELECT r.thread_id, r.checkpoint_ns, r.checkpoint_id FROM ranked r
+         WHERE NOT EXISTS (SELECT 1 FROM doomed d WHERE d.thread_id = r.thread_id
+                              AND d.checkpoint_ns = r.checkpoint_ns AND d.checkpoint_id = r.checkpoint_id)
+    ), gone AS (
+        DELETE FROM checkpoints c USING doomed d
+         WHERE c.tenant_id = t AND c.thread_id = d.thread_id AND c.checkpoint_ns = d.checkpoint_ns
+           AND c.checkpoint_id = d.checkpoint_id
+        RETURNING 1
+    ), gone_writes AS (
+        DELETE FROM checkpoint_writes w USING doomed d
+         WHERE w.tenant_id = t AND w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
+           AND w.checkpoint_id = d.checkpoint_id
+        RETURNING 1
+    ), gone_blobs AS (
+        DELETE FROM checkpoint_blobs b
+         WHERE b.tenant_id = t AND b.thread_id = ANY (threads)
+           AND NOT EXISTS (SELECT 1 FROM kept k JOIN checkpoints c ON c.tenant_id = t AND c.thread_id = k.thread_id
+                                AND c.checkpoint_ns = k.checkpoint_ns AND c.checkpoint_id = k.checkpoint_id
+                            WHERE k.thread_id = b.thread_id AND k.checkpoint_ns = b.checkpoint_ns
+                              AND c.channel_versions->>b.channel = b.version)
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM gone  -- gone_writes and gone_blobs run to completion all the same
+$$;
+REVOKE ALL ON FUNCTION recall_prune_checkpoints(text, text[], integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_prune_checkpoints(text, text[], integer, interval) TO recall_app;
+
+-- The sweep's retention pass: up to `batch` threads (of tenants with a checkpoint policy) holding more
+-- checkpoints than their tenant keeps, or checkpoints older than its age, pruned per that policy.
+-- Returns how many checkpoints went; the sweep calls it again until it returns 0.
+CREATE OR REPLACE FUNCTION recall_checkpoint_retention(batch integer) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE r record; n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT c.tenant_id, array_agg(DISTINCT c.thread_id) AS threads, min(p.keep) AS keep, min(p.age) AS age
+          FROM (SELECT id, checkpoint_keep_latest AS keep, checkpoint_max_age AS age FROM tenants
+                 WHERE checkpoint_keep_latest IS NOT NULL OR checkpoint_max_age IS NOT NULL) p
+          JOIN LATERAL (
+              SELECT x.tenant_id, x.thread_id FROM checkpoints x
+               WHERE x.tenant_id = p.id
+               GROUP BY x.tenant_id, x.thread_id, x.checkpoint_ns
+              HAVING count(*) > coalesce(p.keep, 2147483647)
+                  OR (p.age IS NOT NULL AND count(*) > 1 AND min(x.created_at) < now() - p.age)
+               LIMIT batch) c ON true
+         GROUP BY c.tenant_id
+    LOOP
+        n := n + recall_prune_checkpoints(r.tenant_id, r.threads, coalesce(r.keep, 2147483647), r.age);
+    END LOOP;
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_checkpoint_retention(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_checkpoint_retention(integer) TO recall_app;

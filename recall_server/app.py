@@ -33,6 +33,7 @@ from recall_server.process import freeze_heap
 from recall_server.routes import (
     Caller,
     RequireKey,
+    checkpoints,
     console,
     hooks,
     WholeNumbers,
@@ -158,7 +159,7 @@ def create_app(settings: Settings) -> Litestar:
     # /mcp: the MCP tools over streamable HTTP, in front of the framework (asgi.Mount), checking keys itself
     mcp = HttpEndpoint(settings.max_body_bytes, settings.max_json_items, settings.mcp_allowed_origins)
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
-                 *hooks.ROUTES, *lens.ROUTES]
+                 *hooks.ROUTES, *lens.ROUTES, *checkpoints.ROUTES]
     protected += trace_routes.ROUTES
     app = Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own

@@ -250,6 +250,28 @@ def tenants_memory_ttl(name: str, scratchpad: float | None, state: float | None,
     click.echo(f"tenant {name}: memory ttl updated")
 
 
+@tenants.command("checkpoint-retention")
+@click.argument("name")
+@click.option("--keep", type=click.IntRange(min=0), default=None,
+              help="Checkpoints kept per LangGraph thread and namespace, newest first (0 or omitted: no count).")
+@click.option("--max-age", type=click.FloatRange(min=0), default=None,
+              help="Seconds a checkpoint is kept, except the newest of its thread and namespace (0 or omitted: no age).")
+@data_dir_option
+def tenants_checkpoint_retention(name: str, keep: int | None, max_age: float | None, data_dir: Path | None) -> None:
+    """Set tenant NAME's LangGraph checkpoint retention, applied by the sweep."""
+    from recall_server.service import ops
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir),
+               lambda conn: ops.set_checkpoint_retention(conn, name, keep or None, max_age or None))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: checkpoints " + ", ".join(
+        [*([f"keep the newest {keep}"] if keep else []), *([f"expire after {max_age:g} s"] if max_age else [])]
+        or ["are kept until deleted or pruned"]))
+
+
 @main.command()
 @click.option("--batch", type=int, default=500, show_default=True, help="Objects purged per transaction.")
 @data_dir_option
@@ -298,12 +320,15 @@ def reindex(embedder: str | None, everything: bool, data_dir: Path | None) -> No
 @main.command("verify-erasure")
 @click.argument("object_id")
 @click.option("--tenant", default="default", show_default=True)
+@click.option("--checkpoints", is_flag=True,
+              help="OBJECT_ID is a LangGraph thread_id whose checkpoints were deleted (DELETE /checkpoints).")
 @data_dir_option
-def verify_erasure(object_id: str, tenant: str, data_dir: Path | None) -> None:
+def verify_erasure(object_id: str, tenant: str, checkpoints: bool, data_dir: Path | None) -> None:
     """Report every place OBJECT_ID's content could still be read; exit 1 if there is any."""
     from recall_server.service import ops
 
-    findings = _owner(_settings(data_dir=data_dir), lambda conn: ops.verify_erasure(conn, tenant, object_id))
+    check = ops.verify_checkpoint_erasure if checkpoints else ops.verify_erasure
+    findings = _owner(_settings(data_dir=data_dir), lambda conn: check(conn, tenant, object_id))
     for place in findings:
         click.echo(place)
     if findings:

@@ -54,6 +54,15 @@ from recall_server.models import (
     AssignOwner,
     Backlink,
     BacklinkPage,
+    CheckpointCount,
+    CheckpointPage,
+    CheckpointRef,
+    CheckpointTupleView,
+    CopyCheckpoints,
+    DeleteCheckpointRuns,
+    PruneCheckpoints,
+    PutCheckpoint,
+    PutWrites,
     CreateHook,
     CreateKey,
     CreateMemory,
@@ -240,7 +249,7 @@ class _Call(NamedTuple):
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
-    for t in (BacklinkPage, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
+    for t in (BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
               MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, ReportPage, ReportView, Resolved,
               SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
@@ -546,6 +555,47 @@ class _Operations:
     def delete_memory(self, memory_id: str) -> None:
         """Erase every version of the memory's (namespace, key); a later write starts a new chain."""
         return self._run(_Call("DELETE", ("memories", memory_id), None))
+
+    # ---- LangGraph checkpoints (recall_server.langgraph.RecallSaver) ---------------------------------
+
+    def put_checkpoint(self, checkpoint: PutCheckpoint) -> CheckpointRef:
+        """Store a checkpoint and its new channel values (a retry of the same put is a no-op: safe to repeat)."""
+        return self._run(_Call("POST", ("checkpoints",), CheckpointRef, body=msgspec.json.encode(checkpoint)))
+
+    def put_checkpoint_writes(self, writes: PutWrites) -> None:
+        """Store a task's pending writes against a checkpoint (once per (task_id, idx): safe to repeat)."""
+        return self._run(_Call("POST", ("checkpoints", "writes"), None, body=msgspec.json.encode(writes)))
+
+    def checkpoint_tuple(self, thread_id: str, checkpoint_ns: str = "",
+                         checkpoint_id: str | None = None) -> CheckpointTupleView:
+        """A checkpoint with its values and writes (the newest of the namespace without an ID); NotFound, Gone."""
+        params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
+        return self._run(_Call("GET", ("checkpoints", "tuple"), CheckpointTupleView, params))
+
+    def list_checkpoints(self, *, thread_id: str | None = None, checkpoint_ns: str | None = None,
+                         before: str | None = None, metadata_contains: dict[str, Any] | str | None = None,
+                         cursor: str | None = None, limit: int | None = None) -> CheckpointPage:
+        """A page of checkpoints, newest first; Gone for an erased thread."""
+        params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, before=before,
+                        metadata_contains=_value_contains(metadata_contains), cursor=cursor, limit=limit)
+        return self._run(_Call("GET", ("checkpoints",), CheckpointPage, params))
+
+    def delete_checkpoint_thread(self, thread_id: str) -> None:
+        """Erase a LangGraph thread's checkpoints; its checkpoints answer 410 (Gone) from now on."""
+        return self._run(_Call("DELETE", ("checkpoints",), None, _query(thread_id=thread_id)))
+
+    def delete_checkpoint_runs(self, run_ids: list[str]) -> CheckpointCount:
+        return self._run(_Call("POST", ("checkpoints", "delete-runs"), CheckpointCount,
+                               body=msgspec.json.encode(DeleteCheckpointRuns(run_ids=list(run_ids)))))
+
+    def copy_checkpoint_thread(self, source_thread_id: str, target_thread_id: str) -> CheckpointCount:
+        body = CopyCheckpoints(source_thread_id=source_thread_id, target_thread_id=target_thread_id)
+        return self._run(_Call("POST", ("checkpoints", "copy"), CheckpointCount, body=msgspec.json.encode(body)))
+
+    def prune_checkpoints(self, thread_ids: list[str], keep: int = 1) -> CheckpointCount:
+        """Keep the newest `keep` checkpoints of each (thread, namespace) of these threads (0: none)."""
+        return self._run(_Call("POST", ("checkpoints", "prune"), CheckpointCount,
+                               body=msgspec.json.encode(PruneCheckpoints(thread_ids=list(thread_ids), keep=keep))))
 
     # ---- finding and navigating: search, backlinks, grep ------------------------------------------
 

@@ -1,4 +1,5 @@
-"""RecallStore: a LangGraph BaseStore kept in recall-server's memories, over the HTTP API through the client.
+"""LangGraph on recall-server, over the HTTP API through the client: RecallStore (a BaseStore kept in recall's
+memories) and RecallSaver (a BaseCheckpointSaver kept in its checkpoints; see the class).
 
     store = RecallStore()                  # or RecallStore("http://host:8000", "rk_...")
     graph = builder.compile(store=store)   # nodes take `store: BaseStore`; tenancy comes from the key
@@ -42,7 +43,7 @@ import asyncio
 import hashlib
 import math
 import re
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -60,15 +61,37 @@ try:
         SearchItem,
         SearchOp,
     )
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 except ImportError as missing:  # an optional extra: the server and client do not need it
-    raise ImportError("RecallStore needs langgraph: pip install 'recall-server[langgraph]'") from missing
+    raise ImportError("recall_server.langgraph needs langgraph: pip install 'recall-server[langgraph]'") from missing
 try:
     from langgraph.store.base import validate_op_namespace
 except ImportError:
     validate_op_namespace = None  # type: ignore[assignment]
 
 from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
-from recall_server.models import MemoryIndexEntry, MemoryView, OneLine
+from recall_server.models import (
+    ChannelBlob,
+    CheckpointTupleView,
+    MemoryIndexEntry,
+    MemoryView,
+    OneLine,
+    PutCheckpoint,
+    PutWrites,
+    WriteItem,
+)
 
 MAX_SEGMENTS = 8
 MAX_SEGMENT_CHARS = 64
@@ -228,21 +251,12 @@ def _literal_part(condition: MatchCondition) -> tuple[str, ...]:
 # ---- the store -----------------------------------------------------------------------------------
 
 
-class RecallStore(BaseStore):
-    """A LangGraph BaseStore on recall-server memories. `kind` is the kind every put writes (fact by default)."""
+class _OnClient:
+    """What the store and the saver share: the sync client, and the async client of the running event loop."""
 
-    supports_ttl = True
-
-    def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
-                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
-                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
-        """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
-        with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
-        how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
-        (hybrid: words and meaning)."""
-        self.url, self.key, self.run, self.kind = url, key, run, kind
-        self.index_config = index
-        self.search_mode = search_mode or ("semantic" if index is not None else None)
+    def __init__(self, url: str | None, key: str | None, run: str | None, client: RecallClient | None,
+                 aclient: AsyncRecallClient | None) -> None:
+        self.url, self.key, self.run = url, key, run
         self._client, self._aclient = client, aclient
         self._given_aclient = aclient is not None
         self._aclient_loop: asyncio.AbstractEventLoop | None = None
@@ -256,7 +270,7 @@ class RecallStore(BaseStore):
     @property
     def aclient(self) -> AsyncRecallClient:
         """The async client for the running event loop: its pooled connections belong to one loop, and a store
-        may outlive a loop (each asyncio.run of a graph has its own)."""
+        or saver may outlive a loop (each asyncio.run of a graph has its own)."""
         loop = asyncio.get_running_loop()
         if not self._given_aclient and (self._aclient is None or self._aclient_loop is not loop):
             self._aclient = AsyncRecallClient(self.url, self.key, run=self.run)
@@ -272,11 +286,29 @@ class RecallStore(BaseStore):
         if self._aclient is not None:
             await self._aclient.aclose()
 
-    def __enter__(self) -> RecallStore:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RecallStore(_OnClient, BaseStore):
+    """A LangGraph BaseStore on recall-server memories. `kind` is the kind every put writes (fact by default)."""
+
+    supports_ttl = True
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
+                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
+        """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
+        with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
+        how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
+        (hybrid: words and meaning)."""
+        _OnClient.__init__(self, url, key, run, client, aclient)
+        self.kind = kind
+        self.index_config = index
+        self.search_mode = search_mode or ("semantic" if index is not None else None)
 
     # ---- batch: reads first, then the batch's puts (the last per (namespace, key) wins), as InMemoryStore
 
@@ -486,4 +518,225 @@ def _validate(op: Op) -> None:
         validate_op_namespace(op)
 
 
-__all__ = ["RecallStore", "decode_label", "encode_label", "value_contains"]
+# ---- the checkpointer ----------------------------------------------------------------------------
+
+
+def strict_serde() -> JsonPlusSerializer:
+    """LangGraph's serde in its strict msgpack mode: msgpack values decode only to LangGraph's own safe types
+    (SAFE_MSGPACK_TYPES) and the types a compiled graph adds from its state schema (`with_allowlist`); any
+    other class in a stored checkpoint is blocked (logged, and not constructed), not imported and called."""
+    return JsonPlusSerializer(allowed_msgpack_modules=None)
+
+
+def _thread(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of a config."""
+    conf = config["configurable"]
+    return str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf.get("checkpoint_id")
+
+
+def _ref(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
+
+
+def _json_metadata(value: Any) -> Any:
+    """Metadata as JSON (the server filters on it): what JSON cannot hold is kept as its text."""
+    return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
+
+
+class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
+    """A LangGraph BaseCheckpointSaver on recall-server's checkpoints (routes /checkpoints; docs/agents.md).
+
+        saver = RecallSaver()                  # or RecallSaver("http://host:8000", "rk_...")
+        graph = builder.compile(checkpointer=saver)
+
+    The tenant is the key's: a thread_id locates a thread within it and grants nothing across tenants.
+    Values are serialised here with the saver's serde (by default `strict_serde()`: LangGraph's strict msgpack
+    mode) and stored as bytes the server never decodes; a checkpoint is stored without its channel values,
+    each of which is stored once per (thread, namespace, channel, version), so an unchanged channel is not
+    sent again. A retried put or put_writes lands once. delete_thread erases the thread (its checkpoints
+    answer 410, which reads here as none; its thread_id is never written again: a put raises Conflict).
+    prune: "keep_latest" keeps the newest checkpoint of each namespace, "delete" none (the thread stays
+    writable); the server's retention policy per tenant does the same on its sweep.
+    """
+
+    def __init__(self, url: str | None = None, key: str | None = None, *, serde: SerializerProtocol | None = None,
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
+        BaseCheckpointSaver.__init__(self, serde=serde or strict_serde())
+        _OnClient.__init__(self, url, key, None, client, aclient)
+
+    # ---- what goes over the wire, and back --------------------------------------------------------
+
+    def _put_body(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                  new_versions: ChannelVersions) -> PutCheckpoint:
+        thread_id, checkpoint_ns, parent_id = _thread(config)
+        rest = dict(checkpoint)
+        values = rest.pop("channel_values", {}) or {}
+        blobs = []
+        for channel, version in new_versions.items():
+            type_, data = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+            blobs.append(ChannelBlob(channel=channel, version=str(version), type=type_, data=data))
+        type_, data = self.serde.dumps_typed(rest)
+        return PutCheckpoint(
+            thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint["id"],
+            parent_checkpoint_id=parent_id, type=type_, checkpoint=data,
+            channel_versions={c: str(v) for c, v in checkpoint["channel_versions"].items()},
+            metadata=_json_metadata(get_serializable_checkpoint_metadata(config, metadata)), blobs=blobs)
+
+    def _writes_body(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                     task_path: str) -> PutWrites:
+        thread_id, checkpoint_ns, checkpoint_id = _thread(config)
+        items = []
+        for i, (channel, value) in enumerate(writes):
+            type_, data = self.serde.dumps_typed(value)
+            items.append(WriteItem(idx=WRITES_IDX_MAP.get(channel, i), channel=channel, type=type_, data=data))
+        return PutWrites(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=str(checkpoint_id),
+                         task_id=task_id, task_path=task_path, writes=items)
+
+    def _tuple(self, view: CheckpointTupleView) -> CheckpointTuple:
+        checkpoint = self.serde.loads_typed((view.type, view.checkpoint))
+        checkpoint["channel_values"] = {v.channel: self.serde.loads_typed((v.type, v.data))
+                                        for v in view.channel_values if v.type != "empty"}
+        parent = (_ref(view.thread_id, view.checkpoint_ns, view.parent_checkpoint_id)
+                  if view.parent_checkpoint_id else None)
+        return CheckpointTuple(
+            config=_ref(view.thread_id, view.checkpoint_ns, view.checkpoint_id), checkpoint=checkpoint,
+            metadata=view.metadata, parent_config=parent,
+            pending_writes=[(w.task_id, w.channel, self.serde.loads_typed((w.type, w.data)))
+                            for w in view.pending_writes])
+
+    @staticmethod
+    def _list_query(config: RunnableConfig | None, filter: dict[str, Any] | None,
+                    before: RunnableConfig | None) -> tuple[dict[str, Any], str | None]:
+        """The list's parameters, and the one checkpoint ID the config names (matched here)."""
+        conf = (config or {}).get("configurable", {})
+        thread_id = str(conf["thread_id"]) if conf.get("thread_id") is not None else None
+        params = {"thread_id": thread_id, "checkpoint_ns": conf.get("checkpoint_ns"),
+                  "before": get_checkpoint_id(before) if before else None,
+                  "metadata_contains": _json_metadata(filter) if filter else None}
+        return params, conf.get("checkpoint_id")
+
+    # ---- sync ---------------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, checkpoint_ns, checkpoint_id = _thread(config)
+        try:
+            return self._tuple(self.client.checkpoint_tuple(thread_id, checkpoint_ns, checkpoint_id))
+        except (NotFound, Gone):
+            return None
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        params, only = self._list_query(config, filter, before)
+        left, cursor = limit, None
+        while left is None or left > 0:
+            try:
+                page = self.client.list_checkpoints(**params, cursor=cursor, limit=min(left or PAGE, PAGE))
+            except Gone:
+                return
+            for view in page.data:
+                if only is None or view.checkpoint_id == only:
+                    yield self._tuple(view)
+                    left = None if left is None else left - 1
+                    if left == 0:
+                        return
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        ref = self.client.put_checkpoint(self._put_body(config, checkpoint, metadata, new_versions))
+        return _ref(ref.thread_id, ref.checkpoint_ns, ref.checkpoint_id)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        self.client.put_checkpoint_writes(self._writes_body(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        try:
+            self.client.delete_checkpoint_thread(str(thread_id))
+        except NotFound:
+            pass
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            self.client.delete_checkpoint_runs([str(r) for r in run_ids])
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        try:
+            self.client.copy_checkpoint_thread(str(source_thread_id), str(target_thread_id))
+        except NotFound:
+            pass
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if thread_ids:
+            self.client.prune_checkpoints([str(t) for t in thread_ids], _keep(strategy))
+
+    # ---- async --------------------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, checkpoint_ns, checkpoint_id = _thread(config)
+        try:
+            return self._tuple(await self.aclient.checkpoint_tuple(thread_id, checkpoint_ns, checkpoint_id))
+        except (NotFound, Gone):
+            return None
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        params, only = self._list_query(config, filter, before)
+        left, cursor = limit, None
+        while left is None or left > 0:
+            try:
+                page = await self.aclient.list_checkpoints(**params, cursor=cursor, limit=min(left or PAGE, PAGE))
+            except Gone:
+                return
+            for view in page.data:
+                if only is None or view.checkpoint_id == only:
+                    yield self._tuple(view)
+                    left = None if left is None else left - 1
+                    if left == 0:
+                        return
+            if not page.has_more:
+                return
+            cursor = page.next_cursor
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        ref = await self.aclient.put_checkpoint(self._put_body(config, checkpoint, metadata, new_versions))
+        return _ref(ref.thread_id, ref.checkpoint_ns, ref.checkpoint_id)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        await self.aclient.put_checkpoint_writes(self._writes_body(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        try:
+            await self.aclient.delete_checkpoint_thread(str(thread_id))
+        except NotFound:
+            pass
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            await self.aclient.delete_checkpoint_runs([str(r) for r in run_ids])
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        try:
+            await self.aclient.copy_checkpoint_thread(str(source_thread_id), str(target_thread_id))
+        except NotFound:
+            pass
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if thread_ids:
+            await self.aclient.prune_checkpoints([str(t) for t in thread_ids], _keep(strategy))
+
+
+def _keep(strategy: str) -> int:
+    """How many checkpoints per (thread, namespace) a prune strategy keeps."""
+    if strategy == "keep_latest":
+        return 1
+    if strategy == "delete":
+        return 0
+    raise ValueError(f"Unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'.")
+
+
+__all__ = ["RecallSaver", "RecallStore", "decode_label", "encode_label", "strict_serde", "value_contains"]

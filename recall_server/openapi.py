@@ -51,6 +51,7 @@ _CREATES = {
 _PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces",
           "Search", "ListBacklinks"}
 _PAGES |= {"ListRunReads", "ListObjectReads"}  # the recall trace
+_PAGES |= {"ListCheckpoints"}  # LangGraph checkpoints
 # The named ID schemas: the same patterns models.py enforces in bodies.
 _ID_SCHEMAS = {
     "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
@@ -148,6 +149,17 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                               "parameters": {"object_id": "$response.body#/id"}}
     ops["AssignOwner"][2]["responses"]["200"] = copy.deepcopy(ops["AssignOwner"][2]["responses"]["201"])
     ops["AssignOwner"][2]["responses"]["200"]["description"] = "The worker already owned the thread."
+    put = ops["PutCheckpoint"][2]["responses"]
+    put["200"] = copy.deepcopy(put["201"])
+    put["200"]["description"] = "An identical retry: the checkpoint was stored before, unchanged."
+    for status in ("201", "200"):  # the stateful phase reads back what a put stored, and erases its thread
+        ref = {name: f"$response.body#/{name}" for name in ("thread_id", "checkpoint_ns", "checkpoint_id")}
+        put[status]["links"] = {
+            "GetCheckpointTuple": {"operationId": "GetCheckpointTuple", "parameters": ref},
+            "ListCheckpoints": {"operationId": "ListCheckpoints", "parameters": {"thread_id": ref["thread_id"]}},
+            "DeleteCheckpointThread": {"operationId": "DeleteCheckpointThread",
+                                       "parameters": {"thread_id": ref["thread_id"]}},
+        }
 
     for op_id in _PAGES:
         ops[op_id][2]["responses"]["200"]["headers"] = {"Link": _header("Link", False)}

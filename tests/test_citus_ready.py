@@ -56,6 +56,7 @@ SPANNING_FUNCTIONS = {
     "recall_embedding_failed": "the indexer: a failed batch's entries marked for a retry, each in its own tenant",
     "recall_embedding_queue_stats": "the indexer's metrics: the whole queue's depth and lag",
     "recall_embedding_reindex": "`recall-server reindex`: every tenant's objects queued",
+    "recall_checkpoint_retention": "the sweep: each tenant's LangGraph checkpoint retention, in every tenant",
 }
 ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
@@ -70,6 +71,7 @@ ALL_TENANTS = {
     "embeddings_failed": "the indexer marks a failed batch for a retry (recall_embedding_failed)",
     "embedding_queue_stats": "the queue's metrics, over every tenant (recall_embedding_queue_stats)",
     "queue_reindex": "`recall-server reindex` queues every tenant's objects (recall_embedding_reindex)",
+    "checkpoint_retention": "the sweep applies every tenant's checkpoint retention (recall_checkpoint_retention)",
 }
 
 
@@ -101,7 +103,8 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
     assert tenant_tables(store) == {"threads", "workers", "thread_owners", "triggers", "trigger_neighbours",
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
                                     "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
-                                    "embedding_queue"}
+                                    "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
+                                    "checkpoint_writes"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:

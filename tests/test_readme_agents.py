@@ -56,3 +56,8 @@ def test_the_langgraph_store_snippet_puts_and_gets_a_memory(base_url: str, api_k
     assert len([line for line in code.splitlines() if line.strip()]) <= 5
     out = run_snippet(code, base_url, api_key)
     assert out.startswith("{'tone': 'casual'} [") and "'tone'" in out.split("]")[0].split("[", 1)[1]
+
+
+def test_the_langgraph_saver_snippet_pauses_before_send_and_resumes(base_url: str, api_key: str) -> None:
+    out = run_snippet(snippet("RecallSaver"), base_url, api_key)
+    assert out.strip() == "('send',) draft for refund #77, sent"

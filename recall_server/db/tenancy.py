@@ -112,6 +112,13 @@ async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: obj
     return row[0], None if row[2] is None else row
 
 
+async def fetch_many(conn: asyncpg.Connection, cred: Credential, sql: str, *args: object
+                     ) -> tuple[str, list[asyncpg.Record]]:
+    """Run a `keyed` read of several rows: (the key's tenant, the rows it found, maybe none). 401 for a bad key."""
+    rows = await _run(conn, cred, sql, args, many=True)
+    return rows[0][0], [row for row in rows if row[2] is not None]
+
+
 def _require_scope(granted: str, needed: str) -> None:
     """403 unless the key's scope includes the one the operation needs."""
     if SCOPES[granted] < SCOPES[needed]:

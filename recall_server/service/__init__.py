@@ -6,6 +6,7 @@
   memories.py     memory versions by (namespace, key): the current one, the lists, writing a version
   lens.py         search, backlinks, grep
   indexer.py      search by meaning: the embedder, the question's vector, the embedding queue's drain
+  checkpoints.py  LangGraph checkpoints: put, writes, tuples, pages, erasing a thread, runs, copies, pruning
   trace.py        the recall trace: capture, buffer, batched writes, its pages
   admin.py        API keys and webhook endpoints of the caller's tenant
   ops.py          operator functions the CLI runs on an owner connection
@@ -26,6 +27,7 @@ from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.service import ops
 from recall_server.service.admin import Admin
+from recall_server.service.checkpoints import Checkpoints
 from recall_server.service.indexer import Indexer
 from recall_server.service.lens import Lens
 from recall_server.service.memories import Memories
@@ -36,7 +38,7 @@ from recall_server.service.writes import Writes
 
 class Service:
     """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `lens`,
-    `trace`, `admin`; and the server's own upkeep (`ready`, `sweep`)."""
+    `trace`, `admin`, `checkpoints`; and the server's own upkeep (`ready`, `sweep`)."""
 
     def __init__(self, db: Database, cursors: CursorCodec, settings: Settings, indexer_db: Database | None = None) -> None:
         """`settings`: the retention periods (Idempotency-Key outcomes, trace reads, webhook deliveries),
@@ -49,6 +51,7 @@ class Service:
         self.indexer = Indexer(indexer_db or db, settings)
         self.lens = Lens(db, cursors, self.views, self.indexer)
         self.admin = Admin(db)
+        self.checkpoints = Checkpoints(db, cursors)
         self.trace = Trace(db, cursors, settings.trace_flush_interval, settings.trace_buffer)
         self.trace_ttl = settings.trace_ttl
         self.delivery_ttl = settings.delivery_ttl

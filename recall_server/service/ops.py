@@ -61,7 +61,25 @@ async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float)
         purged += done
     while await q.purge_retained(conn, trace_ttl, delivery_ttl, batch * 10) == batch * 10:
         pass
+    while await q.checkpoint_retention(conn, batch) > 0:  # each tenant's checkpoint retention policy
+        pass
     return purged + done
+
+
+async def set_checkpoint_retention(conn: q.Conn, tenant: str, keep: int | None, max_age: float | None) -> None:
+    """A tenant's LangGraph checkpoint retention, applied by the sweep: keep the newest `keep` of each
+    (thread, namespace), drop those older than `max_age` seconds but the newest (None: no such rule)."""
+    if not await q.set_checkpoint_retention(conn, tenant, keep, max_age):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
+async def verify_checkpoint_erasure(conn: q.Conn, tenant: str, thread_id: str) -> list[str]:
+    """Where checkpoints of a deleted LangGraph thread could still be read (empty: erased)."""
+    state = await q.checkpoint_thread_state(conn, tenant, thread_id)
+    if state is State.MISSING:
+        return [f"LangGraph thread {thread_id!r} never had checkpoints in tenant {tenant}"]
+    findings = await q.checkpoint_erasure_findings(conn, tenant, thread_id)
+    return findings if state is State.GONE else [f"LangGraph thread {thread_id!r} is live (not deleted)", *findings]
 
 
 async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]:

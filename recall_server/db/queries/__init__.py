@@ -57,6 +57,14 @@ from recall_server.db.queries.keys import insert_key, list_keys, own_key, revoke
 from recall_server.db.queries.hooks import (
     insert_hook, list_hooks, revoke_hook, claim_delivery, finish_delivery, delivery_outcome, advance_github_thread
 )
+# checkpoints.py: LangGraph checkpoints: a tuple, a page, a put (with its values), writes, erasing a
+# thread, deleting runs, copying a thread, pruning and retention, the verify-erasure findings.
+from recall_server.db.queries.checkpoints import (
+    fetch_checkpoint, list_checkpoints, checkpoint_thread_gone, claim_checkpoint_thread, lock_checkpoint_threads,
+    put_checkpoint, put_checkpoint_writes, erase_checkpoint_thread,
+    checkpoint_threads_of_runs, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints,
+    checkpoint_retention, set_checkpoint_retention, checkpoint_thread_state, checkpoint_erasure_findings
+)
 
 # tenants.py: Tenants and their settings (operator CLI, as the owner); the server's own rows.
 from recall_server.db.queries.tenants import (
@@ -80,5 +88,9 @@ __all__ = [
     "insert_key", "list_keys", "own_key", "revoke_key",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",
-    "ping"
+    "ping", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "claim_checkpoint_thread",
+    "lock_checkpoint_threads", "put_checkpoint",
+    "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",
+    "copy_checkpoint_thread", "prune_checkpoints", "checkpoint_retention", "set_checkpoint_retention",
+    "checkpoint_thread_state", "checkpoint_erasure_findings"
 ]

@@ -1,0 +1,300 @@
+"""LangGraph checkpoints: threads and their tombstones, checkpoints, channel values, pending writes, pruning."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+from recall_server.auth import Credential
+from recall_server.db import tenancy
+from recall_server.db.queries._common import Conn
+from recall_server.db.tenancy import keyed, keyed_write
+from recall_server.ids import State
+
+# The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names,
+# and the pending writes of the step after it (in LangGraph's writes_sort_key order: task_path, task_id, idx).
+_TUPLE_COLUMNS = """
+    c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.checkpoint, c.metadata::text AS metadata,
+    c.created_at,
+    ARRAY(SELECT ROW(b.channel, b.type, b.blob) FROM jsonb_each_text(c.channel_versions) v
+            JOIN checkpoint_blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id
+                 AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value
+           ORDER BY b.channel) AS blobs,
+    ARRAY(SELECT ROW(w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx) FROM checkpoint_writes w
+           WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+             AND w.checkpoint_id = c.checkpoint_id
+           ORDER BY w.task_path, w.task_id, w.idx) AS writes
+"""
+
+# One checkpoint of a thread (the newest of the namespace when $5 is NULL), and whether the thread is erased.
+_TUPLE = keyed(f"""
+    SELECT t.deleted_at IS NOT NULL AS gone, x.* FROM checkpoint_threads t
+      LEFT JOIN LATERAL (
+        SELECT {_TUPLE_COLUMNS} FROM checkpoints c
+         WHERE c.tenant_id = auth.tenant AND c.thread_id = t.thread_id AND c.checkpoint_ns = $4
+           AND ($5::text IS NULL OR c.checkpoint_id = $5)
+         ORDER BY c.checkpoint_id DESC LIMIT 1) x ON true
+     WHERE t.tenant_id = auth.tenant AND t.thread_id = $3
+""")
+
+
+async def fetch_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str,
+                           checkpoint_id: str | None) -> tuple[str, State, asyncpg.Record | None]:
+    """The key's tenant, the thread's state, and the checkpoint (None when the thread has no such one)."""
+    tenant, row = await tenancy.fetch(conn, cred, _TUPLE, thread_id, checkpoint_ns, checkpoint_id)
+    if row is None:
+        return tenant, State.MISSING, None
+    return tenant, State.of(row["gone"]), row if row["checkpoint_id"] is not None else None
+
+
+# A page of checkpoints, newest first (checkpoint ID, then thread and namespace), below the cursor's position
+# ($6-$8) and below `before` ($5); of one thread ($3, or every thread) and namespace ($4, or every namespace);
+# whose metadata contains $9 (jsonb @>).
+_LIST = keyed(f"""
+    SELECT {_TUPLE_COLUMNS} FROM checkpoints c
+     WHERE c.tenant_id = auth.tenant AND ($3::text IS NULL OR c.thread_id = $3)
+       AND ($4::text IS NULL OR c.checkpoint_ns = $4) AND ($5::text IS NULL OR c.checkpoint_id < $5)
+       AND ($6::text IS NULL OR (c.checkpoint_id, c.thread_id, c.checkpoint_ns) < ($6, $7, $8))
+       AND ($9::jsonb IS NULL OR c.metadata @> $9::jsonb)
+     ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT $10
+""")
+_LIST_GONE = keyed("""
+    SELECT true AS gone FROM checkpoint_threads t
+     WHERE t.tenant_id = auth.tenant AND t.thread_id = $3 AND t.deleted_at IS NOT NULL
+""")
+
+
+async def list_checkpoints(conn: Conn, cred: Credential, thread_id: str | None, checkpoint_ns: str | None,
+                           before: str | None, after: tuple[str, str, str] | None, metadata: str | None,
+                           limit: int) -> tuple[str, list[asyncpg.Record]]:
+    """The key's tenant and a page of checkpoints, newest first (see _LIST)."""
+    a = after or (None, None, None)
+    return await tenancy.fetch_many(conn, cred, _LIST, thread_id, checkpoint_ns, before, *a, metadata, limit)
+
+
+async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -> bool:
+    """Whether the thread was erased (a list's 410)."""
+    _, row = await tenancy.fetch(conn, cred, _LIST_GONE, thread_id)
+    return row is not None
+
+
+async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> datetime | None:
+    """The thread's row, made if new and locked until the transaction ends; its erasure time (None: live)."""
+    return await conn.fetchval(
+        """INSERT INTO checkpoint_threads (tenant_id, thread_id) VALUES ($1, $2)
+           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
+           RETURNING deleted_at""",
+        tenant, thread_id)
+
+
+async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]) -> dict[str, State]:
+    """Lock the threads' rows until the transaction ends (writers of a thread wait); each one's state."""
+    rows = await conn.fetch(
+        """SELECT thread_id, deleted_at IS NOT NULL AS gone FROM checkpoint_threads
+            WHERE tenant_id = $1 AND thread_id = ANY ($2::text[]) ORDER BY thread_id FOR UPDATE""",
+        tenant, thread_ids)
+    return {r["thread_id"]: State.of(r["gone"]) for r in rows}
+
+
+# The thread's row for a put or a task's writes: made if new, else locked FOR SHARE, so puts and writes of a
+# thread run side by side while an erasure (FOR UPDATE) waits for them, and they for it (then they see its
+# deleted_at). Empty only when another statement made the row after this one's snapshot: run it again.
+_THREAD_SHARED = """
+    made_thread AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
+                    ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING tenant_id, deleted_at),
+    old_thread AS (SELECT t.tenant_id, t.deleted_at FROM checkpoint_threads t, gate
+                    WHERE t.tenant_id = gate.tenant AND t.thread_id = $3 FOR SHARE OF t),
+    th AS (SELECT * FROM made_thread UNION ALL SELECT * FROM old_thread),"""
+
+# A put in one statement behind the key check: the thread's row (made if new, locked), then, unless the thread
+# was erased, the channel values new in it (a version already stored is not written again) and the
+# checkpoint unless its ID is taken; `stored` is the request hash under that ID (a retry's, or a clash's).
+# The foreign keys to the thread's row are checked at the statement's end, when the row exists.
+_PUT = keyed_write(f"""{_THREAD_SHARED}
+    live AS (SELECT tenant_id FROM th WHERE deleted_at IS NULL),
+    blobs AS (
+        INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
+        SELECT live.tenant_id, $3, $4, x.channel, x.version, x.type, x.blob
+          FROM live, unnest($12::text[], $13::text[], $14::text[], $15::bytea[]) AS x(channel, version, type, blob)
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING RETURNING 1),
+    made AS (
+        INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
+                                 channel_versions, metadata, request_hash)
+        SELECT live.tenant_id, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11 FROM live
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING RETURNING request_hash),
+    done AS (
+        SELECT th.deleted_at IS NOT NULL AS gone, EXISTS (SELECT 1 FROM made) AS made,
+               coalesce((SELECT request_hash FROM made),
+                        (SELECT c.request_hash FROM checkpoints c
+                          WHERE c.tenant_id = th.tenant_id AND c.thread_id = $3 AND c.checkpoint_ns = $4
+                            AND c.checkpoint_id = $5)) AS stored,
+               (SELECT count(*) FROM blobs) AS blobs
+          FROM th)
+""", "write")
+
+
+async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                         parent_id: str | None, type_: str, checkpoint: bytes, channel_versions: str, metadata: str,
+                         request_hash: bytes, channels: list[str], versions: list[str], types: list[str],
+                         blobs: list[bytes]) -> tuple[bool, bool, bytes | None]:
+    """Store a checkpoint and its new channel values (see _PUT): (the thread was erased, it wrote the
+    checkpoint, the request hash stored under its ID). 401 for a bad key, 403 without write scope."""
+    _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id, parent_id,
+                                       type_, checkpoint, channel_versions, metadata, request_hash, channels,
+                                       versions, types, blobs)
+    for _ in range(3):
+        if rows:
+            return rows[0]["gone"], rows[0]["made"], rows[0]["stored"]
+        _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id,
+                                           parent_id, type_, checkpoint, channel_versions, metadata, request_hash,
+                                           channels, versions, types, blobs)
+    raise RuntimeError("the thread's row stayed invisible to three statements in a row")
+
+
+# A task's writes in one statement behind the key check: the thread's row (made if new, locked), then, unless
+# the thread was erased, each write once per (task, idx); a special channel's (idx < 0) replaces the stored one.
+_PUT_WRITES = keyed_write(f"""{_THREAD_SHARED}
+    written AS (
+        INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                                       idx, channel, type, blob)
+        SELECT th.tenant_id, $3, $4, $5, $6, $7, x.idx, x.channel, x.type, x.blob
+          FROM th, unnest($8::integer[], $9::text[], $10::text[], $11::bytea[]) AS x(idx, channel, type, blob)
+         WHERE th.deleted_at IS NULL
+        ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob,
+                      task_path = EXCLUDED.task_path
+        WHERE EXCLUDED.idx < 0
+        RETURNING 1),
+    done AS (SELECT th.deleted_at IS NOT NULL AS gone, (SELECT count(*) FROM written) AS written FROM th)
+""", "write")
+
+
+async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str,
+                                checkpoint_id: str, task_id: str, task_path: str, idxs: list[int],
+                                channels: list[str], types: list[str], blobs: list[bytes]) -> bool:
+    """Store a task's writes (see _PUT_WRITES); False when the thread was erased (nothing written)."""
+    _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns, checkpoint_id,
+                                       task_id, task_path, idxs, channels, types, blobs)
+    for _ in range(3):
+        if rows:
+            return not rows[0]["gone"]
+        _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns,
+                                           checkpoint_id, task_id, task_path, idxs, channels, types, blobs)
+    raise RuntimeError("the thread's row stayed invisible to three statements in a row")
+
+
+async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> None:
+    """Erase a thread: every checkpoint, channel value and write gone, the thread row kept as its tombstone.
+    (A data-modifying CTE runs to completion whether or not the query reads it.)"""
+    await conn.execute(
+        """WITH tomb AS (
+             UPDATE checkpoint_threads SET deleted_at = coalesce(deleted_at, now())
+              WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
+           c AS (DELETE FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
+           b AS (DELETE FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
+           w AS (DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1)
+           SELECT count(*) FROM tomb""",
+        tenant, thread_id)
+
+
+async def checkpoint_threads_of_runs(conn: Conn, tenant: str, run_ids: list[str]) -> list[str]:
+    """The threads holding checkpoints of these runs."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT thread_id FROM checkpoints WHERE tenant_id = $1 AND run_id = ANY ($2::text[])",
+        tenant, run_ids)
+    return [r[0] for r in rows]
+
+
+async def delete_checkpoint_runs(conn: Conn, tenant: str, run_ids: list[str]) -> int:
+    """Delete the checkpoints of these runs with their writes, and the channel values no checkpoint left
+    names; how many checkpoints went."""
+    return await conn.fetchval(
+        """WITH doomed AS MATERIALIZED (
+             SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints
+              WHERE tenant_id = $1 AND run_id = ANY ($2::text[])),
+           gone AS (
+             DELETE FROM checkpoints c USING doomed d
+              WHERE c.tenant_id = $1 AND c.thread_id = d.thread_id AND c.checkpoint_ns = d.checkpoint_ns
+                AND c.checkpoint_id = d.checkpoint_id RETURNING 1),
+           gone_writes AS (
+             DELETE FROM checkpoint_writes w USING doomed d
+              WHERE w.tenant_id = $1 AND w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
+                AND w.checkpoint_id = d.checkpoint_id RETURNING 1),
+           gone_blobs AS (
+             DELETE FROM checkpoint_blobs b
+              WHERE b.tenant_id = $1 AND (b.thread_id, b.checkpoint_ns) IN (SELECT thread_id, checkpoint_ns FROM doomed)
+                AND NOT EXISTS (
+                  SELECT 1 FROM checkpoints c
+                   WHERE c.tenant_id = $1 AND c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+                     AND c.channel_versions->>b.channel = b.version AND (c.run_id IS NULL OR c.run_id <> ALL ($2::text[])))
+             RETURNING 1)
+           SELECT count(*)::integer FROM gone""",
+        tenant, run_ids)
+
+
+async def copy_checkpoint_thread(conn: Conn, tenant: str, source: str, target: str) -> int:
+    """Copy every checkpoint, channel value and write of `source` to `target` (what `target` has already
+    under the same keys stays); how many checkpoints were copied."""
+    return await conn.fetchval(
+        """WITH c AS (
+             INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
+                                      channel_versions, metadata, request_hash)
+             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions,
+                    metadata, request_hash
+               FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2
+             ON CONFLICT DO NOTHING RETURNING 1),
+           b AS (
+             INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
+             SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob
+               FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2
+             ON CONFLICT DO NOTHING RETURNING 1),
+           w AS (
+             INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
+                                            type, blob, task_path)
+             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path
+               FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
+             ON CONFLICT DO NOTHING RETURNING 1)
+           SELECT count(*)::integer FROM c""",
+        tenant, source, target)
+
+
+async def prune_checkpoints(conn: Conn, tenant: str, thread_ids: list[str], keep: int) -> int:
+    """Keep the newest `keep` checkpoints of each (thread, namespace) (0: none); how many went."""
+    return await conn.fetchval("SELECT recall_prune_checkpoints($1, $2::text[], $3, NULL)", tenant, thread_ids, keep)
+
+
+async def checkpoint_retention(conn: Conn, batch: int) -> int:
+    """The sweep's pass over the tenants' checkpoint retention (every tenant, as the owner); how many went."""
+    return await conn.fetchval("SELECT recall_checkpoint_retention($1)", batch)
+
+
+async def set_checkpoint_retention(conn: Conn, tenant: str, keep: int | None, max_age: float | None) -> bool:
+    """A tenant's checkpoint retention (None: no such rule); False when there is no such tenant."""
+    return await conn.fetchval(
+        """UPDATE tenants SET checkpoint_keep_latest = $2, checkpoint_max_age = $3 * interval '1 second'
+            WHERE id = $1 RETURNING true""",
+        tenant, keep, max_age) is not None
+
+
+async def checkpoint_thread_state(conn: Conn, tenant: str, thread_id: str) -> State:
+    """An operator's look at a LangGraph thread: missing, live or erased."""
+    gone = await conn.fetchval(
+        "SELECT deleted_at IS NOT NULL FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $2",
+        tenant, thread_id)
+    return State.MISSING if gone is None else State.of(gone)
+
+
+async def checkpoint_erasure_findings(conn: Conn, tenant: str, thread_id: str) -> list[str]:
+    """Every table where content of an erased LangGraph thread could still be read (verify-erasure)."""
+    rows = await conn.fetch(
+        """SELECT place FROM (
+             SELECT 'checkpoints: ' || count(*) || ' checkpoints of the thread' AS place FROM checkpoints
+              WHERE tenant_id = $1 AND thread_id = $2 HAVING count(*) > 0
+             UNION ALL SELECT 'checkpoint_blobs: ' || count(*) || ' channel values of the thread' FROM checkpoint_blobs
+              WHERE tenant_id = $1 AND thread_id = $2 HAVING count(*) > 0
+             UNION ALL SELECT 'checkpoint_writes: ' || count(*) || ' pending writes of the thread' FROM checkpoint_writes
+              WHERE tenant_id = $1 AND thread_id = $2 HAVING count(*) > 0
+           ) found ORDER BY place""",
+        tenant, thread_id)
+    return [r[0] for r in rows]

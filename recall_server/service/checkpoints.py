@@ -1,0 +1,206 @@
+"""LangGraph checkpoints: put, pending writes, a tuple, pages, erasing a thread, deleting runs, copying, pruning.
+
+The server stores what LangGraph's serde made on the client (bytes with their type tag) and never decodes it;
+it reads only the JSON it is given beside them: the channel versions a checkpoint holds (which stored values
+make its state) and its metadata (list filters). What is particular here:
+
+- a LangGraph thread is a row of checkpoint_threads, locked by every write to it (shared by a put and a
+  task's writes, in their one statement each; exclusive for an erasure, a prune, a copy or deleting runs),
+  so an erasure never interleaves with a put; an erased thread keeps its row as a tombstone (410; a put
+  is a 409);
+- a retried put lands once (the same checkpoint ID and body: 200, another body: 409), a retried put_writes
+  too (once per (task, idx)); a channel's value is written once per version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import asyncpg
+import msgspec
+
+from recall_server.auth import Credential
+from recall_server.cursor import CursorCodec
+from recall_server.db import queries as q
+from recall_server.db import tenancy
+from recall_server.db.pool import Database
+from recall_server.errors import BadRequest, Conflict, Gone, NotFound
+from recall_server.ids import State
+from recall_server.models import (
+    ChannelValue,
+    CheckpointCount,
+    CheckpointPage,
+    CheckpointRef,
+    CheckpointTupleView,
+    CopyCheckpoints,
+    DeleteCheckpointRuns,
+    PendingWrite,
+    PruneCheckpoints,
+    PutCheckpoint,
+    PutWrites,
+    WriteItem,
+)
+from recall_server.rows import Outcome
+
+_metadata = msgspec.json.Decoder(dict)
+_json = msgspec.json.Encoder()
+
+
+def _gone(thread_id: str) -> Gone:
+    return Gone(f"The LangGraph thread {thread_id!r} was deleted; its checkpoints were erased.", thread_id=thread_id)
+
+
+def _retired(thread_id: str) -> Conflict:
+    return Conflict(f"The LangGraph thread {thread_id!r} was deleted; its thread_id is retired and is never "
+                    "written again.", thread_id=thread_id)
+
+
+def metadata_filter(text: str | None) -> str | None:
+    """`metadata_contains`: a JSON object a checkpoint's metadata must contain (jsonb @>)."""
+    if text is None:
+        return None
+    try:
+        parsed = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise BadRequest("metadata_contains must be a JSON object.", field="metadata_contains") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("metadata_contains must be a JSON object.", field="metadata_contains")
+    return text
+
+
+def _tuple(row: asyncpg.Record) -> CheckpointTupleView:
+    return CheckpointTupleView(
+        thread_id=row["thread_id"], checkpoint_ns=row["checkpoint_ns"], checkpoint_id=row["checkpoint_id"],
+        parent_checkpoint_id=row["parent_id"], type=row["type"], checkpoint=row["checkpoint"],
+        metadata=_metadata.decode(row["metadata"]),
+        channel_values=[ChannelValue(channel=b[0], type=b[1], data=b[2]) for b in row["blobs"]],
+        pending_writes=[PendingWrite(task_id=w[0], channel=w[1], type=w[2], data=w[3], task_path=w[4], idx=w[5])
+                        for w in row["writes"]],
+        created_at=row["created_at"],
+    )
+
+
+def _once_per_idx(writes: list[WriteItem]) -> list[WriteItem]:
+    """One write per idx, as if they were stored one by one: the first of a regular idx (a later one is a
+    retry), the last of a special channel's (idx < 0: it replaces the stored one)."""
+    kept: dict[int, WriteItem] = {}
+    for write in writes:
+        if write.idx < 0 or write.idx not in kept:
+            kept[write.idx] = write
+    return list(kept.values())
+
+
+class Checkpoints:
+    """The checkpoint operations, for one store."""
+
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+        self.db = db
+        self.cursors = cursors
+
+    # ---- reads -----------------------------------------------------------------------
+
+    async def get_tuple(self, cred: Credential, thread_id: str, checkpoint_ns: str,
+                        checkpoint_id: str | None) -> CheckpointTupleView:
+        """One checkpoint (the newest of the namespace without an ID): 404 if none, 410 if the thread was erased."""
+        async with self.db.connection() as conn:
+            _, state, row = await q.fetch_checkpoint(conn, cred, thread_id, checkpoint_ns, checkpoint_id)
+        if state is State.GONE:
+            raise _gone(thread_id)
+        if row is None:
+            which = f"checkpoint {checkpoint_id!r}" if checkpoint_id else "checkpoint"
+            raise NotFound(f"The LangGraph thread {thread_id!r} has no {which} in namespace {checkpoint_ns!r}.",
+                           thread_id=thread_id, checkpoint_ns=checkpoint_ns)
+        return _tuple(row)
+
+    async def list(self, cred: Credential, thread_id: str | None, checkpoint_ns: str | None, before: str | None,
+                   metadata_contains: str | None, cursor: str | None, limit: int) -> CheckpointPage:
+        """Newest first; 410 for an erased thread."""
+        metadata = metadata_filter(metadata_contains)
+        pager = self.cursors.pager(cursor, tuple[str, str, str], "checkpoints", thread_id, checkpoint_ns, before,
+                                   metadata)
+        async with self.db.connection() as conn:
+            tenant, rows = await q.list_checkpoints(conn, cred, thread_id, checkpoint_ns, before, pager.after,
+                                                    metadata, limit + 1)
+            gone = not rows and thread_id is not None and await q.checkpoint_thread_gone(conn, cred, thread_id)
+        shown, next_cursor, has_more = pager.page(
+            tenant, rows, limit, lambda r: [r["checkpoint_id"], r["thread_id"], r["checkpoint_ns"]])
+        if gone:
+            raise _gone(thread_id or "")
+        return CheckpointPage(data=[_tuple(r) for r in shown], next_cursor=next_cursor, has_more=has_more)
+
+    # ---- writes ----------------------------------------------------------------------
+
+    async def put(self, cred: Credential, req: PutCheckpoint) -> Outcome:
+        """Store a checkpoint and its new channel values: 201, or 200 for a retry of the same put."""
+        h = hashlib.sha256(_json.encode(req)).digest()
+        ref = CheckpointRef(thread_id=req.thread_id, checkpoint_ns=req.checkpoint_ns, checkpoint_id=req.checkpoint_id)
+        async with self.db.connection() as conn:
+            gone, made, stored = await q.put_checkpoint(
+                conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.parent_checkpoint_id, req.type,
+                req.checkpoint, _json.encode(req.channel_versions).decode(), _json.encode(req.metadata).decode(), h,
+                [b.channel for b in req.blobs], [b.version for b in req.blobs], [b.type for b in req.blobs],
+                [b.data for b in req.blobs])
+        if gone:
+            raise _retired(req.thread_id)
+        if stored != h:
+            raise Conflict(f"Checkpoint {req.checkpoint_id!r} of thread {req.thread_id!r} already exists with "
+                           "a different body; checkpoint IDs are never reassigned.",
+                           thread_id=req.thread_id, checkpoint_id=req.checkpoint_id)
+        return Outcome(status=201 if made else 200, body=_json.encode(ref), object_id=req.checkpoint_id)
+
+    async def put_writes(self, cred: Credential, req: PutWrites) -> None:
+        """Store a task's writes against a checkpoint, once per (task, idx). LangGraph may send them while the
+        checkpoint's own put is in flight, so they are not checked against it; 409 for an erased thread."""
+        writes = _once_per_idx(req.writes)
+        async with self.db.connection() as conn:
+            live = await q.put_checkpoint_writes(
+                conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,
+                [w.idx for w in writes], [w.channel for w in writes], [w.type for w in writes],
+                [w.data for w in writes])
+        if not live:
+            raise _retired(req.thread_id)
+
+    async def delete_thread(self, cred: Credential, thread_id: str) -> None:
+        """Erase a thread's checkpoints, values and writes; its thread_id is retired (410 from now on).
+        404 if it never had one; deleting it again is a no-op."""
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            states = await q.lock_checkpoint_threads(conn, tenant, [thread_id])
+            if thread_id not in states:
+                raise NotFound(f"No LangGraph thread {thread_id!r} has checkpoints.", thread_id=thread_id)
+            await q.erase_checkpoint_thread(conn, tenant, thread_id)
+
+    async def delete_runs(self, cred: Credential, req: DeleteCheckpointRuns) -> CheckpointCount:
+        """Delete the checkpoints (and their writes) whose metadata names one of these runs."""
+        if not req.run_ids:
+            return CheckpointCount(checkpoints=0)
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            threads = await q.checkpoint_threads_of_runs(conn, tenant, req.run_ids)
+            await q.lock_checkpoint_threads(conn, tenant, threads)
+            return CheckpointCount(checkpoints=await q.delete_checkpoint_runs(conn, tenant, req.run_ids))
+
+    async def copy_thread(self, cred: Credential, req: CopyCheckpoints) -> CheckpointCount:
+        """Copy a thread's checkpoints, values and writes to another: 404 unknown source, 410 an erased one,
+        409 an erased target."""
+        if req.source_thread_id == req.target_thread_id:
+            raise BadRequest("source_thread_id and target_thread_id are the same thread.", field="target_thread_id")
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            states = await q.lock_checkpoint_threads(conn, tenant, [req.source_thread_id, req.target_thread_id])
+            source = states.get(req.source_thread_id, State.MISSING)
+            if source is State.MISSING:
+                raise NotFound(f"No LangGraph thread {req.source_thread_id!r} has checkpoints.",
+                               thread_id=req.source_thread_id)
+            if source is State.GONE:
+                raise _gone(req.source_thread_id)
+            if await q.claim_checkpoint_thread(conn, tenant, req.target_thread_id) is not None:
+                raise _retired(req.target_thread_id)
+            copied = await q.copy_checkpoint_thread(conn, tenant, req.source_thread_id, req.target_thread_id)
+        return CheckpointCount(checkpoints=copied)
+
+    async def prune(self, cred: Credential, req: PruneCheckpoints) -> CheckpointCount:
+        """Keep the newest `keep` checkpoints of each (thread, namespace) of these threads (0: none)."""
+        threads = list(dict.fromkeys(req.thread_ids))
+        if not threads:
+            return CheckpointCount(checkpoints=0)
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            await q.lock_checkpoint_threads(conn, tenant, threads)
+            return CheckpointCount(checkpoints=await q.prune_checkpoints(conn, tenant, threads, req.keep))

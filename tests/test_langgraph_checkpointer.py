@@ -1,0 +1,409 @@
+"""RecallSaver, the LangGraph checkpointer on recall, against live servers with the real langgraph: a run
+interrupted before a node resumes after the server is SIGKILLed and restarted; retention by the sweep;
+erasure (410, gone from every table, verify-erasure); retries landing once; values stored once per version;
+tenancy from the key; strict deserialisation; bad input as 4xx problems."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from helpers import ServerProcess, assert_problem, cli, create_key
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+
+from recall_server.cli import main
+from recall_server.langgraph import RecallSaver
+from recall_server.models import ChannelBlob, PutCheckpoint, PutWrites, WriteItem
+
+
+def fresh(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture()
+def tenant_key(database_url: str) -> tuple[str, str]:
+    """A tenant of its own (its retention policy is this test's) and a write key of it."""
+    tenant = fresh("lgck")
+    return tenant, create_key(database_url, tenant, "write")
+
+
+@pytest.fixture()
+def saver(base_url: str, tenant_key: tuple[str, str]) -> Iterator[RecallSaver]:
+    with RecallSaver(base_url, tenant_key[1]) as s:
+        yield s
+
+
+def checkpoint(cid: str | None = None, **values: Any) -> dict[str, Any]:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    cp = empty_checkpoint()
+    cp["id"] = cid or str(uuid6(clock_seq=-1))
+    cp["channel_values"] = values
+    cp["channel_versions"] = {k: 1 for k in values}
+    return cp
+
+
+def put_chain(saver: RecallSaver, thread_id: str, n: int, ns: str = "", **values: Any) -> list[dict[str, Any]]:
+    """n checkpoints on a thread, each the child of the one before, each with a write; their configs."""
+    configs: list[dict[str, Any]] = []
+    for step in range(n):
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        if configs:
+            config["configurable"]["checkpoint_id"] = configs[-1]["configurable"]["checkpoint_id"]
+        cp = checkpoint(**values)
+        stored = saver.put(config, cp, {"source": "loop", "step": step}, cp["channel_versions"])
+        saver.put_writes(stored, [("ch", f"write {step}")], f"task-{step}")
+        configs.append(stored)
+    return configs
+
+
+def ids_of(saver: RecallSaver, thread_id: str, ns: str = "") -> list[str]:
+    return [t.config["configurable"]["checkpoint_id"]
+            for t in saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})]
+
+
+# ---- a graph interrupted before a node, resumed after a crash ---------------------------------------
+
+
+class Approval(TypedDict, total=False):
+    request: str
+    drafted: str
+    sent: str
+
+
+def draft(state: Approval) -> Approval:
+    return {"drafted": f"reply to {state['request']}"}
+
+
+def send(state: Approval) -> Approval:
+    return {"sent": f"sent: {state['drafted']}"}
+
+
+def approval_graph(saver: RecallSaver) -> Any:
+    builder = StateGraph(Approval)
+    builder.add_node("draft", draft)
+    builder.add_node("send", send)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "send")
+    builder.add_edge("send", END)
+    return builder.compile(checkpointer=saver, interrupt_before=["send"])
+
+
+def test_an_interrupted_run_resumes_with_its_state_after_the_server_is_killed(
+        database_url: str, api_key: str, tmp_path: Path) -> None:
+    config = {"configurable": {"thread_id": fresh("approval")}}
+    first = ServerProcess(database_url, tmp_path / "first.log", RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with RecallSaver(first.url, api_key) as saver:
+            paused = approval_graph(saver).invoke({"request": "refund #77"}, config, durability="sync")
+            assert paused == {"request": "refund #77", "drafted": "reply to refund #77"}
+            assert approval_graph(saver).get_state(config).next == ("send",)
+    finally:
+        first.kill()  # SIGKILL: nothing is flushed on the way out
+    second = ServerProcess(database_url, tmp_path / "second.log", port=first.port, RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        with RecallSaver(second.url, api_key) as saver:  # a new process's saver: nothing held in memory
+            graph = approval_graph(saver)
+            state = graph.get_state(config)
+            assert state.next == ("send",)
+            assert state.values == {"request": "refund #77", "drafted": "reply to refund #77"}
+            done = graph.invoke(None, config, durability="sync")
+            assert done["sent"] == "sent: reply to refund #77"
+            assert graph.get_state(config).next == ()
+    finally:
+        second.stop()
+
+
+async def test_the_async_saver_runs_a_graph_to_its_interrupt_and_on(base_url: str, api_key: str) -> None:
+    config = {"configurable": {"thread_id": fresh("approval")}}
+    saver = RecallSaver(base_url, api_key)
+    try:
+        graph = approval_graph(saver)
+        await graph.ainvoke({"request": "invoice"}, config, durability="sync")
+        assert (await graph.aget_state(config)).next == ("send",)
+        assert (await graph.ainvoke(None, config, durability="sync"))["sent"] == "sent: reply to invoice"
+        history = [s async for s in graph.aget_state_history(config)]
+        assert len(history) >= 4 and history[0].next == ()
+    finally:
+        await saver.aclose()
+
+
+@pytest.fixture()
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+pytestmark = pytest.mark.anyio
+
+
+# ---- retention and prune ----------------------------------------------------------------------------
+
+
+def test_the_sweep_keeps_the_newest_n_of_each_thread_and_namespace(
+        saver: RecallSaver, tenant_key: tuple[str, str], database_url: str, sql: Any) -> None:
+    tenant = tenant_key[0]
+    a, b = fresh("a"), fresh("b")
+    root = put_chain(saver, a, 5, step="x")
+    child = put_chain(saver, a, 3, ns="child:1", step="y")
+    only = put_chain(saver, b, 1)
+    out = cli(database_url, "tenants", "checkpoint-retention", tenant, "--keep", "2")
+    assert "keep the newest 2" in out
+    cli(database_url, "sweep")
+    newest = lambda configs, n: [c["configurable"]["checkpoint_id"] for c in configs[::-1][:n]]  # noqa: E731
+    assert ids_of(saver, a) == newest(root, 2)
+    assert ids_of(saver, a, "child:1") == newest(child, 2)
+    assert ids_of(saver, b) == newest(only, 1)
+    # nothing of the dropped ones is left: their writes, and values no kept checkpoint names
+    kept = {*newest(root, 2), *newest(child, 2), *newest(only, 1)}
+    written = sql("SELECT checkpoint_id FROM checkpoint_writes WHERE tenant_id = $1", tenant)
+    assert {r[0] for r in written} == kept
+    assert sql("SELECT count(*) FROM checkpoints WHERE tenant_id = $1", tenant)[0][0] == 5
+    tup = saver.get_tuple(root[-1])
+    assert tup is not None and tup.checkpoint["channel_values"] == {"step": "x"} and len(tup.pending_writes) == 1
+
+
+def test_the_sweep_drops_checkpoints_past_the_age_but_the_newest(
+        saver: RecallSaver, tenant_key: tuple[str, str], database_url: str, sql: Any) -> None:
+    tenant, thread = tenant_key[0], fresh("aged")
+    configs = put_chain(saver, thread, 4, v=1)
+    sql("UPDATE checkpoints SET created_at = now() - interval '2 hours' WHERE tenant_id = $1", tenant)
+    put_chain(saver, fresh("young"), 2)
+    cli(database_url, "tenants", "checkpoint-retention", tenant, "--max-age", "3600")
+    cli(database_url, "sweep")
+    assert ids_of(saver, thread) == [configs[-1]["configurable"]["checkpoint_id"]]
+    assert sql("SELECT count(*) FROM checkpoints WHERE tenant_id = $1", tenant)[0][0] == 3
+
+
+def test_prune_on_demand_keeps_the_latest_or_none(saver: RecallSaver) -> None:
+    thread = fresh("prune")
+    configs = put_chain(saver, thread, 3)
+    saver.prune([thread])
+    assert ids_of(saver, thread) == [configs[-1]["configurable"]["checkpoint_id"]]
+    saver.prune([thread], strategy="delete")
+    assert ids_of(saver, thread) == []
+    put_chain(saver, thread, 1)  # pruning is no erasure: the thread is written again
+    assert len(ids_of(saver, thread)) == 1
+    with pytest.raises(ValueError, match="strategy"):
+        saver.prune([thread], strategy="keep_some")
+
+
+# ---- erasure ----------------------------------------------------------------------------------------
+
+
+def test_a_deleted_thread_answers_410_and_is_gone_from_every_table(
+        saver: RecallSaver, tenant_key: tuple[str, str], base_url: str, database_url: str, sql: Any) -> None:
+    tenant, key = tenant_key
+    thread = fresh("erase")
+    configs = put_chain(saver, thread, 2, secret="the payment token")
+    put_chain(saver, thread, 1, ns="child:1", secret="another")
+    live = CliRunner().invoke(main, ["verify-erasure", "--checkpoints", "--tenant", tenant, thread],
+                              env={"DATABASE_URL": database_url})
+    assert live.exit_code == 1 and "is live" in live.output
+
+    saver.delete_thread(thread)
+    assert saver.get_tuple(configs[-1]) is None and ids_of(saver, thread) == []
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as http:
+        assert_problem(http.get("/checkpoints/tuple", params={"thread_id": thread}), 410, thread)
+        assert_problem(http.get("/checkpoints/tuple", params={"thread_id": thread, "checkpoint_id":
+                                                              configs[0]["configurable"]["checkpoint_id"]}), 410)
+        assert_problem(http.get("/checkpoints", params={"thread_id": thread}), 410)
+        assert http.delete("/checkpoints", params={"thread_id": thread}).status_code == 204  # again: a no-op
+        assert_problem(http.delete("/checkpoints", params={"thread_id": fresh("never")}), 404)
+    for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        assert sql(f"SELECT count(*) FROM {table} WHERE tenant_id = $1 AND thread_id = $2", tenant, thread)[0][0] == 0
+    assert sql("SELECT count(*) FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $2 "
+               "AND deleted_at IS NOT NULL", tenant, thread)[0][0] == 1  # the tombstone
+    erased = CliRunner().invoke(main, ["verify-erasure", "--checkpoints", "--tenant", tenant, thread],
+                                env={"DATABASE_URL": database_url})
+    assert erased.exit_code == 0 and "erased" in erased.output
+    # its thread_id is retired: a put is refused, not a silent resurrection
+    from recall_server.client import Conflict
+
+    with pytest.raises(Conflict, match="retired"):
+        put_chain(saver, thread, 1)
+
+
+def test_delete_for_runs_and_copy_thread(saver: RecallSaver) -> None:
+    thread, target = fresh("runs"), fresh("copy")
+    cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    first = saver.put(cfg, checkpoint(v=1), {"source": "loop", "step": 0, "run_id": "run-a"}, {"v": 1})
+    cfg["configurable"]["checkpoint_id"] = first["configurable"]["checkpoint_id"]
+    later = checkpoint(v=2)
+    later["channel_versions"] = {"v": 2}
+    second = saver.put(cfg, later, {"source": "loop", "step": 1, "run_id": "run-b"}, {"v": 2})
+    saver.copy_thread(thread, target)
+    assert ids_of(saver, target) == ids_of(saver, thread)
+    saver.delete_for_runs(["run-a"])
+    assert ids_of(saver, thread) == [second["configurable"]["checkpoint_id"]]
+    assert saver.get_tuple(second).checkpoint["channel_values"] == {"v": 2}
+    saver.copy_thread(fresh("nothing"), fresh("nowhere"))  # an unknown source copies nothing, as LangGraph's savers
+
+
+# ---- writes land once; values once per version ------------------------------------------------------
+
+
+def _put_body(thread: str, cid: str, value: bytes = b"\x01") -> PutCheckpoint:
+    return PutCheckpoint(thread_id=thread, checkpoint_id=cid, type="msgpack", checkpoint=b"\x80",
+                         channel_versions={"a": "1"}, metadata={"step": 0},
+                         blobs=[ChannelBlob(channel="a", version="1", type="msgpack", data=value)])
+
+
+def test_a_retried_put_lands_once_and_another_body_under_its_id_is_409(
+        saver: RecallSaver, tenant_key: tuple[str, str], sql: Any) -> None:
+    tenant, thread = tenant_key[0], fresh("retry")
+    body = _put_body(thread, "cp-1")
+    import msgspec
+
+    with httpx.Client(base_url=saver.client.url, headers={"Authorization": f"Bearer {tenant_key[1]}",
+                                                          "Content-Type": "application/json"}) as http:
+        assert http.post("/checkpoints", content=msgspec.json.encode(body)).status_code == 201
+        again = http.post("/checkpoints", content=msgspec.json.encode(body))
+        assert again.status_code == 200 and again.json() == {"thread_id": thread, "checkpoint_ns": "",
+                                                             "checkpoint_id": "cp-1"}
+        assert_problem(http.post("/checkpoints", content=msgspec.json.encode(_put_body(thread, "cp-1", b"\x02"))),
+                       409, "cp-1")
+        writes = PutWrites(thread_id=thread, checkpoint_id="cp-1", task_id="t1",
+                           writes=[WriteItem(idx=0, channel="c", type="msgpack", data=b"\x01")])
+        for _ in range(2):
+            assert http.post("/checkpoints/writes", content=msgspec.json.encode(writes)).status_code == 204
+        # one idx twice in one request: the first regular write stays, a special channel's last one wins
+        twice = msgspec.structs.replace(writes, task_id="t2", writes=[
+            WriteItem(idx=0, channel="c", type="msgpack", data=b"\x01"),
+            WriteItem(idx=0, channel="c", type="msgpack", data=b"\x02"),
+            WriteItem(idx=-3, channel="__interrupt__", type="msgpack", data=b"\x03"),
+            WriteItem(idx=-3, channel="__interrupt__", type="msgpack", data=b"\x04")])
+        assert http.post("/checkpoints/writes", content=msgspec.json.encode(twice)).status_code == 204
+    assert sql("SELECT count(*) FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2", tenant, thread)[0][0] == 1
+    rows = sql("SELECT task_id, idx, blob FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 "
+               "ORDER BY task_id, idx", tenant, thread)
+    assert [tuple(r) for r in rows] == [("t1", 0, b"\x01"), ("t2", -3, b"\x04"), ("t2", 0, b"\x01")]
+
+
+def test_an_unchanged_channel_is_stored_once(saver: RecallSaver, tenant_key: tuple[str, str], sql: Any) -> None:
+    tenant, thread = tenant_key[0], fresh("blobs")
+    cfg: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    big = "x" * 100_000
+    first = checkpoint(doc=big, counter=1)
+    stored = saver.put(cfg, first, {"source": "loop", "step": 0}, {"doc": 1, "counter": 1})
+    second = checkpoint(doc=big, counter=2)
+    second["channel_versions"] = {"doc": 1, "counter": 2}
+    cfg["configurable"]["checkpoint_id"] = stored["configurable"]["checkpoint_id"]
+    latest = saver.put(cfg, second, {"source": "loop", "step": 1}, {"counter": 2})  # only the counter changed
+    rows = sql("SELECT channel, version FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 "
+               "ORDER BY channel, version", tenant, thread)
+    assert [tuple(r) for r in rows] == [("counter", "1"), ("counter", "2"), ("doc", "1")]
+    assert saver.get_tuple(latest).checkpoint["channel_values"] == {"doc": big, "counter": 2}
+    assert saver.get_tuple(stored).checkpoint["channel_values"] == {"doc": big, "counter": 1}
+
+
+# ---- tenancy, deserialisation, bad input ----------------------------------------------------------
+
+
+def test_a_thread_id_grants_nothing_in_another_tenant(saver: RecallSaver, base_url: str, database_url: str) -> None:
+    thread = fresh("mine")
+    configs = put_chain(saver, thread, 2)
+    with RecallSaver(base_url, create_key(database_url, fresh("lgother"), "write")) as other:
+        assert other.get_tuple(configs[-1]) is None
+        assert list(other.list({"configurable": {"thread_id": thread}})) == []
+        other.delete_thread(thread)
+        other.prune([thread], strategy="delete")
+        other.copy_thread(thread, fresh("stolen"))
+        assert list(other.list(None)) == []
+    assert len(ids_of(saver, thread)) == 2
+
+
+@dataclasses.dataclass
+class Unlisted:
+    """A class no allow-list names: strict deserialisation must not construct it."""
+
+    note: str
+
+
+def test_strict_msgpack_does_not_construct_unlisted_classes(base_url: str, tenant_key: tuple[str, str]) -> None:
+    thread = fresh("strict")
+    permissive = JsonPlusSerializer(allowed_msgpack_modules=True)
+    with RecallSaver(base_url, tenant_key[1], serde=permissive) as writer:
+        stored = put_chain(writer, thread, 1, obj=Unlisted("hi"))[-1]
+        assert writer.get_tuple(stored).checkpoint["channel_values"]["obj"] == Unlisted("hi")
+    with RecallSaver(base_url, tenant_key[1]) as strict:  # the default: strict_serde()
+        value = strict.get_tuple(stored).checkpoint["channel_values"]["obj"]
+        assert not isinstance(value, Unlisted)
+    allowed = JsonPlusSerializer(allowed_msgpack_modules=[(__name__, "Unlisted")])
+    with RecallSaver(base_url, tenant_key[1], serde=allowed) as listed:
+        assert listed.get_tuple(stored).checkpoint["channel_values"]["obj"] == Unlisted("hi")
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), [
+    ("GET", "/checkpoints", {"params": {"metadata_contains": "[1]"}}),
+    ("GET", "/checkpoints", {"params": {"metadata_contains": "{"}}),
+    ("GET", "/checkpoints/tuple", {"params": {"thread_id": "two\nlines"}}),
+    ("GET", "/checkpoints/tuple", {"params": {}}),
+    ("POST", "/checkpoints", {"json": {"thread_id": "t", "checkpoint_id": "c", "type": "msgpack",
+                                       "checkpoint": "not base64!"}}),
+    ("POST", "/checkpoints", {"json": {"thread_id": "t", "checkpoint_id": "c", "type": "msgpack",
+                                       "checkpoint": "", "metadata": {"k": "nul \u0000 here"}}}),
+    ("POST", "/checkpoints/prune", {"json": {"thread_ids": ["t"], "keep": -1}}),
+    ("POST", "/checkpoints/copy", {"json": {"source_thread_id": "t", "target_thread_id": "t"}}),
+])
+def test_bad_input_is_a_400_problem(client: httpx.Client, method: str, path: str, kwargs: dict[str, Any]) -> None:
+    assert_problem(client.request(method, path, **kwargs), 400)
+
+
+def test_a_read_key_reads_checkpoints_and_writes_none(saver: RecallSaver, base_url: str, database_url: str,
+                                                      tenant_key: tuple[str, str]) -> None:
+    from recall_server.client import Forbidden
+
+    thread = fresh("scoped")
+    configs = put_chain(saver, thread, 1)
+    with RecallSaver(base_url, create_key(database_url, tenant_key[0], "read")) as reader:
+        assert reader.get_tuple(configs[-1]) is not None
+        with pytest.raises(Forbidden):
+            put_chain(reader, thread, 1)
+        with pytest.raises(Forbidden):
+            reader.put_writes(configs[-1], [("ch", 1)], "task")
+        with pytest.raises(Forbidden):
+            reader.delete_thread(thread)
+    assert len(ids_of(saver, thread)) == 1
+
+
+def test_concurrent_puts_and_an_erasure_leave_nothing_behind(base_url: str, tenant_key: tuple[str, str],
+                                                             sql: Any) -> None:
+    import asyncio
+
+    tenant, thread = tenant_key[0], fresh("race")
+    asyncio.run(_race(base_url, tenant_key[1], thread))
+    for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        assert sql(f"SELECT count(*) FROM {table} WHERE tenant_id = $1 AND thread_id = $2", tenant, thread)[0][0] == 0
+
+
+async def _race(base_url: str, key: str, thread: str) -> None:
+    import asyncio
+
+    from recall_server.client import Conflict
+
+    saver = RecallSaver(base_url, key)
+
+    async def one(i: int) -> Any:
+        cp = checkpoint(v=i)
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        stored = await saver.aput(config, cp, {"source": "loop", "step": i}, cp["channel_versions"])
+        await saver.aput_writes(stored, [("ch", i)], f"task-{i}")
+        return stored
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(8)))  # a new thread's row made by one, waited for by the rest
+        assert len([t async for t in saver.alist({"configurable": {"thread_id": thread}})]) == 8
+        # puts racing an erasure: each lands before it (and is erased) or is refused after it
+        results = await asyncio.gather(*(one(i) for i in range(8, 16)), saver.adelete_thread(thread),
+                                       return_exceptions=True)
+        assert all(r is None or isinstance(r, (dict, Conflict)) for r in results), results
+    finally:
+        await saver.aclose()
