@@ -138,7 +138,8 @@ def create_app(settings: Settings) -> Litestar:
         # the indexer's own connection (opened when it first needs one): embedding never holds one a request waits for
         indexer_db = await Database.open(
             settings.app_database_url or as_app_role(settings.database_url), min_size=0, max_size=1,
-            timeout=settings.db_timeout, queue_limit=settings.queue_limit, queue_wait=settings.queue_wait)
+            timeout=settings.db_timeout, queue_limit=settings.queue_limit, queue_wait=settings.queue_wait,
+            name="recall-server indexer")
         app.state.service = service = Service(db, CursorCodec(secret), settings, indexer_db)
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),

@@ -146,7 +146,8 @@ def test_a_server_opens_its_whole_pool_at_start_so_a_burst_waits_for_no_connect(
 
     def backends(waiting_for_a_lock: bool = False) -> int:  # this server's: the session server's are older
         return sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'recall_app' AND backend_start >= $1 "
-                   "AND (NOT $2 OR wait_event_type = 'Lock')", since, waiting_for_a_lock)[0][0]
+                   "AND application_name = 'recall-server'"  # the request pool's (the indexer has its own)
+                   " AND (NOT $2 OR wait_event_type = 'Lock')", since, waiting_for_a_lock)[0][0]
 
     try:
         assert backends() == 3, "the pool's three connections are open before the first request"

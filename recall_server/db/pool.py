@@ -76,12 +76,13 @@ class Database:
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int,
-                   queue_wait: float) -> Database:
+                   queue_wait: float, name: str = "recall-server") -> Database:
+        """`name`: the connections' application_name, as pg_stat_activity shows it."""
         # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
         # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
-            max_inactive_connection_lifetime=60, reset=_reset, server_settings=SESSION,
+            max_inactive_connection_lifetime=60, reset=_reset, server_settings={**SESSION, "application_name": name},
         )
         return cls(pool, timeout, queue_limit, queue_wait)
 

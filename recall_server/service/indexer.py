@@ -22,6 +22,7 @@ from recall_server.config import Settings
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.embedders import EmbedRejected, EmbedUnavailable, Embedder
+from recall_server.errors import Unavailable
 from recall_server.models import SearchStatus
 from recall_server.observability import EMBED_FAILURES, EMBED_LAG, EMBED_QUEUE, EMBED_SECONDS, EMBEDDED
 
@@ -108,7 +109,10 @@ class Indexer:
                     last_stats = time.monotonic()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # database down: try again on the next tick
+            except (Unavailable, OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+                log.warning("indexing paused, the database is unavailable: %s", exc)  # expected: no traceback
+                done = 0
+            except Exception:  # anything else: said with its traceback, and tried again
                 log.warning("indexing failed; will retry", exc_info=True)
                 done = 0
             if done:
