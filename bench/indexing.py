@@ -87,8 +87,8 @@ def lag(args: argparse.Namespace, home: Path, dsn: str, key: str) -> dict:
                      WHERE t.tenant_id = 'bench' AND t.created_at >= $1) x""", start)
     finally:
         server.stop()
-    return {"rate_per_s": args.rate, "writes": row[3], "p50_ms": round(row[0], 1), "p99_ms": round(row[1], 1),
-            "max_ms": round(row[2], 1)}
+    return {"rate_per_s": args.rate, "writes": row[3], "p50_ms": round(float(row[0]), 1),
+            "p99_ms": round(float(row[1]), 1), "max_ms": round(float(row[2]), 1)}
 
 
 def main() -> None:

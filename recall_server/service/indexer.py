@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import asyncpg
 
@@ -35,6 +38,14 @@ IDLE_POLL, IDLE_MAX = 0.05, 1.0
 STATS_EVERY = 5.0  # seconds between queue metrics
 
 
+def _lowest_priority() -> None:
+    """Nice this thread (Linux schedules threads, so a thread's niceness is its own) to 19."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: normal priority
+        pass
+
+
 def as_vector(values: list[float]) -> str:
     """pgvector's text form."""
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
@@ -51,6 +62,7 @@ class Indexer:
         self.note: str | None = "the embedder is loading: search is lexical until it is ready"
         self._ready = asyncio.Event()
         self._indexed_model: str | None = None
+        self._low: ThreadPoolExecutor | None = None
 
     @property
     def semantic(self) -> bool:
@@ -132,7 +144,7 @@ class Indexer:
             texts = [e.text for e in entries if e.text and e.text.strip()]
             started = time.perf_counter()
             try:
-                made = await self.embedder.embed(texts) if texts else []
+                made = await self._embed(texts) if texts else []
             except EmbedUnavailable as exc:  # kept, to be tried again after a backoff (committed with this batch)
                 await q.embeddings_failed(conn, entries, str(exc), permanent=False)
                 EMBED_FAILURES.labels("unavailable").inc(len(entries))
@@ -144,22 +156,39 @@ class Indexer:
             vectors: list[str | None] = []
             queue = iter(made)
             for entry in entries:
-                vectors.append(as_vector(next(queue)) if entry.text and entry.text.strip() else None)
+                vectors.append(next(queue) if entry.text and entry.text.strip() else None)
             await self._ensure_index(conn)
             await q.store_embeddings(conn, entries, vectors, self.embedder.model, self.embedder.dims)
             EMBEDDED.inc(sum(v is not None for v in vectors))
             return len(entries)
 
-    async def _one_by_one(self, conn, entries: list[q.Queued]) -> list[list[float]]:
+    async def _embed(self, texts: list[str]) -> list[str]:
+        """A batch's vectors, in pgvector's text form. A model in this process encodes (and the vectors are
+        formatted) on the indexer's own thread, at the lowest CPU
+        priority: under load the requests' threads go first (a search's question is encoded at normal
+        priority, by `question`), and the indexer takes what CPU is left (bench/indexing.py)."""
+        assert self.embedder is not None
+        encode = getattr(self.embedder, "embed_sync", None)
+        if encode is None:  # a remote model: waiting on the network costs no CPU here
+            return [as_vector(v) for v in await self.embedder.embed(texts)]
+        if self._low is None:
+            self._low = ThreadPoolExecutor(1, thread_name_prefix="recall-indexer", initializer=_lowest_priority)
+        loop, made = asyncio.get_running_loop(), []
+        for i in range(0, len(texts), 16):  # the model's lock is let go between chunks, for a question waiting
+            made += await loop.run_in_executor(self._low, lambda chunk: [as_vector(v) for v in encode(chunk)],
+                                               texts[i:i + 16])
+        return made
+
+    async def _one_by_one(self, conn, entries: list[q.Queued]) -> list[str]:
         """After a refused batch: each text alone, so one bad text does not hold back the rest. Refused ones
         are marked and dropped from `entries`; the vectors of the others, in order."""
         assert self.embedder is not None
-        made: list[list[float]] = []
+        made: list[str] = []
         for entry in list(entries):
             if not (entry.text and entry.text.strip()):
                 continue
             try:
-                made += await self.embedder.embed([entry.text])
+                made += await self._embed([entry.text])
             except EmbedRejected as exc:
                 await q.embeddings_failed(conn, [entry], str(exc), permanent=True)
                 EMBED_FAILURES.labels("rejected").inc()
