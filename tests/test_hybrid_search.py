@@ -237,23 +237,24 @@ def test_another_tenants_data_changes_neither_my_hits_nor_their_scores(
     assert after == before
 
 
-def test_a_word_only_another_tenant_uses_reads_no_more_than_an_absent_word(
-    base_url: str, database_url: str, mine: httpx.Client
-) -> None:
+def test_a_word_only_another_tenant_uses_reads_no_more_than_an_absent_word(base_url: str, database_url: str) -> None:
     """The GIN lookup reads the caller's postings only: another tenant with 10x the data, all of it holding a
-    word, leaves the cost of searching that word (in buffers touched) at the cost of a word no one uses."""
-    g = Graph(mine)
-    for i in range(20):
-        g.trigger(summary=f"ordinary event {i}", content_type="text/plain", payload="ordinary")
-    with tenant_client(base_url, database_url) as other:
-        for i in range(200):
-            Graph(other).trigger(summary=f"zebraword event {i}", content_type="text/plain", payload="zebraword " * 50)
-        theirs = tenant_of(other)
-    tenant = tenant_of(mine)
-    zebra, absent = explain_buffers(database_url, tenant, "zebraword", "absentword" + uuid.uuid4().hex[:6])
+    word, leaves the cost of searching that word (in buffers touched) at the cost of a word no one uses.
+    Written in SQL, as the bench store is: enough rows that the planner looks the word up in the index."""
+    mine, theirs = "t" + uuid.uuid4().hex[:12], "t" + uuid.uuid4().hex[:12]
+    for tenant, n, words in ((mine, 2_000, "ordinary event"), (theirs, 20_000, "zebraword event")):
+        run_script(database_url, f"""
+            INSERT INTO tenants (id) VALUES ('{tenant}');
+            INSERT INTO triggers (tenant_id, id, source, summary, content_type, payload, payload_sha256, request_hash,
+                                  occurred_at)
+            SELECT '{tenant}', 'trg_x' || g, 'test', '{words} ' || g, 'text/plain', p, sha256(p), '\\x', now()
+              FROM generate_series(1, {n}) g, LATERAL (SELECT convert_to('{words} ' || g, 'UTF8') AS p) x;
+            DELETE FROM embedding_queue WHERE tenant_id = '{tenant}';  -- not the indexer's work: other tests wait on it
+            ANALYZE triggers;""")
+    zebra, absent = explain_buffers(database_url, mine, "zebraword", "absentword" + uuid.uuid4().hex[:6])
     assert zebra <= absent, (zebra, absent)
     [where_it_is] = explain_buffers(database_url, theirs, "zebraword")
-    assert where_it_is > absent + 10, (where_it_is, absent)  # the probe can tell: in their tenant it reads the word
+    assert where_it_is > absent + 10, (where_it_is, absent)  # where the word is, the probe reads it
 
 
 def explain_buffers(database_url: str, tenant: str, *words: str) -> list[int]:
