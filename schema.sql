@@ -1693,16 +1693,24 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     SELECT count(*) FROM queued
 $$;
 
--- The HNSW index of one model's vectors (cosine), made by the server when it first indexes with that
--- model: a model's vectors have one length, and an index needs it (the expression casts to it). Used
--- by recall_semantic_hits for a tenant with more vectors than an exact scan reads quickly.
-CREATE OR REPLACE FUNCTION recall_embedding_index(p_model text, p_dims integer) RETURNS void
+DROP FUNCTION IF EXISTS recall_embedding_index(text, integer);
+-- The HNSW index of one model's vectors (cosine), made by the indexer once the model has more vectors than
+-- an exact scan reads quickly (recall_semantic_hits' exact_max): until then no write pays for the graph.
+-- A model's vectors have one length, and an index needs it (the expression casts to it). True once it exists.
+CREATE OR REPLACE FUNCTION recall_embedding_index(p_model text, p_dims integer) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE name text := 'embeddings_hnsw_' || left(md5(p_model), 12);
 BEGIN
-    IF recall_vectors_available() AND p_dims <= 2000 THEN
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-                       ' WHERE model = %L', 'embeddings_hnsw_' || left(md5(p_model), 12), p_dims, p_model);
+    IF to_regclass(name) IS NOT NULL THEN
+        RETURN true;
     END IF;
+    IF NOT recall_vectors_available() OR p_dims > 2000
+       OR (SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE model = p_model LIMIT 20001) x) <= 20000 THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
+                   ' WHERE model = %L', name, p_dims, p_model);
+    RETURN true;
 END
 $$;
 

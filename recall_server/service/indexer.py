@@ -36,6 +36,7 @@ BATCH = 64  # texts per embedder call and per transaction
 # lag from write to searchable after a quiet spell; under a stream of writes the queue is never empty).
 IDLE_POLL, IDLE_MAX = 0.05, 1.0
 STATS_EVERY = 5.0  # seconds between queue metrics
+INDEX_EVERY = 50  # batches between looks at whether the model's vectors need their HNSW index yet
 
 
 def _lowest_priority() -> None:
@@ -63,6 +64,7 @@ class Indexer:
         self._ready = asyncio.Event()
         self._indexed_model: str | None = None
         self._low: ThreadPoolExecutor | None = None
+        self._batches = 0
 
     @property
     def semantic(self) -> bool:
@@ -196,17 +198,22 @@ class Indexer:
         return made
 
     async def _ensure_index(self, conn) -> None:
-        """The model's vector index, made on the batch's connection (in a savepoint) the first time."""
+        """The model's vector index, once it needs one (recall_embedding_index), made on the batch's connection
+        in a savepoint; looked for every INDEX_EVERY batches until it exists."""
         assert self.embedder is not None
         if self._indexed_model == self.embedder.model or not self.embedder.dims:
             return
+        self._batches += 1
+        if self._batches % INDEX_EVERY != 1:
+            return
         try:
             async with conn.transaction():
-                await q.ensure_vector_index(conn, self.embedder.model, self.embedder.dims)
-        except asyncpg.PostgresError:  # another process made it at the same moment; the next batch looks again
+                made = await q.ensure_vector_index(conn, self.embedder.model, self.embedder.dims)
+        except asyncpg.PostgresError:  # another process made it at the same moment; the next look sees it
             log.info("vector index not made now; will look again", exc_info=True)
             return
-        self._indexed_model = self.embedder.model
+        if made:
+            self._indexed_model = self.embedder.model
 
     async def publish_stats(self) -> q.QueueStats:
         async with self.db.connection() as conn:

@@ -63,6 +63,6 @@ async def queue_reindex(conn: Conn, model: str, everything: bool) -> int:
     return await conn.fetchval("SELECT recall_embedding_reindex($1, $2)", model, everything)
 
 
-async def ensure_vector_index(conn: Conn, model: str, dims: int) -> None:
-    """The HNSW index of `model`'s vectors, made if missing."""
-    await conn.execute("SELECT recall_embedding_index($1, $2)", model, dims)
+async def ensure_vector_index(conn: Conn, model: str, dims: int) -> bool:
+    """The HNSW index of `model`'s vectors, made once the model has enough vectors to need it; whether it exists."""
+    return await conn.fetchval("SELECT recall_embedding_index($1, $2)", model, dims)
