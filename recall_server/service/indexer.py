@@ -37,6 +37,7 @@ BATCH = 64  # texts per embedder call and per transaction
 IDLE_POLL, IDLE_MAX = 0.05, 1.0
 STATS_EVERY = 5.0  # seconds between queue metrics
 INDEX_EVERY = 50  # batches between looks at whether the model's vectors need their HNSW index yet
+QUESTION_WAIT = 1.0  # seconds a search waits for its question's vector (a remote embedder's retries take longer)
 
 
 def _lowest_priority() -> None:
@@ -100,12 +101,13 @@ class Indexer:
         await self._ready.wait()
 
     async def question(self, text: str) -> str | None:
-        """The question's vector (pgvector text), or None when search by meaning is unavailable."""
+        """The question's vector (pgvector text), or None when search by meaning is unavailable or the embedder
+        does not answer within QUESTION_WAIT (a search then runs lexical, and says so)."""
         if self.embedder is None or not self.vectors:
             return None
         try:
-            [vector] = await self.embedder.embed([text])
-        except (EmbedUnavailable, EmbedRejected, ValueError):
+            [vector] = await asyncio.wait_for(self.embedder.embed([text]), QUESTION_WAIT)
+        except (EmbedUnavailable, EmbedRejected, ValueError, asyncio.TimeoutError):
             return None
         return as_vector(vector)
 
