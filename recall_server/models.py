@@ -222,6 +222,10 @@ class ThreadView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    # A LangGraph run whose thread_id is this ID (RecallSaver): its checkpoints (top-level namespace) and the
+    # newest one's ID; links.checkpoint reads that state, links.checkpoints lists them. Omitted when none.
+    checkpoints: int | None = None
+    latest_checkpoint: str | None = None
 
 
 class WorkerView(Struct, omit_defaults=True):

@@ -45,6 +45,8 @@ class ThreadRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    checkpoints: int = 0  # LangGraph checkpoints kept under this thread's ID (top-level namespace)
+    latest_checkpoint: str | None = None
 
 
 class WorkerRow(Struct):

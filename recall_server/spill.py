@@ -177,6 +177,10 @@ def thread_view(row: ThreadRow, budget: int) -> ThreadView:
         links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events",
                "backlinks": f"/ids/{row.id}/backlinks"}, **_labels(row),
     )
+    if row.checkpoints:  # a LangGraph run kept under this ID: the hop into its state
+        view.checkpoints, view.latest_checkpoint = row.checkpoints, row.latest_checkpoint
+        view.links["checkpoint"] = f"/checkpoints/tuple?thread_id={row.id}"
+        view.links["checkpoints"] = f"/checkpoints?thread_id={row.id}"
     room = _Room(budget, view)
     view.owner_workers = _links(row.owners, room)
     view.events = list(reversed(_recent(row.events, room)))

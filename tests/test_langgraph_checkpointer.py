@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 import httpx
 import pytest
 from click.testing import CliRunner
-from helpers import ServerProcess, assert_problem, cli, create_key
+from helpers import Graph, ServerProcess, assert_problem, cli, create_key
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
@@ -407,3 +407,22 @@ async def _race(base_url: str, key: str, thread: str) -> None:
         assert all(r is None or isinstance(r, (dict, Conflict)) for r in results), results
     finally:
         await saver.aclose()
+
+
+def test_a_recall_thread_shows_the_langgraph_run_kept_under_its_id(saver: RecallSaver, base_url: str,
+                                                                   tenant_key: tuple[str, str]) -> None:
+    """A router hops from GET /threads/{id} into the run's state: when a LangGraph thread_id is a recall thread's
+    ID, the thread's view counts its checkpoints, names the newest, and links to it."""
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {tenant_key[1]}"}, timeout=30) as c:
+        thread = Graph(c).thread(summary="a LangGraph run's thread")["id"]
+        assert "checkpoints" not in c.get(f"/threads/{thread}").json()  # none yet: nothing shown
+        configs = put_chain(saver, thread, 3, x=1)
+        put_chain(saver, thread, 2, ns="sub:1", y=2)  # a subgraph's namespace is not counted
+        view = c.get(f"/threads/{thread}").json()
+        newest = configs[-1]["configurable"]["checkpoint_id"]
+        assert (view["checkpoints"], view["latest_checkpoint"]) == (3, newest)
+        state = c.get(view["links"]["checkpoint"])
+        assert state.status_code == 200 and newest in state.text
+        assert c.get(view["links"]["checkpoints"]).status_code == 200
+        saver.delete_thread(thread)
+        assert "checkpoints" not in c.get(f"/threads/{thread}").json()

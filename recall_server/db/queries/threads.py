@@ -34,7 +34,9 @@ from recall_server.rows import Labels, ThreadRow
 _THREAD_HEAD = keyed("""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-      t.head_owners::text AS owners, t.head_events::text AS events, now() AS now
+      t.head_owners::text AS owners, t.head_events::text AS events, now() AS now,
+      (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
+        WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
@@ -49,10 +51,24 @@ _THREAD_LOG = keyed("""
          FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
         WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
       (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
-        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events
+        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events,
+      (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
+        WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
+
+# A LangGraph thread whose thread_id is this thread's ID (RecallSaver, docs/agents.md): how many checkpoints
+# its top-level namespace holds and the newest one's ID (checkpoint IDs sort by time), so a router can hop
+# from the thread into the run's state. One index range on the checkpoints' primary key; empty for most threads.
+
+
+class _Checkpoints(msgspec.Struct):
+    count: int
+    latest: str | None
+
+
+_checkpoints = msgspec.json.Decoder(_Checkpoints)
 
 _FILED = ("trigger_filed", "report_filed")
 
@@ -92,10 +108,12 @@ async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int
         newest = [_head_event(e, now) for e in _head_events.decode(row["events"])[:events]]
     else:
         owners, newest = links_json.decode(row["owners"]), events_json.decode(row["events"])
+    checkpoints = _checkpoints.decode(row["checkpoints"])
     return tenant, ThreadRow(
         id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
         last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
-        owners=owners, events=newest, **labels_of(row),
+        owners=owners, events=newest, checkpoints=checkpoints.count, latest_checkpoint=checkpoints.latest,
+        **labels_of(row),
     )
 
 
