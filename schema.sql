@@ -344,26 +344,28 @@ GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
 GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 
-DO $$
-DECLARE t text;
+-- A tenant table's row-level security, the one spelling every section uses: the tenant policy for
+-- recall_app, and a policy for the owner, who runs migrations and the operator CLI (keys, sweeps), never
+-- requests. `forced` unless the owner must read it before a tenant is known (api_keys, hooks).
+CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true) RETURNS void
+LANGUAGE plpgsql AS $$
 BEGIN
-    FOREACH t IN ARRAY ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours',
-                             'reports', 'report_refs', 'thread_events', 'idempotency_keys', 'api_keys',
-                             'memories', 'memory_sources'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
-        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
-        -- The owner runs migrations and the operator CLI (keys, sweeps), never requests.
-        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
-                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
-                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
-        IF t <> 'api_keys' THEN  -- the key lookup below runs as the owner, before a tenant is known
-            EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        END IF;
-    END LOOP;
+    EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', tbl);
+    EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', tbl, CASE WHEN forced THEN 'FORCE' ELSE 'NO FORCE' END);
+    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', tbl);
+    EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
+    EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
+    EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
+                   ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
+                   ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', tbl);
 END
 $$;
+REVOKE ALL ON FUNCTION recall_isolate(text, boolean) FROM PUBLIC;
+
+SELECT recall_isolate(t, t <> 'api_keys')  -- the key lookup runs as the owner, before a tenant is known
+  FROM unnest(ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours', 'reports',
+                    'report_refs', 'thread_events', 'idempotency_keys', 'api_keys', 'memories',
+                    'memory_sources']) AS t;
 
 ALTER TABLE tenants ENABLE ROW LEVEL SECURITY;  -- recall_app sees its own tenant's settings only
 DROP POLICY IF EXISTS own_tenant ON tenants;
@@ -1004,23 +1006,9 @@ GRANT SELECT (id, tenant_id, source, label, created_at, revoked_at), INSERT, UPD
     ON hooks TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON hook_deliveries, github_threads TO recall_app;
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['hooks', 'hook_deliveries', 'github_threads'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
-        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
-        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
-                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
-                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
-        IF t <> 'hooks' THEN  -- like api_keys: the hook lookup runs as the owner, before a tenant is known
-            EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        END IF;
-    END LOOP;
-END
-$$;
+-- like api_keys: the hook lookup runs as the owner, before a tenant is known
+SELECT recall_isolate(t, t <> 'hooks')
+  FROM unnest(ARRAY['hooks', 'hook_deliveries', 'github_threads']) AS t;
 
 -- The one way recall_app learns a delivery's tenant: name a live hook and the body, get the hook's
 -- tenant and HMAC-SHA256(secret, body) (RFC 2104, from the stored padded keys). The caller compares
@@ -1063,18 +1051,7 @@ CREATE INDEX IF NOT EXISTS trace_reads_by_object ON trace_reads (tenant_id, obje
 CREATE INDEX IF NOT EXISTS trace_reads_by_time ON trace_reads USING brin (at);  -- retention purges
 GRANT SELECT ON trace_reads TO recall_app;
 
-DO $$
-BEGIN
-    ALTER TABLE trace_reads ENABLE ROW LEVEL SECURITY;
-    ALTER TABLE trace_reads FORCE ROW LEVEL SECURITY;
-    DROP POLICY IF EXISTS tenant_isolation ON trace_reads;
-    DROP POLICY IF EXISTS owner_maintenance ON trace_reads;
-    EXECUTE format('CREATE POLICY owner_maintenance ON trace_reads TO %I USING (true) WITH CHECK (true)', current_user);
-    CREATE POLICY tenant_isolation ON trace_reads TO recall_app
-        USING (tenant_id = current_setting('app.tenant_id', true))
-        WITH CHECK (tenant_id = current_setting('app.tenant_id', true));
-END
-$$;
+SELECT recall_isolate('trace_reads');
 
 -- One flush of a server process's trace buffer, one statement. Each row lands in the tenant of the
 -- key that made the read, found here from the key's ID and secret hash, exactly as
@@ -1507,21 +1484,7 @@ CREATE INDEX IF NOT EXISTS embedding_queue_due ON embedding_queue (not_before, q
 
 GRANT SELECT, DELETE ON embeddings TO recall_app;  -- erasure deletes an object's vectors
 GRANT SELECT, INSERT, UPDATE, DELETE ON embedding_queue TO recall_app;  -- writes queue their objects
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['embeddings', 'embedding_queue'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
-        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
-        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
-                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
-                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
-    END LOOP;
-END
-$$;
+SELECT recall_isolate(t) FROM unnest(ARRAY['embeddings', 'embedding_queue']) AS t;
 
 -- pgvector, where the server has it and the owner may create it; the column that holds the vectors.
 -- `vector` without a length: each model's length is fixed by `dims`, and its index casts to it.
@@ -1924,21 +1887,8 @@ GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
 GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;
 GRANT UPDATE ON checkpoint_writes TO recall_app;  -- a special channel's write is replaced
 
-DO $$
-DECLARE t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['checkpoint_threads', 'checkpoints', 'checkpoint_blobs', 'checkpoint_writes'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
-        EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', t);
-        EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
-        EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
-                       ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
-                       ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', t);
-    END LOOP;
-END
-$$;
+SELECT recall_isolate(t)
+  FROM unnest(ARRAY['checkpoint_threads', 'checkpoints', 'checkpoint_blobs', 'checkpoint_writes']) AS t;
 
 -- Drop checkpoints of (tenant t, threads) beyond the newest `keep` of each (thread, namespace) (NULL: no
 -- count) and, but for the newest, those created before now() - max_age (NULL: no age); with their

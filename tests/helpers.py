@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,21 @@ def create_key(database_url: str, tenant: str, scope: str, run: Callable[..., st
     """A new API key (the CLI prints it alone on its last line); `run=cli_process` makes it with the installed command."""
     run(database_url, "tenants", "create", tenant)
     return run(database_url, "keys", "create", "--tenant", tenant, "--scope", scope).strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def fails_after(seconds: int) -> Iterator[None]:
+    """A test that hangs fails with a TimeoutError after `seconds` (SIGALRM), instead of holding the suite."""
+    def hung(*_: object) -> None:
+        raise TimeoutError(f"the test did not finish in {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def uid(prefix: str) -> str:

@@ -13,15 +13,14 @@ as RecallStore does: they are strict xfails. Otherwise the tests are LangGraph's
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
 
-import asyncpg
 import pytest
+from helpers import create_key, fails_after
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
@@ -32,7 +31,6 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from recall_server.service import ops
 from recall_server.langgraph import RecallStore
 
 CharacterEmbeddings = Any
@@ -43,15 +41,8 @@ _target: dict[str, str] = {}
 def _live_server(base_url: str, database_url: str) -> Iterator[None]:
     """Where fresh_store() makes its stores; and a test that hangs fails after 180 s instead."""
     _target.update(url=base_url, dsn=database_url)
-
-    def hung(*_: object) -> None:
-        raise TimeoutError("the test did not finish in 180 s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(180)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with fails_after(180):
+        yield
 
 
 @pytest.fixture()
@@ -61,32 +52,7 @@ def anyio_backend() -> str:
 
 def _fresh_key() -> str:
     """A write key of a new tenant: a store that holds nothing yet."""
-    tenant = f"lgc-{uuid.uuid4().hex[:16]}"
-
-    async def make() -> str:
-        conn = await asyncpg.connect(_target["dsn"])
-        try:
-            await ops.create_tenant(conn, tenant)
-            return (await ops.issue_key_checked(conn, tenant, "write", "conformance")).key
-        finally:
-            await conn.close()
-
-    return asyncio.run(make()) if not _loop_running() else _in_thread(make)
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _in_thread(make: Any) -> str:
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
+    return create_key(_target["dsn"], f"lgc-{uuid.uuid4().hex[:16]}", "write")
 
 
 @contextmanager

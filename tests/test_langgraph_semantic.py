@@ -69,20 +69,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-import asyncpg
 import pytest
-from helpers import run_sql
+from helpers import create_key, fails_after, run_sql
 from langchain_core.embeddings import Embeddings
 
 from recall_server.langgraph import RecallStore
-from recall_server.service import ops
 
 _target: dict[str, str] = {}
 _tenant_of: dict[int, str] = {}  # id(store) -> its tenant, for `indexed`
@@ -92,15 +89,8 @@ _tenant_of: dict[int, str] = {}  # id(store) -> its tenant, for `indexed`
 def _live_server(base_url: str, database_url: str) -> Iterator[None]:
     """Where the stores are made; and a test that hangs fails after 180 s instead."""
     _target.update(url=base_url, dsn=database_url)
-
-    def hung(*_: object) -> None:
-        raise TimeoutError("the test did not finish in 180 s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(180)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with fails_after(180):
+        yield
 
 
 @pytest.fixture()
@@ -134,23 +124,7 @@ def fake_embeddings() -> Iterator[UnusedEmbeddings]:
 def _fresh_tenant() -> tuple[str, str]:
     """A new tenant and a write key of it: a store that holds nothing yet."""
     tenant = f"lgs-{uuid.uuid4().hex[:16]}"
-
-    async def make() -> str:
-        conn = await asyncpg.connect(_target["dsn"])
-        try:
-            await ops.create_tenant(conn, tenant)
-            return (await ops.issue_key_checked(conn, tenant, "write", "semantic")).key
-        finally:
-            await conn.close()
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return tenant, asyncio.run(make())
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        return tenant, pool.submit(lambda: asyncio.run(make())).result()
+    return tenant, create_key(_target["dsn"], tenant, "write")
 
 
 def _index_config(fake_embeddings: UnusedEmbeddings, text_fields: list[str] | None,

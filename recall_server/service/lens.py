@@ -5,6 +5,7 @@ Search runs in one of four modes; docs/search.md says what each does."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 from decimal import Decimal
 
 import anyio
@@ -51,9 +52,7 @@ class Lens:
             return await self._exact(cred, text, wanted, status, labels, start, end, cursor, limit, namespace)
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str, datetime], "search", ran, text,
                                    ",".join(wanted), status, labels.key(), start, end, namespace)
-        after = pager.after
-        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
-            after = None  # never a signed position: read from the start, and verify's 400 follows
+        after = _scored(pager.after)
         as_of = after[3] if after else datetime.now(UTC)
         vector = await self.indexer.question(text) if ran != "lexical" else None
         if ran != "lexical" and vector is None:  # the embedder failed on this question
@@ -87,9 +86,7 @@ class Lens:
                      namespace: str | None) -> SearchPage:
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str], "search", text, ",".join(wanted), status,
                                    labels.key(), start, end, *([namespace] if namespace else []))
-        after = pager.after
-        if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
-            after = None  # never a signed position: read from the start, and verify's 400 follows
+        after = _scored(pager.after)
         async with self.db.connection() as conn:
             tenant, hits = await q.search(conn, cred, text, wanted, status, labels, start, end, after, limit + 1,
                                           namespace)
@@ -138,3 +135,11 @@ class Lens:
         href = f"/triggers/{object_id}/payload" if kind == "trigger" else f"/reports/{object_id}/body"
         return GrepResult(id=object_id, content_type=content.content_type, bytes=len(data), scanned=result.scanned,
                           matches=result.matches, truncated=result.truncated, href=href)
+
+
+def _scored(after: Any) -> Any:
+    """A search cursor's position, unless its score is one no page was ever signed at (then None: read from the
+    start, and the pager's verify answers 400)."""
+    if after is not None and not (after[0].is_finite() and 0 <= after[0] < 1_000_000):
+        return None
+    return after
