@@ -9,7 +9,8 @@
 --                their heads, workers with theirs, thread_owners, triggers, trigger_neighbours,
 --                reports, report_refs, thread_events, idempotency_keys; the field-limit CHECKs
 --   memories     memories, memory_sources: versions by supersede per (namespace, key)
---   isolation    the recall_app role, FORCE ROW LEVEL SECURITY and one policy per tenant table
+--   isolation    the recall_app role, FORCE ROW LEVEL SECURITY and one policy per tenant table; a key's
+--                grants (recall_granted) in the policies of the tables whose rows have a namespace
 --   lifecycle    gone-ness (recall_is_gone), key checks (recall_authenticate), erasure (recall_erase),
 --                heads kept by the writes (recall_rebuild_head, ...), expiry, the sweep, batched appends
 --   webhooks     hooks (secrets as HMAC pads), hook_deliveries, github_threads, recall_hook_verify
@@ -21,6 +22,8 @@
 --   checkpoints  LangGraph checkpoints: checkpoint_threads (the erasure tombstones), checkpoints,
 --                checkpoint_blobs (a channel's value once per version), checkpoint_writes; the
 --                per-tenant retention the sweep applies (recall_checkpoint_retention)
+--   version 8    grants: a key's subject and grants (api_keys), every object's namespace (threads,
+--                workers, triggers, reports), the policies and searches that apply them
 
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
@@ -187,6 +190,13 @@ ALTER TABLE reports ALTER COLUMN body SET STORAGE EXTERNAL;
 CREATE INDEX IF NOT EXISTS reports_by_worker ON reports (tenant_id, worker_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS reports_by_thread ON reports (tenant_id, thread_id, created_at DESC, id DESC);
 
+-- Where each object lives for keys with grants (the grants section): segments joined by '/', '' for the
+-- tenant's root. Memories have theirs from the start.
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE workers ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE triggers ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE reports ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+
 CREATE TABLE IF NOT EXISTS report_refs (
     tenant_id  text NOT NULL,
     report_id  text NOT NULL,
@@ -246,6 +256,15 @@ CREATE TABLE IF NOT EXISTS api_keys (
     revoked_at    timestamptz
 );
 CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at);
+-- Who is asking (the grants section): a subject such as `user:u123`, and grants, each a namespace pattern
+-- with read or write access, as written (`grants`) and resolved for the subject (`grant_lines`, what the key
+-- check binds). No grants: the key reaches its whole tenant. last_used_at is written by each server process
+-- every few seconds at most (recall_keys_used), never by the request itself.
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS subject text
+    CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$');
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grants jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array');
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grant_lines text NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 
 -- ---- memories (mem_) ----------------------------------------------------------------------
 -- What an agent keeps between runs, addressed by (namespace, key) within its tenant. Each write
@@ -344,25 +363,68 @@ GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
 GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 
+-- Grants (docs/tenancy.md#grants). The key check binds app.access next to app.tenant_id: the key's scope,
+-- then one line per grant, `r <pattern>` or `w <pattern>` (write includes read), the pattern resolved for the
+-- key's subject: a namespace, the same with a trailing `/**` (it and everything under it), or `**` (the whole
+-- tenant). A key without grants binds its scope alone, and reaches its whole tenant as before. Whether `access`
+-- grants `ns` (reading, or writing): a write it does not grant is refused with SQLSTATE RG403, whose message
+-- names the namespace (errors.py turns it into a 403 problem), never written elsewhere.
+CREATE OR REPLACE FUNCTION recall_grants_cover(access text, ns text, write boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+DECLARE line text; p text;
+BEGIN
+    FOREACH line IN ARRAY string_to_array(access, E'\n') LOOP
+        CONTINUE WHEN substr(line, 2, 1) <> ' ' OR (write AND left(line, 1) <> 'w');
+        p := substr(line, 3);
+        IF p = '**' OR p = ns OR (right(p, 3) = '/**' AND (ns = left(p, -3) OR starts_with(ns, left(p, -2)))) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    IF write THEN
+        RAISE EXCEPTION USING ERRCODE = 'RG403', MESSAGE = CASE WHEN ns = ''
+            THEN 'This key has no write grant covering the tenant''s root namespace (grant `**`).'
+            ELSE format('This key has no write grant covering namespace %s.', ns) END;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- The policies' test: a key without grants (no second line) passes at once, inline; one with grants is
+-- checked line by line. Unbound (the indexer, a webhook delivery): the tenant policy alone.
+CREATE OR REPLACE FUNCTION recall_granted(ns text, write boolean) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT strpos(coalesce(current_setting('app.access', true), ''), E'\n') = 0
+        OR recall_grants_cover(current_setting('app.access', true), ns, write)
+$$;
+
 -- A tenant table's row-level security, the one spelling every section uses: the tenant policy for
 -- recall_app, and a policy for the owner, who runs migrations and the operator CLI (keys, sweeps), never
--- requests. `forced` unless the owner must read it before a tenant is known (api_keys, hooks).
-CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true) RETURNS void
-LANGUAGE plpgsql AS $$
+-- requests. `forced` unless the owner must read it before a tenant is known (api_keys, hooks). `granted`
+-- for the tables whose rows have a namespace: a key with grants sees (and writes) only the rows they cover,
+-- but for a tombstone whose namespace an erasure wiped (recall_erase checks the grants before it erases).
+-- Rows without one (a thread's events, a report's refs, a memory's sources) are reached through the row
+-- they belong to, which every statement reads in the same statement.
+DROP FUNCTION IF EXISTS recall_isolate(text, boolean);
+CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true, granted boolean DEFAULT false)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    mine constant text := 'tenant_id = current_setting(''app.tenant_id'', true)';
 BEGIN
     EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', tbl);
     EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', tbl, CASE WHEN forced THEN 'FORCE' ELSE 'NO FORCE' END);
     EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', tbl);
     EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
     EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
-    EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app'
-                   ' USING (tenant_id = current_setting(''app.tenant_id'', true))'
-                   ' WITH CHECK (tenant_id = current_setting(''app.tenant_id'', true))', tbl);
+    EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
+                   mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)' ELSE '' END,
+                   mine || CASE WHEN granted THEN ' AND (recall_granted(namespace, true)'
+                                                  ' OR (deleted_at IS NOT NULL AND namespace = ''''))' ELSE '' END);
 END
 $$;
-REVOKE ALL ON FUNCTION recall_isolate(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION recall_isolate(text, boolean, boolean) FROM PUBLIC;
 
-SELECT recall_isolate(t, t <> 'api_keys')  -- the key lookup runs as the owner, before a tenant is known
+SELECT recall_isolate(t, t <> 'api_keys', t IN ('threads', 'workers', 'triggers', 'reports', 'memories'))
+  -- the key lookup runs as the owner, before a tenant is known
   FROM unnest(ARRAY['threads', 'workers', 'thread_owners', 'triggers', 'trigger_neighbours', 'reports',
                     'report_refs', 'thread_events', 'idempotency_keys', 'api_keys', 'memories',
                     'memory_sources']) AS t;
@@ -766,6 +828,16 @@ BEGIN
             PERFORM recall_lock_memory_pair(t, ns, k);
         END IF;
     END IF;
+    IF strpos(coalesce(current_setting('app.access', true), ''), E'\n') > 0 THEN
+        -- a key with grants erases only where it may write (recall_grants_cover raises, naming the namespace);
+        -- the policies let the tombstone through: an erased memory's namespace is erased with it
+        PERFORM recall_granted(x.namespace, true) FROM (
+            SELECT namespace FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND id = obj
+            UNION ALL SELECT namespace FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND id = obj
+            UNION ALL SELECT namespace FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
+            UNION ALL SELECT namespace FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
+            UNION ALL SELECT namespace FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj) x;
+    END IF;
     PERFORM recall_lock_erasure(t, obj);
     CASE left(obj, 4)
     WHEN 'trg_' THEN
@@ -850,16 +922,27 @@ $$;
 REVOKE ALL ON FUNCTION recall_sweep(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_sweep(integer) TO recall_app;
 
--- The one way recall_app learns a tenant: present a key, get its tenant and scope. SECURITY
--- DEFINER (as the owner) so recall_app never needs to read other tenants' key rows.
+-- The one way recall_app learns a tenant: present a key, get its tenant and access (its scope, then its
+-- resolved grants, one per line: recall_grants_cover). SECURITY DEFINER (as the owner) so recall_app never
+-- needs to read other tenants' key rows.
 CREATE OR REPLACE FUNCTION recall_authenticate(key_id text, key_sha256 bytea)
 RETURNS TABLE (tenant_id text, scope text)
 LANGUAGE sql STABLE SECURITY DEFINER ROWS 1 SET search_path = public, pg_temp AS $$
-    SELECT k.tenant_id, k.scope FROM api_keys k
+    SELECT k.tenant_id, k.scope || k.grant_lines FROM api_keys k
      WHERE k.id = key_id AND k.secret_sha256 = key_sha256 AND k.revoked_at IS NULL
 $$;
 REVOKE ALL ON FUNCTION recall_authenticate(text, bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_authenticate(text, bytea) TO recall_app;
+
+-- When keys were last used: each server process sends the keys its checks accepted, with when, every few
+-- seconds (service/admin.py's record_key_use_forever), in one statement; never a request's own.
+CREATE OR REPLACE FUNCTION recall_keys_used(ids text[], ats timestamptz[]) RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    UPDATE api_keys k SET last_used_at = u.at FROM unnest(ids, ats) AS u(id, at)
+     WHERE k.id = u.id AND (k.last_used_at IS NULL OR k.last_used_at < u.at)
+$$;
+REVOKE ALL ON FUNCTION recall_keys_used(text[], timestamptz[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_keys_used(text[], timestamptz[]) TO recall_app;
 
 INSERT INTO schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING;
 
@@ -1234,20 +1317,29 @@ ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
 INSERT INTO schema_migrations (version) VALUES (7) ON CONFLICT DO NOTHING;
 
 -- Everything search may return, one row per object, with what its filters read. Read only by the
--- search functions below (as the owner); a memory is searchable in its current version only. A
--- namespace filter (`p_ns`, segments joined by '/') matches the namespace and those under it.
-CREATE OR REPLACE VIEW recall_searchable AS
+-- search functions below (as the owner); a memory is searchable in its current version only.
+DROP VIEW IF EXISTS recall_searchable;  -- its namespace column was a memory's only
+CREATE VIEW recall_searchable AS
     SELECT 'thread'::text AS kind, tenant_id, id, created_at, search, status, app_id, agent_id, run_id, deleted_at,
-           expires_at, NULL::text AS namespace FROM threads
+           expires_at, namespace FROM threads
     UNION ALL SELECT 'worker', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at, NULL FROM workers
+           expires_at, namespace FROM workers
     UNION ALL SELECT 'trigger', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at, NULL FROM triggers
+           expires_at, namespace FROM triggers
     UNION ALL SELECT 'report', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at, NULL FROM reports
+           expires_at, namespace FROM reports
     UNION ALL SELECT 'memory', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
            expires_at, namespace FROM memories WHERE current;
 REVOKE ALL ON recall_searchable FROM PUBLIC;
+
+-- Whether a search may return an object in namespace `ns`: inside the caller's namespace filter `p_ns`
+-- (segments joined by '/'; it and the namespaces under it; NULL: any), and covered by the key's grants.
+-- The search functions run as the owner, so the grants are applied here, inside the candidate search:
+-- a search with grants still fills its page.
+CREATE OR REPLACE FUNCTION recall_searchable_in(ns text, p_ns text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (p_ns IS NULL OR ns = p_ns OR left(ns, length(p_ns) + 1) = p_ns || '/') AND recall_granted(ns, false)
+$$;
 
 -- The newest objects first, for a search whose every word is common (recall_lexical_hits): an ordered scan
 -- that stops after a page, instead of ranking every match. Threads have theirs (threads_by_created).
@@ -1301,7 +1393,7 @@ BEGIN
            AND (p_status IS NULL OR s.status = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
-           AND (p_ns IS NULL OR s.namespace = p_ns OR left(s.namespace, length(p_ns) + 1) = p_ns || '/')
+           AND recall_searchable_in(s.namespace, p_ns)
            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
     ) h
     WHERE p_score IS NULL OR (h.score, h.created_at, h.id) < (p_score, p_at, p_id)
@@ -1369,7 +1461,8 @@ BEGIN
         END IF;
         SELECT count(*) INTO df FROM (SELECT 1 FROM recall_searchable s
                                        WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ wq
-                                         AND s.created_at <= p_as_of LIMIT cap) x;
+                                         AND s.created_at <= p_as_of AND recall_granted(s.namespace, false)
+                                       LIMIT cap) x;
         total := total + ln(1 + (cap + 1.0) / (df + 1));
         CONTINUE WHEN df = 0;
         exacts := exacts || exact;
@@ -1400,7 +1493,7 @@ BEGIN
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
-                     AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+                     AND recall_searchable_in(x.namespace, p_ns)
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
                   UNION ALL
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
@@ -1409,7 +1502,7 @@ BEGIN
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
-                     AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+                     AND recall_searchable_in(x.namespace, p_ns)
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
               ) m
              WHERE u.r),
@@ -1431,7 +1524,7 @@ BEGIN
                AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                AND (p_run IS NULL OR x.run_id = p_run)
-               AND (p_ns IS NULL OR x.namespace = p_ns OR left(x.namespace, length(p_ns) + 1) = p_ns || '/')
+               AND recall_searchable_in(x.namespace, p_ns)
                AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
              ORDER BY x.created_at DESC LIMIT p_depth)
         SELECT f.kind, f.id, f.created_at,
@@ -1733,7 +1826,7 @@ BEGIN
                               AND ($9::timestamptz IS NULL OR s.created_at >= $9)
                               AND ($10::timestamptz IS NULL OR s.created_at < $10)
                               AND ($13::tsquery IS NULL OR s.search @@ $13)
-                              AND ($14::text IS NULL OR s.namespace = $14 OR left(s.namespace, length($14) + 1) = $14 || '/'))
+                              AND recall_searchable_in(s.namespace, $14))
              ORDER BY %1$s LIMIT $12) h
           JOIN LATERAL (SELECT s.created_at FROM recall_searchable s
                          WHERE s.tenant_id = $2 AND s.id = h.id AND s.kind = h.kind) c ON true
@@ -1958,3 +2051,7 @@ END
 $$;
 REVOKE ALL ON FUNCTION recall_checkpoint_retention(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_checkpoint_retention(integer) TO recall_app;
+
+-- Version 8: grants. Its columns, policies and search filters are in the sections they belong to (api_keys,
+-- the namespace of threads, workers, triggers and reports, isolation, search).
+INSERT INTO schema_migrations (version) VALUES (8) ON CONFLICT DO NOTHING;

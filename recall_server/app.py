@@ -144,7 +144,8 @@ def create_app(settings: Settings) -> Litestar:
         forget_processes(settings.metrics_dir)  # workers that exited before this one started
         background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever()),
-                      asyncio.create_task(service.indexer.run_forever())]  # loads the embedder, then indexes
+                      asyncio.create_task(service.indexer.run_forever()),  # loads the embedder, then indexes
+                      asyncio.create_task(service.admin.record_key_use_forever(app.state.key_cache))]
         try:
             yield
         finally:

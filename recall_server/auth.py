@@ -42,7 +42,8 @@ class KeyCache:
     def __init__(self, window: float = REVOCATION_WINDOW, size: int = 4096,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.window, self.size, self.clock = window, size, clock
-        self.checked: dict[Credential, tuple[float, str, str]] = {}  # -> (check sent at, tenant, scope)
+        self.checked: dict[Credential, tuple[float, str, str]] = {}  # -> (check sent at, tenant, access)
+        self.used: dict[str, float] = {}  # key ID -> when (time.time()) a check accepted it: for last_used_at
 
     def get(self, cred: Credential) -> tuple[str, str] | None:
         """(tenant, scope) of a key checked within the window, else None."""
@@ -55,18 +56,30 @@ class KeyCache:
         self.checked[cred] = (sent, tenant, scope)
         if len(self.checked) > self.size:
             del self.checked[next(iter(self.checked))]
+        if len(self.used) < self.size or cred.key_id in self.used:
+            self.used[cred.key_id] = time.time()
+
+    def take_used(self) -> dict[str, float]:
+        """The keys accepted since the last call, each with when it was last (service/admin.py records them)."""
+        used, self.used = self.used, {}
+        return used
 
 
 class Credential:
     """A syntactically valid key from the Authorization header; not yet checked against the database.
     `keys`: the process's KeyCache, when the checks made for this request may be remembered there."""
 
-    __slots__ = ("key_id", "secret_sha256", "keys")
+    __slots__ = ("key_id", "secret_sha256", "keys", "access")
 
     def __init__(self, key_id: str, secret_sha256: bytes, keys: KeyCache | None = None) -> None:
         self.key_id = key_id
         self.secret_sha256 = secret_sha256
         self.keys = keys
+        self.access = ""  # once a check accepted it: its scope, then its grants (db/tenancy.py)
+
+    @property
+    def has_grants(self) -> bool:
+        return "\n" in self.access
 
     def __eq__(self, other: object) -> bool:  # equal keys present the same ID and the same secret
         return isinstance(other, Credential) and (self.key_id, self.secret_sha256) == (other.key_id, other.secret_sha256)

@@ -11,7 +11,7 @@ import tempfile
 import urllib.error
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import click
@@ -341,22 +341,80 @@ def keys() -> None:
     """Manage API keys (as the database owner)."""
 
 
+def _grant_options(grants: tuple[str, ...]) -> list[Any]:
+    """`--grant ACCESS:PATTERN` options as Grants (models.Grant validates the pattern)."""
+    import msgspec
+
+    from recall_server.models import Grant
+
+    parsed = []
+    for option in grants:
+        access, _, pattern = option.partition(":")
+        try:
+            parsed.append(msgspec.convert({"access": access, "namespace": pattern}, Grant))
+        except msgspec.ValidationError as exc:
+            raise click.BadParameter(f"{option!r}: {exc} (expected read:PATTERN or write:PATTERN)",
+                                     param_hint="--grant") from None
+    return parsed
+
+
+_GRANT_HELP = ("ACCESS:PATTERN, repeatable: read or write (which includes read), and the namespaces it covers, "
+               "e.g. write:users/{subject_id}/** or read:teams/payments/** (docs/tenancy.md#grants).")
+
+
 @keys.command("create")
 @click.option("--tenant", required=True, help="Tenant the key belongs to.")
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
-@click.option("--label", default="", help="A note to recognise the key by in `keys list`.")
+@click.option("--label", default="", help="Its display name, to recognise it by in `keys list`.")
+@click.option("--subject", default=None, help="Who the key speaks for, KIND:ID (e.g. user:u123, agent:triage).")
+@click.option("--grant", "grants", multiple=True, help=_GRANT_HELP + " None: the key reaches its whole tenant.")
 @data_dir_option
-def keys_create(tenant: str, scope: str, label: str, data_dir: Path | None) -> None:
+def keys_create(tenant: str, scope: str, label: str, subject: str | None, grants: tuple[str, ...],
+                data_dir: Path | None) -> None:
     """Create a key; it is printed once, alone on the last line, and cannot be recovered."""
+    from recall_server import ids
+    from recall_server.errors import NotFound, Unprocessable
     from recall_server.service import ops
-    from recall_server.errors import NotFound
+
+    if subject is not None and not ids.SUBJECT_RE.match(subject):
+        raise click.BadParameter(f"{subject!r} is not KIND:ID (e.g. user:u123)", param_hint="--subject")
+    parsed = _grant_options(grants)
+    try:
+        key = _owner(_settings(data_dir=data_dir),
+                     lambda conn: ops.issue_key_checked(conn, tenant, scope, label, subject, parsed))
+    except (NotFound, Unprocessable) as exc:
+        raise click.ClickException(exc.detail) from None
+    who = f", subject {key.subject}" if key.subject else ""
+    click.echo(f"key {key.id} for tenant {key.tenant}, scope {key.scope}{who} (shown once; store it now):")
+    click.echo(key.key)
+
+
+@keys.command("grant")
+@click.argument("key_id")
+@click.option("--grant", "grants", multiple=True, help=_GRANT_HELP + " None: the whole tenant.")
+@data_dir_option
+def keys_grant(key_id: str, grants: tuple[str, ...], data_dir: Path | None) -> None:
+    """Replace KEY_ID's grants: they hold from the next request on, in every server process."""
+    from recall_server.db import tenancy
+    from recall_server.errors import NotFound, Unprocessable
+    from recall_server.service import ops
+
+    parsed = _grant_options(grants)
+
+    async def change(conn: Any) -> Any:
+        changed = await ops.set_grants(conn, key_id, None, parsed)
+        await tenancy.after_revoking()
+        return changed
 
     try:
-        key = _owner(_settings(data_dir=data_dir), lambda conn: ops.issue_key_checked(conn, tenant, scope, label))
-    except NotFound as exc:
+        key = _owner(_settings(data_dir=data_dir), change)
+    except (NotFound, Unprocessable) as exc:
         raise click.ClickException(exc.detail) from None
-    click.echo(f"key {key.id} for tenant {key.tenant}, scope {key.scope} (shown once; store it now):")
-    click.echo(key.key)
+    click.echo(f"key {key.id}: {_describe_grants(key.grants)}")
+
+
+def _describe_grants(grants: list[Any]) -> str:
+    return ", ".join(f"{g.access}:{g.namespace}" for g in grants) or "the whole tenant"
 
 
 @keys.command("list")
@@ -368,7 +426,10 @@ def keys_list(tenant: str | None, data_dir: Path | None) -> None:
 
     for k in _owner(_settings(data_dir=data_dir), lambda conn: ops.list_keys(conn, tenant)):
         state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M:%S}" if k.revoked_at else "active"
-        click.echo(f"{k.id}  {k.tenant:<20} {k.scope:<6} {state:<28} {k.label}")
+        used = f"used {k.last_used_at:%Y-%m-%d %H:%M:%S}" if k.last_used_at else "never used"
+        click.echo(f"{k.id}  {k.tenant:<20} {k.scope:<6} {state:<28} {used:<24} {k.label}")
+        if k.subject or k.grants:
+            click.echo(f"    {k.subject or '(no subject)'}: {_describe_grants(k.grants)}")
 
 
 @keys.command("revoke")

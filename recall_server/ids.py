@@ -37,6 +37,26 @@ _KEY_ID = r"[0-9a-f]{16}"
 KEY_ID_PATTERN = rf"^{_KEY_ID}\Z"
 KEY_RE = re.compile(rf"^rk_({_KEY_ID})\.([A-Za-z0-9_-]{{43}})\Z")
 
+# ---- who a key speaks for: a subject (`user:u123`) and grants (namespace patterns; docs/tenancy.md#grants) ----
+SUBJECT_PATTERN = r"^[a-z][a-z0-9_-]{0,15}:[A-Za-z0-9_-]{1,64}\Z"
+SUBJECT_RE = re.compile(SUBJECT_PATTERN)
+_GRANT_SEGMENT = rf"(?:{_BODY}|\{{subject_id\}}|\{{subject_kind\}})"
+GRANT_PATTERN = rf"^(?:\*\*|{_GRANT_SEGMENT}(?:/{_GRANT_SEGMENT}){{0,7}}(?:/\*\*)?)\Z"
+
+
+def grant_lines(grants: list[tuple[str, str]], subject: str | None) -> str:
+    """(pattern, access) grants as the key check binds them after the key's scope (schema.sql's
+    recall_grants_cover): a line `r <pattern>` or `w <pattern>` each, placeholders replaced by the subject's
+    kind and ID; '' for none. ValueError for a placeholder in the grants of a key without a subject."""
+    kind, _, subject_id = (subject or "").partition(":")
+    lines = []
+    for pattern, access in grants:
+        if "{" in pattern and not subject:
+            raise ValueError(f"The grant {pattern!r} names the subject, and the key has none.")
+        lines.append(f"{access[0]} {pattern.replace('{subject_id}', subject_id).replace('{subject_kind}', kind)}")
+    return "".join("\n" + line for line in lines)
+
+
 # ---- webhook endpoints: hk_<32 URL-safe characters: 192 random bits> ------------------------------------
 HOOK_ID_PATTERN = r"^hk_[A-Za-z0-9_-]{32}\Z"
 _HOOK_ID = re.compile(HOOK_ID_PATTERN)

@@ -45,6 +45,12 @@ class Request(Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every request body."""
 
 
+SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"
+Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
+Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
+                                          description="A path of 1-8 segments, each like an ID body.")]
+
+
 class CreateTrigger(Request, kw_only=True):
     id: TriggerId | None = None
     source: Source
@@ -57,6 +63,7 @@ class CreateTrigger(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    namespace: Namespace | None = None  # where a key's grants apply; none: the tenant's root
     ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
     expires_at: DateTimeText | None = None
     external_id: Annotated[str, Meta(min_length=1, max_length=200, pattern=OneLine,
@@ -71,6 +78,7 @@ class CreateThread(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    namespace: Namespace | None = None  # where a key's grants apply; none: the tenant's root
     ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
     expires_at: DateTimeText | None = None
 
@@ -88,6 +96,7 @@ class CreateWorker(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    namespace: Namespace | None = None  # where a key's grants apply; none: the tenant's root
     ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
     expires_at: DateTimeText | None = None
 
@@ -106,6 +115,7 @@ class CreateReport(Request, kw_only=True):
     app_id: Label | None = None
     agent_id: Label | None = None
     run_id: Label | None = None
+    namespace: Namespace | None = None  # where a key's grants apply; none: the tenant's root
     ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
     expires_at: DateTimeText | None = None
 
@@ -116,10 +126,6 @@ class CreateNote(Request, kw_only=True):
 
 
 # ---- memories --------------------------------------------------------------------------
-SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"
-Segment = Annotated[str, Meta(pattern=SEGMENT, examples=["users"])]
-Namespace = Annotated[list[Segment], Meta(min_length=1, max_length=8, examples=[["users", "u1"]],
-                                          description="A path of 1-8 segments, each like an ID body.")]
 MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=text.KEY, examples=["tone"])]
 # Tag and source limits are what keep a memory's core inside the smallest budget (tests/test_memories.py).
 TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}\Z")]
@@ -147,9 +153,30 @@ class CreateMemory(Request, kw_only=True):
     expires_at: DateTimeText | None = None
 
 
+class Grant(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Access to the namespaces a pattern covers: segments, `{subject_id}` / `{subject_kind}` for the key's
+    subject's, and a trailing `/**` for everything under it (`**` alone: the whole tenant). write includes read."""
+
+    namespace: Annotated[str, Meta(max_length=600, pattern=ids.GRANT_PATTERN, examples=["users/{subject_id}/**"])]
+    access: Literal["read", "write"]
+
+
+Grants = Annotated[list[Grant], Meta(max_length=32, description="None: the key reaches its whole tenant.")]
+Subject = Annotated[str, Meta(pattern=ids.SUBJECT_PATTERN, examples=["user:u123"],
+                              description="Who the key speaks for: `<kind>:<id>`, e.g. user:u123, team:payments.")]
+
+
 class CreateKey(Request, kw_only=True):
     scope: Literal["read", "write", "admin"]
-    label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""
+    label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""  # its display name
+    subject: Subject | None = None
+    grants: Grants = []
+
+
+class UpdateKey(Request, kw_only=True):
+    """A key's new grants, in place of its old ones; they hold from the next request on, in every process."""
+
+    grants: Grants
 
 
 # ---- responses -------------------------------------------------------------------------
@@ -378,7 +405,7 @@ class Resolved(Struct):
 
 
 class KeyView(Struct):
-    """An API key as listed: never its secret."""
+    """An API key as listed: never its secret. last_used_at is kept to within a few seconds."""
 
     id: str
     tenant: str
@@ -386,6 +413,9 @@ class KeyView(Struct):
     label: str
     created_at: Timestamp
     revoked_at: Timestamp | None
+    subject: str | None = None
+    grants: list[Grant] = []
+    last_used_at: Timestamp | None = None
 
 
 class NewKey(Struct):
@@ -397,6 +427,8 @@ class NewKey(Struct):
     label: str
     created_at: Timestamp
     key: str
+    subject: str | None = None
+    grants: list[Grant] = []
 
 
 class KeyList(Struct):

@@ -110,14 +110,16 @@ class MemoryRow(Struct):
 
 
 class Labels(Struct, frozen=True):
-    """Scopes inside a tenant (app, agent, run): they narrow retrieval; they are not a security boundary."""
+    """Scopes inside a tenant (app, agent, run) narrow retrieval and are not a security boundary; the namespace
+    (segments joined by '/', '' for the tenant's root) is where a key's grants apply."""
 
     app_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    namespace: str = ""
 
     def key(self) -> str:
-        return f"{self.app_id}\0{self.agent_id}\0{self.run_id}"
+        return f"{self.app_id}\0{self.agent_id}\0{self.run_id}\0{self.namespace}"
 
 
 class Content(Struct):

@@ -46,8 +46,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
-    assert cli(version_1_store, "migrate").strip() == "schema version 7"
-    assert cli(version_1_store, "migrate").strip() == "schema version 7"  # and again: nothing changes
+    assert cli(version_1_store, "migrate").strip() == "schema version 8"
+    assert cli(version_1_store, "migrate").strip() == "schema version 8"  # and again: nothing changes
     rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
@@ -90,8 +90,8 @@ def version_2_store(database_url: str) -> Iterator[str]:
 
 
 def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
-    assert cli(version_2_store, "migrate").strip() == "schema version 7"
-    assert cli(version_2_store, "migrate").strip() == "schema version 7"
+    assert cli(version_2_store, "migrate").strip() == "schema version 8"
+    assert cli(version_2_store, "migrate").strip() == "schema version 8"
     rows = run_sql(version_2_store, "SELECT conname, convalidated FROM pg_constraint "
                                     "WHERE contype = 'c' AND conname LIKE '%\\_limit'")
     assert len(rows) == 22 and all(r["convalidated"] for r in rows)
@@ -221,7 +221,7 @@ def test_version_6_drops_responses_showing_erased_memories_and_writes_keys_in_nf
             hashlib.sha256(f"{'/'.join(space)}\0{nfd}".encode()).digest())
 
     run_sql(database_url, "DELETE FROM schema_migrations WHERE version = 6")
-    assert cli(database_url, "migrate").strip() == "schema version 7"
+    assert cli(database_url, "migrate").strip() == "schema version 8"
 
     kept = run_sql(database_url, "SELECT body FROM idempotency_keys WHERE key = $1", headers["Idempotency-Key"])
     assert kept[0]["body"] is None

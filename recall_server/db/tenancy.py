@@ -3,8 +3,11 @@
 A request's tenant comes from its key, here, and from nowhere else (never a body or a parameter):
 
 - A read is one statement. `keyed(read)` puts the key check in front of it: `recall_authenticate`
-  (SECURITY DEFINER, so recall_app cannot read other tenants' keys) finds the key's tenant, and
-  `set_config('app.tenant_id', ..., true)` binds it for row-level security; the read then runs as a
+  (SECURITY DEFINER, so recall_app cannot read other tenants' keys) finds the key's tenant and access,
+  and `set_config('app.tenant_id', ..., true)` binds the tenant for row-level security, and
+  `app.access` the access: the key's scope, then its grants, one per line (schema.sql's
+  recall_grants_cover), which the policies of the tables whose rows have a namespace apply, so a key
+  with grants sees and writes only what they cover (docs/tenancy.md#grants). The read then runs as a
   LATERAL subquery for `auth.tenant`, taking its own parameters from $3 (the key is $1 and $2).
   OFFSET 0 keeps the planner from flattening the read into a join, so it is a parameterised nested
   loop over the one auth row and runs after set_config. Were it ever evaluated first, RLS would show
@@ -27,8 +30,8 @@ request's tenant into the next.
 
 A key this process checked within the last auth.REVOCATION_WINDOW (its Credential's KeyCache says
 so) skips the lookup: the same statements run behind BOUND, which binds the tenant and scope that
-check found ($1, $2). A revoke returns only after that window (`after_revoking`), so it is refused
-from the next request on, in every process, as before.
+check found ($1, $2). A revoke, or a change of grants, returns only after that window
+(`after_revoking`), so it holds from the next request on, in every process.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from recall_server.auth import REVOCATION_WINDOW, SCOPES, Credential
 from recall_server.db.pool import Database
 from recall_server.errors import Forbidden, bad_signature, unknown_hook, unknown_key
 
-KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant, a.scope
+KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant,
+                      set_config('app.access', a.scope, true) AS scope
                FROM recall_authenticate($1, $2) a"""
-BOUND = """SELECT set_config('app.tenant_id', $1::text, true) AS tenant, $2::text AS scope"""
+BOUND = """SELECT set_config('app.tenant_id', $1::text, true) AS tenant, set_config('app.access', $2::text, true) AS scope"""
 
 
 @functools.cache
@@ -63,6 +67,7 @@ async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple
     window. Its rows start with the tenant and the scope; a check that found the key is remembered."""
     run = conn.fetch if many else conn.fetchrow
     if cred.keys is not None and (bound := cred.keys.get(cred)) is not None:
+        cred.access = bound[1]
         found = await run(_bound(sql), *bound, *args)
         return found if many else [found]
     sent = cred.keys.clock() if cred.keys is not None else 0.0
@@ -70,6 +75,7 @@ async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple
     rows = found if many else [] if found is None else [found]
     if not rows:
         raise unknown_key()
+    cred.access = rows[0][1]
     if cred.keys is not None:
         cred.keys.put(cred, sent, rows[0][0], rows[0][1])
     return rows
@@ -119,10 +125,13 @@ async def fetch_many(conn: asyncpg.Connection, cred: Credential, sql: str, *args
     return rows[0][0], [row for row in rows if row[2] is not None]
 
 
-def _require_scope(granted: str, needed: str) -> None:
-    """403 unless the key's scope includes the one the operation needs."""
+def _require_scope(access: str, needed: str) -> None:
+    """403 unless the key's scope (the first line of its access) includes the one the operation needs."""
+    granted, _, grants = access.partition("\n")
     if SCOPES[granted] < SCOPES[needed]:
         raise Forbidden(f"This key has {granted} scope; this operation needs {needed}.")
+    if needed == "admin" and grants:  # it could make a key reaching more than its own grants
+        raise Forbidden("This key has grants; administering keys and webhooks needs an admin key without grants.")
 
 
 def keyed_write(write: str, scope: str) -> str:
@@ -132,7 +141,7 @@ def keyed_write(write: str, scope: str) -> str:
     allowed = ", ".join(f"'{name}'" for name, rank in SCOPES.items() if rank >= SCOPES[scope])
     return f"""
         WITH auth AS MATERIALIZED ({KEY_CHECK}),
-        gate AS MATERIALIZED (SELECT tenant FROM auth WHERE scope IN ({allowed})),
+        gate AS MATERIALIZED (SELECT tenant FROM auth WHERE split_part(scope, E'\\n', 1) IN ({allowed})),
         {write}
         SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, d.* FROM auth LEFT JOIN done d ON true
     """

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Response, delete, get, post
+from litestar import Response, delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
-from recall_server.models import CreateKey, KeyList, KeyView, NewKey
+from recall_server.models import CreateKey, KeyList, KeyView, NewKey, UpdateKey
 from recall_server.routes import Caller, problems
 from recall_server.service.trace import UNTRACED
 
 
 @get("/key", responses=problems(401, 503), operation_id="GetOwnKey")
 async def own_key(request: Caller) -> KeyView:
-    """The key this request carries: its ID, tenant, scope and label (never the secret). Lets a client
-    learn what it may do before it tries (the MCP server offers a read key no write tools)."""
+    """The key this request carries: its ID, tenant, scope, label, subject and grants (never the secret). Lets
+    a client learn what it may do before it tries (the MCP server offers a read key no write tools)."""
     return await request.service.admin.own_key(request.cred)
 
 
@@ -31,10 +31,16 @@ async def list_keys(request: Caller) -> KeyList:
     return await request.service.admin.list_keys(request.cred)
 
 
+@patch("/admin/keys/{key_id:str}", responses=problems(400, 401, 403, 404, 413, 422, 503), operation_id="UpdateKey")
+async def update_key(key_id: FromPath[str], data: JSONBody[UpdateKey], request: Caller) -> KeyView:
+    """Replace a key's grants: they hold from the next request on, in every server process."""
+    return await request.service.admin.update_key(request.cred, key_id, data)
+
+
 @delete("/admin/keys/{key_id:str}", status_code=200, responses=problems(401, 403, 404, 503), operation_id="RevokeKey")
 async def revoke_key(key_id: FromPath[str], request: Caller) -> KeyView:
     """Revoke a key; refused from the next request on, in every server process."""
     return await request.service.admin.revoke_key(request.cred, key_id)
 
 
-ROUTES: list[Any] = [own_key, create_key, list_keys, revoke_key]
+ROUTES: list[Any] = [own_key, create_key, list_keys, update_key, revoke_key]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from recall_server.auth import Credential
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from recall_server.auth import Credential, KeyCache
 from recall_server.db import queries as q
 from recall_server.db import tenancy
 from recall_server.db.pool import Database
 from recall_server.errors import NotFound
-from recall_server.models import CreateHook, CreateKey, HookList, HookView, KeyList, KeyView, NewHook, NewKey
+from recall_server.models import (CreateHook, CreateKey, HookList, HookView, KeyList, KeyView, NewHook, NewKey,
+                                   UpdateKey)
 from recall_server.service import ops
+
+log = logging.getLogger("recall_server.keys")
 
 
 class Admin:
@@ -29,7 +36,26 @@ class Admin:
 
     async def create_key(self, cred: Credential, req: CreateKey) -> NewKey:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
-            return await ops.issue_key(conn, tenant, req.scope, req.label)
+            return await ops.issue_key(conn, tenant, req.scope, req.label, req.subject, req.grants)
+
+    async def update_key(self, cred: Credential, key_id: str, req: UpdateKey) -> KeyView:
+        """Replace a key's grants; returns once every process applies them (like a revoke)."""
+        async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
+            changed = await ops.set_grants(conn, key_id, tenant, req.grants)
+        await tenancy.after_revoking()
+        return changed
+
+    async def record_key_use_forever(self, keys: KeyCache, interval: float = 5.0) -> None:
+        """Write when this process's checks last accepted each key (api_keys.last_used_at), every
+        `interval` seconds: one statement for all of them, never one per request."""
+        while True:
+            await asyncio.sleep(interval)
+            if used := keys.take_used():
+                try:
+                    async with self.db.connection() as conn:
+                        await q.record_key_use(conn, {k: datetime.fromtimestamp(t, UTC) for k, t in used.items()})
+                except Exception:  # a database outage: the next interval's uses are recorded then
+                    log.warning("recording when keys were last used failed", exc_info=True)
 
     async def list_keys(self, cred: Credential) -> KeyList:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):

@@ -22,24 +22,26 @@ def fingerprint(method: str, path: str, request: msgspec.Struct) -> bytes:
 
 async def once(conn: q.Conn, tenant: str, key: str | None, request: bytes, keep_seconds: int,
                operation: Callable[[], Awaitable[Outcome]],
-               render: Callable[[str], Awaitable[bytes]]) -> Outcome:
+               render: Callable[[str], Awaitable[bytes]], owner: str = "") -> Outcome:
     """Run `operation` (in the caller's transaction) unless `key` already has an outcome; record it if so.
 
     `request` is the fingerprint; `render(object_id)` renders an object's view again for a replay
-    whose stored body an erasure scrubbed.
+    whose stored body an erasure scrubbed. `owner`: the API key ID when a key with grants sent it, so that
+    its keys are its own (another subject's retry never replays, or learns of, what this one wrote).
     """
     if key is None:
         return await operation()
-    if not await q.idempotency_lock(conn, tenant, key):
+    stored_key = f"{owner}/{key}" if owner else key
+    if not await q.idempotency_lock(conn, tenant, stored_key):
         raise Conflict("A request with this Idempotency-Key is still in flight; retry shortly.",
                        headers={"Retry-After": "1"})
-    stored = await q.idempotency_get(conn, tenant, key)
+    stored = await q.idempotency_get(conn, tenant, stored_key)
     if stored is not None:
         if stored.fingerprint != request:
             raise Unprocessable("This Idempotency-Key was used for a different request.", idempotency_key=key)
         return await _replay(conn, tenant, stored.outcome, render)
     outcome = await operation()
-    await q.idempotency_put(conn, tenant, key, Stored(request, outcome), keep_seconds)
+    await q.idempotency_put(conn, tenant, stored_key, Stored(request, outcome), keep_seconds)
     return outcome
 
 

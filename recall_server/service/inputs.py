@@ -18,7 +18,7 @@ json = msgspec.json.encode
 
 
 def labels(req: Creatable) -> Labels:
-    return Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id)
+    return Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id, namespace="/".join(req.namespace or ()))
 
 
 def request_hash(req: Request) -> bytes:

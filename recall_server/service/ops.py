@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from recall_server import auth, ids
 from recall_server.db import queries as q
 from recall_server.db import tenancy
-from recall_server.errors import NotFound
+from recall_server.errors import NotFound, Unprocessable
 from recall_server.ids import State
-from recall_server.models import HookView, KeyView, NewHook, NewKey
+from recall_server.models import Grant, HookView, KeyView, NewHook, NewKey
 
 
 async def create_tenant(conn: q.Conn, tenant: str) -> bool:
@@ -26,19 +28,45 @@ async def set_memory_ttl(conn: q.Conn, tenant: str, scratchpad: float | None, st
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
-async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
+def _grants(grants: list[Grant], subject: str | None) -> tuple[bytes, str]:
+    """Grants as stored: as written (JSON), and resolved for the subject (ids.grant_lines); 422 when a
+    grant names the subject of a key that has none."""
+    try:
+        lines = ids.grant_lines([(g.namespace, g.access) for g in grants], subject)
+    except ValueError as exc:
+        raise Unprocessable(str(exc), field="grants") from None
+    return msgspec.json.encode(grants), lines
+
+
+async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str, subject: str | None = None,
+                    grants: list[Grant] | None = None) -> NewKey:
     """Create a key for a tenant (the admin route does this too, bound to its own tenant); the
     returned NewKey is the only copy of its secret."""
+    stored, lines = _grants(grants or [], subject)
     key_id, key, secret_sha256 = auth.generate()
-    info = await q.insert_key(conn, key_id, tenant, scope, secret_sha256, label)
+    info = await q.insert_key(conn, key_id, tenant, scope, secret_sha256, label, subject, stored, lines)
     return NewKey(id=info.id, tenant=info.tenant, scope=info.scope, label=info.label, created_at=info.created_at,
-                  key=key)
+                  key=key, subject=info.subject, grants=info.grants)
 
 
-async def issue_key_checked(conn: q.Conn, tenant: str, scope: str, label: str) -> NewKey:
+async def issue_key_checked(conn: q.Conn, tenant: str, scope: str, label: str, subject: str | None = None,
+                            grants: list[Grant] | None = None) -> NewKey:
     if not await q.tenant_exists(conn, tenant):
         raise NotFound(f"No tenant named {tenant!r}; create it with `recall-server tenants create {tenant}`.")
-    return await issue_key(conn, tenant, scope, label)
+    return await issue_key(conn, tenant, scope, label, subject, grants)
+
+
+async def set_grants(conn: q.Conn, key_id: str, tenant: str | None, grants: list[Grant]) -> KeyView:
+    """Replace a live key's grants (in that tenant, when one is given); 404 when there is no such key. The
+    caller waits out tenancy.after_revoking once this has committed."""
+    found = await q.key_subject(conn, key_id, tenant)
+    if found is None:
+        raise NotFound(f"No live API key with ID {key_id} exists.", id=key_id)
+    stored, lines = _grants(grants, found[0])
+    changed = await q.set_grants(conn, key_id, tenant, stored, lines)
+    if changed is None:  # revoked meanwhile
+        raise NotFound(f"No live API key with ID {key_id} exists.", id=key_id)
+    return changed
 
 
 async def list_keys(conn: q.Conn, tenant: str | None) -> list[KeyView]:

@@ -73,7 +73,8 @@ class Writes:
                 return json(await self.views.view(conn, cred, object_id, spill.DEFAULT_BUDGET))
 
             return await idempotency.once(conn, tenant, idempotency_key, fingerprint, self.idempotency_ttl,
-                                          lambda: operation(conn, tenant), render)
+                                          lambda: operation(conn, tenant), render,
+                                          cred.key_id if cred.has_grants else "")
 
     async def require_links(self, conn: q.Conn, tenant: str, linked: list[str],
                             known: dict[str, State] | None = None) -> None:
@@ -140,7 +141,7 @@ class Writes:
         if req.external_id is not None and req.external_id.startswith("hk_"):
             raise Unprocessable("external_id values starting with hk_ name webhook deliveries (<hook id>/<GUID>) "
                                 "and are reserved to them.", field="external_id")
-        if idempotency_key is None and not req.neighbours:  # the plain case: one statement
+        if idempotency_key is None and not req.neighbours and req.namespace is None:  # the plain case: one statement
             trigger = q.NewTrigger(trigger_id, req.source, req.summary, content_type, payload,
                                    hashlib.sha256(payload).digest(), h, occurred_at, req.app_id, req.agent_id,
                                    req.run_id, req.external_id, expires_at)

@@ -51,8 +51,10 @@ from recall_server.db.queries.embeddings import (
     Queued, QueueStats, vectors_available, embedding_batch, store_embeddings, embeddings_failed,
     embedding_queue_stats, queue_reindex, ensure_vector_index
 )
-# keys.py: create, list, revoke (operator CLI as the owner; admin endpoints within a tenant), a key's own row.
-from recall_server.db.queries.keys import insert_key, list_keys, own_key, revoke_key
+# keys.py: create, list, change grants, revoke (operator CLI as the owner; admin endpoints within a tenant), a
+# key's own row, when keys were last used.
+from recall_server.db.queries.keys import (insert_key, key_subject, list_keys, own_key, record_key_use, revoke_key,
+                                           set_grants)
 # hooks.py: hooks (operator CLI as the owner; admin endpoints within a tenant), deliveries, GitHub thread states.
 from recall_server.db.queries.hooks import (
     insert_hook, list_hooks, revoke_hook, claim_delivery, finish_delivery, delivery_outcome, advance_github_thread
@@ -85,7 +87,7 @@ __all__ = [
     "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "sweep",
     "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",
     "store_embeddings", "embeddings_failed", "embedding_queue_stats", "queue_reindex", "ensure_vector_index",
-    "insert_key", "list_keys", "own_key", "revoke_key",
+    "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",
     "ping", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "claim_checkpoint_thread",

@@ -96,15 +96,15 @@ async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str,
         """
         WITH new AS (
           INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
-                               body_sha256, request_hash, app_id, agent_id, run_id, expires_at)
+                               body_sha256, request_hash, app_id, agent_id, run_id, expires_at, namespace)
           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                  least($13, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
+                  least($13, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)), $14)
           ON CONFLICT DO NOTHING RETURNING worker_id)
         UPDATE workers w SET reports_total = reports_total + 1 FROM new
          WHERE w.tenant_id = $1 AND w.id = new.worker_id RETURNING true
         """,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
-        labels.app_id, labels.agent_id, labels.run_id, expires_at,
+        labels.app_id, labels.agent_id, labels.run_id, expires_at, labels.namespace,
     ) is not None
 
 

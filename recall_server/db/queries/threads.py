@@ -175,11 +175,12 @@ async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, sum
                         status: str, labels: Labels, req_hash: bytes, expires_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO threads (tenant_id, id, title, summary, status, app_id, agent_id, run_id, request_hash, expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO threads (tenant_id, id, title, summary, status, app_id, agent_id, run_id, request_hash, expires_at,
+                             namespace)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, thread_id, title, summary, status, labels.app_id, labels.agent_id, labels.run_id, req_hash,
-        expires_at,
+        expires_at, labels.namespace,
     ) is not None
 
 

@@ -74,9 +74,9 @@ _TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, p
 _FILE_TRIGGER = f"""
     WITH v AS (SELECT clock_timestamp() AS at),
     trg AS (
-      INSERT INTO triggers ({_TRIGGER_COLUMNS})
+      INSERT INTO triggers ({_TRIGGER_COLUMNS}, namespace)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14,
-              least($15, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)))
+              least($15, (SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $4)), $16)
       ON CONFLICT DO NOTHING RETURNING expires_at),
     th AS (
       UPDATE threads t SET last_seq = t.last_seq + 1, updated_at = v.at,
@@ -99,7 +99,7 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
     False, having written nothing, when the ID or the (source, external_id) delivery already exists."""
     return await conn.fetchval(
         _FILE_TRIGGER, tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash,
-        occurred_at, labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at,
+        occurred_at, labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at, labels.namespace,
     ) is not None
 
 
@@ -109,7 +109,8 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
 # thread, a dead ref) or raise a unique violation, which undoes the whole statement, when an ID is
 # taken; the service then runs the same request through its transaction, which answers it exactly.
 
-# Plain thread-less triggers of one key, filed together (coalesce.py): one statement, one commit.
+# Plain thread-less triggers of one key, filed together (coalesce.py): one statement, one commit. Plain means
+# in the tenant's root namespace too (a trigger with a namespace is filed on its own: insert_trigger).
 _INGEST_MANY = keyed_write(f"""
     done AS (
       INSERT INTO triggers ({_TRIGGER_COLUMNS})

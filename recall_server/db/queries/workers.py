@@ -98,10 +98,11 @@ async def insert_worker(conn: Conn, tenant: str, worker_id: str, name: str, summ
                         req_hash: bytes, expires_at: datetime | None) -> bool:
     return await conn.fetchval(
         """
-        INSERT INTO workers (tenant_id, id, name, summary, app_id, agent_id, run_id, request_hash, expires_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO workers (tenant_id, id, name, summary, app_id, agent_id, run_id, request_hash, expires_at, namespace)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING true
         """,
         tenant, worker_id, name, summary, labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at,
+        labels.namespace,
     ) is not None
 
 

@@ -1,0 +1,327 @@
+"""Keys that carry who is asking: a subject and grants (namespace patterns, read or write), enforced by
+PostgreSQL's row-level security, so every route, list, search, MCP tool and store call sees only what the
+key's grants cover, and an object outside them is a miss like any other (docs/tenancy.md#grants)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from helpers import ServerProcess, assert_problem, cli, create_key, uid
+from test_mcp import session as mcp_session
+from test_mcp import view
+
+from recall_server.db import tenancy
+from recall_server.db.pool import as_app_role
+from recall_server.db.queries import events as event_queries
+from recall_server.langgraph import RecallStore
+
+SELF_AND_PAYMENTS = [{"namespace": "users/{subject_id}/**", "access": "write"},
+                     {"namespace": "teams/payments/**", "access": "read"}]
+
+
+@pytest.fixture(scope="module")
+def tenant(database_url: str, server: ServerProcess) -> dict[str, str]:
+    """A tenant with a key reaching all of it (no grants) and an admin key."""
+    name = uid("grants").lower().replace("_", "-")
+    return {"name": name, "service": create_key(database_url, name, "write"),
+            "admin": create_key(database_url, name, "admin")}
+
+
+@pytest.fixture()
+def as_key(base_url: str) -> Iterator:
+    clients: list[httpx.Client] = []
+
+    def make(key: str) -> httpx.Client:
+        c = httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {key}"})
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+@pytest.fixture()
+def issue(as_key, tenant: dict[str, str]):
+    """Make a key in the tenant through POST /admin/keys: (its full key, its view)."""
+    admin = as_key(tenant["admin"])
+
+    def make(subject: str | None, grants: list[dict[str, str]], scope: str = "write", label: str = "") -> str:
+        r = admin.post("/admin/keys", json={"scope": scope, "subject": subject, "grants": grants, "label": label})
+        assert r.status_code == 201, r.text
+        return r.json()["key"]
+
+    return make
+
+
+def remember(c: httpx.Client, namespace: str, key: str, value: object, kind: str = "fact") -> httpx.Response:
+    return c.post("/memories", json={"namespace": namespace.split("/"), "key": key, "value": value, "kind": kind})
+
+
+def unknown_like(object_id: str) -> str:
+    return object_id[:4] + "zz" + object_id[6:]
+
+
+def assert_a_miss(c: httpx.Client, path: str, object_id: str) -> None:
+    """`path` naming `object_id` answers exactly what it answers for an ID that never existed."""
+    hidden, never = c.get(path), c.get(path.replace(object_id, unknown_like(object_id)))
+    assert_problem(hidden, 404, object_id)
+    assert hidden.json()["detail"] == never.json()["detail"].replace(unknown_like(object_id), object_id)
+    assert hidden.json().keys() == never.json().keys()
+
+
+# ---- the cases the retrieval guidance names ----------------------------------------------------------
+
+
+def test_two_users_with_the_same_display_name_get_only_their_own_profile(issue, as_key) -> None:
+    one, two = uid("u"), uid("u")
+    alex_1 = as_key(issue(f"user:{one}", SELF_AND_PAYMENTS, label="Alex"))
+    alex_2 = as_key(issue(f"user:{two}", SELF_AND_PAYMENTS, label="Alex"))
+    word = uid("wombat").lower()
+    first = remember(alex_1, f"users/{one}", "profile", {"name": "Alex", "likes": f"{word} tea"}, "profile")
+    second = remember(alex_2, f"users/{two}", "profile", {"name": "Alex", "likes": "coffee"}, "profile")
+    assert first.status_code == second.status_code == 201
+
+    for me, mine, theirs in ((alex_1, first.json(), second.json()), (alex_2, second.json(), first.json())):
+        listed = me.get("/memories", params={"namespace": "users"}).json()["data"]
+        assert [m["id"] for m in listed] == [mine["id"]]
+        assert me.get(f"/memories/{mine['id']}").status_code == 200
+        assert_a_miss(me, f"/memories/{theirs['id']}", theirs["id"])
+        assert_a_miss(me, f"/memories/{theirs['id']}/value", theirs["id"])
+    for mode in ("exact", "lexical", "hybrid"):
+        assert first.json()["id"] in {h["id"] for h in alex_1.get("/search", params={"q": word, "mode": mode}).json()["data"]}
+        found = alex_2.get("/search", params={"q": word, "mode": mode}).json()["data"]
+        assert first.json()["id"] not in {h["id"] for h in found}, mode
+
+
+def test_resuming_another_subjects_thread_is_a_miss(issue, as_key) -> None:
+    one, two = uid("u"), uid("u")
+    mine, theirs = as_key(issue(f"user:{one}", SELF_AND_PAYMENTS)), as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    made = mine.post("/threads", json={"title": "my conversation", "namespace": ["users", one]})
+    assert made.status_code == 201, made.text
+    thread = made.json()["id"]
+    assert mine.post(f"/threads/{thread}/events", json={"summary": "said something private"}).status_code == 201
+    for path in (f"/threads/{thread}", f"/threads/{thread}/events", f"/ids/{thread}"):
+        assert mine.get(path).status_code == 200
+        assert_a_miss(theirs, path, thread)
+    assert_problem(theirs.post(f"/threads/{thread}/events", json={"summary": "hijack"}), 404, thread)
+    assert_problem(theirs.patch(f"/threads/{thread}", json={"status": "closed"}), 404, thread)
+    assert mine.get(f"/threads/{thread}").json()["events_total"] == 1
+
+
+def test_another_subjects_thread_is_refused_before_any_of_its_events_are_read(
+    database_url: str, tenant: dict[str, str], issue, as_key
+) -> None:
+    """The events read (db/queries/events.py) under each subject's binding: the policy hides the thread row
+    from the other subject, and the plan never runs the node that reads its events."""
+    one, two = uid("u"), uid("u")
+    mine = as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    thread = mine.post("/threads", json={"title": "t", "namespace": ["users", one]}).json()["id"]
+    for i in range(20):
+        mine.post(f"/threads/{thread}/events", json={"summary": f"event {i}"})
+    sql = tenancy._bound(event_queries._EVENTS)
+
+    def loops(node: dict, relation: str) -> list[int]:
+        found = [node["Actual Loops"]] if node.get("Relation Name") == relation else []
+        return found + [n for child in node.get("Plans", []) for n in loops(child, relation)]
+
+    async def events_read(access: str) -> list[int]:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            async with conn.transaction():
+                plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", tenant["name"], access,
+                                           thread, 0, 100)
+        finally:
+            await conn.close()
+        return loops(json.loads(plan)[0]["Plan"], "thread_events")
+
+    assert asyncio.run(events_read(f"write\nw users/{two}/**\nr teams/payments/**")) == [0]
+    assert asyncio.run(events_read(f"write\nw users/{one}/**")) == [1]
+
+
+def test_a_read_grant_cannot_write(tenant: dict[str, str], issue, as_key) -> None:
+    service = as_key(tenant["service"])
+    key = uid("procedure")
+    made = remember(service, "teams/payments", key, "refund in 3 steps", "procedure")
+    assert made.status_code == 201
+    reader = as_key(issue(f"user:{uid('u')}", SELF_AND_PAYMENTS))
+    assert reader.get(f"/memories/{made.json()['id']}").status_code == 200
+    for response in (remember(reader, "teams/payments", key, "refund in 1 step", "procedure"),
+                     remember(reader, "teams/payments", uid("k"), "new"),
+                     reader.delete(f"/memories/{made.json()['id']}")):
+        assert_problem(response, 403, "teams/payments")
+    current = service.get("/memories/current", params={"namespace": "teams/payments", "key": key}).json()
+    assert (current["id"], current["version"]) == (made.json()["id"], 1)
+
+
+def test_a_write_outside_the_grants_is_a_403_naming_the_namespace_and_writes_nothing(
+    tenant: dict[str, str], issue, as_key
+) -> None:
+    one, two = uid("u"), uid("u")
+    me = as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    service = as_key(tenant["service"])
+    assert_problem(remember(me, f"users/{two}", "profile", "planted"), 403, f"users/{two}")
+    assert_problem(me.post("/threads", json={"title": "t"}), 403, "root namespace")
+    assert_problem(me.post("/workers", json={"name": "w", "namespace": ["users", two]}), 403, f"users/{two}")
+    assert_problem(me.post("/triggers", json={"source": "s", "summary": "s"}), 403, "root namespace")
+    assert service.get("/memories", params={"namespace": f"users/{two}"}).json()["data"] == []
+    assert me.post("/triggers", json={"source": "s", "summary": "s", "namespace": ["users", one]}).status_code == 201
+
+
+def test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures(
+    tenant: dict[str, str], issue, as_key
+) -> None:
+    service = as_key(tenant["service"])
+    word = uid("rollback").lower()
+    ids = {team: remember(service, f"teams/{team}", uid("deploy"), f"{word} procedure for {team}",
+                          "procedure").json()["id"] for team in ("payments", "search", "secret")}
+    member = as_key(issue(f"user:{uid('u')}", [{"namespace": "teams/payments/**", "access": "read"},
+                                                 {"namespace": "teams/search/**", "access": "read"}]))
+    for mode in ("exact", "lexical", "hybrid"):
+        # (hybrid adds what is near in meaning: other memories of the namespaces searched)
+        current = {h["id"] for h in member.get("/search", params={"q": word, "mode": mode,
+                                                                  "namespace": "teams/payments"}).json()["data"]}
+        assert ids["payments"] in current and not current & {ids["search"], ids["secret"]}, mode
+        everywhere = {h["id"] for h in member.get("/search", params={"q": word, "mode": mode}).json()["data"]}
+        assert {ids["payments"], ids["search"]} <= everywhere and ids["secret"] not in everywhere, mode
+    listed = member.get("/memories", params={"namespace": "teams"}).json()["data"]
+    assert {m["id"] for m in listed} >= {ids["payments"], ids["search"]}
+    assert ids["secret"] not in {m["id"] for m in listed}
+    assert_a_miss(member, f"/memories/{ids['secret']}", ids["secret"])
+
+
+# ---- changing grants, and revoking, hold on the next request --------------------------------------------
+
+
+def test_narrowed_grants_and_revocation_hold_on_the_next_request_in_every_worker_process(
+    database_url: str, tenant: dict[str, str], issue, tmp_path: Path
+) -> None:
+    word = uid("ledger").lower()
+    service_key = tenant["service"]
+    key = issue(f"user:{uid('u')}", SELF_AND_PAYMENTS)
+    key_id = key.split(".")[0].removeprefix("rk_")
+    server = ServerProcess(database_url, tmp_path / "log", RECALL_WORKERS="2").start()
+    limits = httpx.Limits(max_keepalive_connections=0)  # every request a new connection: both workers serve
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {service_key}"}) as service, \
+                httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, limits=limits) as c, \
+                httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {tenant['admin']}"}) as admin:
+            memory = remember(service, "teams/payments", uid("k"), f"{word} close at 5pm", "procedure").json()["id"]
+            assert all(c.get(f"/memories/{memory}").status_code == 200 for _ in range(10))
+            assert all(c.get("/search", params={"q": word}).json()["data"] for _ in range(4))
+            narrowed = admin.patch(f"/admin/keys/{key_id}", json={"grants": SELF_AND_PAYMENTS[:1]})
+            assert narrowed.status_code == 200 and narrowed.json()["grants"] == SELF_AND_PAYMENTS[:1]
+            assert [c.get(f"/memories/{memory}").status_code for _ in range(10)] == [404] * 10
+            assert [c.get("/search", params={"q": word}).json()["data"] for _ in range(4)] == [[]] * 4
+            cli(database_url, "keys", "grant", key_id, "--grant", "read:teams/payments/**")  # the CLI widens again
+            assert [c.get(f"/memories/{memory}").status_code for _ in range(10)] == [200] * 10
+            cli(database_url, "keys", "revoke", key_id)
+            assert [c.get(f"/memories/{memory}").status_code for _ in range(10)] == [401] * 10
+    finally:
+        server.stop()
+
+
+# ---- the admin surface --------------------------------------------------------------------------------
+
+
+def test_a_key_shows_its_caller_its_subject_and_grants(issue, as_key) -> None:
+    subject = f"agent:{uid('triage')}"
+    me = as_key(issue(subject, SELF_AND_PAYMENTS, scope="read", label="triage agent"))
+    own = me.get("/key").json()
+    assert (own["subject"], own["grants"], own["scope"], own["label"]) == (
+        subject, SELF_AND_PAYMENTS, "read", "triage agent")
+
+
+def test_keys_are_listed_with_when_they_were_last_used(tenant: dict[str, str], issue, as_key) -> None:
+    key = issue("user:lister", [])
+    key_id = key.split(".")[0].removeprefix("rk_")
+    admin = as_key(tenant["admin"])
+
+    def listed() -> dict:
+        return next(k for k in admin.get("/admin/keys").json()["data"] if k["id"] == key_id)
+
+    assert listed()["last_used_at"] is None
+    assert as_key(key).get("/threads").status_code == 200
+    deadline = time.monotonic() + 15  # each process writes its keys' use every 5 s
+    while listed()["last_used_at"] is None:
+        assert time.monotonic() < deadline, "last_used_at was never written"
+        time.sleep(0.5)
+
+
+def test_a_key_with_grants_cannot_administer_keys(issue, as_key) -> None:
+    scoped_admin = as_key(issue("user:boss", SELF_AND_PAYMENTS, scope="admin"))
+    assert_problem(scoped_admin.post("/admin/keys", json={"scope": "write"}), 403, "grants")
+    assert_problem(scoped_admin.get("/admin/keys"), 403, "grants")
+
+
+def test_grants_are_checked_when_a_key_is_made(tenant: dict[str, str], as_key, database_url: str) -> None:
+    admin = as_key(tenant["admin"])
+    assert_problem(admin.post("/admin/keys", json={"scope": "write", "grants": SELF_AND_PAYMENTS}), 422, "subject")
+    for bad in ("users/**/x", "../etc", "users//x", "users/{name}", "/users"):
+        assert_problem(admin.post("/admin/keys", json={"scope": "read", "subject": "user:x",
+                                                       "grants": [{"namespace": bad, "access": "read"}]}), 400)
+    assert_problem(admin.post("/admin/keys", json={"scope": "read", "subject": "no colon"}), 400)
+    made = cli(database_url, "keys", "create", "--tenant", tenant["name"], "--scope", "read",
+               "--subject", "team:payments", "--grant", "read:teams/{subject_id}/**")
+    assert "subject team:payments" in made
+    listed = cli(database_url, "keys", "list", "--tenant", tenant["name"])
+    assert "team:payments: read:teams/{subject_id}/**" in listed
+
+
+# ---- the same grants through the adapters ----------------------------------------------------------------
+
+
+def test_mcp_tools_see_only_what_the_key_is_granted(base_url: str, tenant: dict[str, str], issue, as_key) -> None:
+    one, two = uid("u"), uid("u")
+    word = uid("marmot").lower()
+    theirs = remember(as_key(issue(f"user:{two}", SELF_AND_PAYMENTS)), f"users/{two}", "note", f"{word} secret")
+    assert theirs.status_code == 201
+    key = issue(f"user:{one}", SELF_AND_PAYMENTS)
+
+    async def go() -> None:
+        async with mcp_session("http", base_url, key) as s:
+            found = view(await s.call_tool("recall_search", {"query": word, "mode": "lexical"}))
+            assert found["hits"] == []
+            hidden = theirs.json()["id"]
+            got = await s.call_tool("recall_get", {"id": hidden})
+            never = await s.call_tool("recall_get", {"id": unknown_like(hidden)})
+            assert got.isError and never.isError
+            assert got.content[0].text == never.content[0].text.replace(unknown_like(hidden), hidden)
+            wrote = await s.call_tool("recall_remember", {"namespace": ["users", two], "key": "k", "value": 1})
+            assert wrote.isError and f"users/{two}" in wrote.content[0].text
+            mine = await s.call_tool("recall_remember", {"namespace": ["users", one], "key": "k", "value": 1})
+            assert not mine.isError, mine.content[0].text
+
+    asyncio.run(go())
+
+
+def test_the_langgraph_store_sees_only_what_the_key_is_granted(base_url: str, issue, as_key) -> None:
+    one, two = uid("u"), uid("u")
+    remember(as_key(issue(f"user:{two}", SELF_AND_PAYMENTS)), f"users/{two}", "prefs", {"tone": "formal"})
+    with RecallStore(base_url, issue(f"user:{one}", SELF_AND_PAYMENTS)) as store:
+        store.put(("users", one), "prefs", {"tone": "casual"})
+        assert [i.key for i in store.search(("users",))] == ["prefs"]
+        assert [i.namespace for i in store.search(("users",))] == [("users", one)]
+        assert store.get(("users", two), "prefs") is None
+        with pytest.raises(Exception, match=f"users/{two}"):
+            store.put(("users", two), "prefs", {"tone": "rude"})
+
+
+def test_idempotency_keys_of_a_key_with_grants_are_its_own(issue, as_key) -> None:
+    one = uid("u")
+    grants = [{"namespace": f"users/{one}/**", "access": "write"}]
+    first, second = as_key(issue(f"user:{one}", grants)), as_key(issue(f"user:{one}", grants))
+    body = {"namespace": ["users", one], "key": uid("k"), "value": 1}
+    headers = {"Idempotency-Key": uid("idem")}
+    made = first.post("/memories", json=body, headers=headers)
+    again = first.post("/memories", json=body, headers=headers)
+    assert made.status_code == 201 and again.json()["id"] == made.json()["id"]
+    other = second.post("/memories", json={**body, "value": 2}, headers=headers)
+    assert other.status_code == 201 and other.json()["id"] != made.json()["id"]
