@@ -168,13 +168,21 @@ def postmaster_pid(home: Path) -> int:
     return int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])
 
 
-def make_key(dsn: str) -> str:
+# A key with grants, as one of many end users of a service holds it: its own namespace, a team's to read, and
+# the rest of the bench store to read (the last line, so every read checks all three: the dearest match).
+GRANTS = [("users/{subject_id}/**", "write"), ("teams/payments/**", "read"), ("**", "read")]
+
+
+def make_key(dsn: str, grants: list[tuple[str, str]] | None = None) -> str:
+    from recall_server.models import Grant
     from recall_server.service import ops
 
     async def go() -> str:
         conn = await asyncpg.connect(dsn)
         try:
-            return (await ops.issue_key(conn, "bench", "write", "bench")).key
+            given = [Grant(namespace=pattern, access=access) for pattern, access in grants or []]
+            return (await ops.issue_key(conn, "bench", "write", "bench", "user:bench" if grants else None,
+                                        given)).key
         finally:
             await conn.close()
 
@@ -216,12 +224,12 @@ class Wrk:
         self.cpu_of: dict[str, dict[str, int]] = {}
 
     def run(self, url: str, paths: list[str], method: str = "GET", body: str | None = None,
-            connections: int | None = None, headers: dict[str, str] | None = None) -> dict:
+            connections: int | None = None, headers: dict[str, str] | None = None, key: str | None = None) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "paths").write_text("\n".join(paths) + "\n")
             if body is not None:
                 (Path(tmp) / "body").write_text(body)
-            env = {**os.environ, "BENCH_PATHS": f"{tmp}/paths", "BENCH_KEY": self.key, "BENCH_METHOD": method,
+            env = {**os.environ, "BENCH_PATHS": f"{tmp}/paths", "BENCH_KEY": key or self.key, "BENCH_METHOD": method,
                    "BENCH_BODY": f"{tmp}/body" if body is not None else ""}
             def wrk(seconds: int) -> str:
                 return subprocess.run(
@@ -536,7 +544,12 @@ def main() -> None:
     compared["get_current_memory"] = lambda: wrk.run(
         url, [f"/memories/current?namespace=bench/u{i}&key=prefs" for i in range(1, MEMORY_PAIRS + 1)])
     compared["get_memory"] = lambda: wrk.run(url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)])
-    if any(want(n) for n in ("get_current_memory", "get_memory", "remember_write")):
+    # The same reads with a key that has grants (GRANTS): the key check binds them, the policies apply them.
+    granted = make_key(owner, GRANTS)
+    compared["get_thread_granted"] = lambda: wrk.run(url, THREADS, key=granted)
+    compared["get_memory_granted"] = lambda: wrk.run(
+        url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)], key=granted)
+    if any(want(n) for n in ("get_current_memory", "get_memory", "get_memory_granted", "remember_write")):
         seed_memories(url, key)
     runs: dict[str, list[dict]] = {name: [] for name in compared if want(name)}
     for n in range(args.rounds):
@@ -555,6 +568,11 @@ def main() -> None:
         for target in PAIRED:
             s[f"paired_{target}"] = paired_runs(wrk, args.pair_seconds, args.pairs, compared[target],
                                                 compared["ceiling_fetch"])
+    for target in ("get_thread", "get_memory"):  # a key with grants against one without, pair by pair
+        if want(f"paired_{target}_granted"):
+            log(f"paired runs: {args.pairs} x ({target}, {target} with grants)")
+            s[f"paired_{target}_granted"] = paired_runs(wrk, args.pair_seconds, args.pairs,
+                                                        compared[f"{target}_granted"], compared[target])
 
     log("paging the million-event thread")
     codec = CursorCodec(secret)
@@ -731,6 +749,12 @@ def main() -> None:
     ratios["last page cost / first page cost"] = ratio("page_first", "page_last")
     ratios["get_current_memory / get_thread"] = ratio("get_current_memory", "get_thread")
     ratios["get_memory / get_thread"] = ratio("get_memory", "get_thread")
+    for target in ("get_thread", "get_memory"):
+        ratios[f"{target} with grants / without"] = ratio(f"{target}_granted", target)
+        paired(f"{target} with grants / without", f"{target}_granted", target)
+        if f"paired_{target}_granted" in s:
+            ratios[f"{target} with grants / without, paired ({args.pairs} x {args.pair_seconds} s)"] = \
+                s[f"paired_{target}_granted"]["median"]
     ratios["remember_write / get_thread"] = ratio("remember_write", "get_thread")
     for pct in OPEN_LOOP_LOADS:  # latency, so the other way up: how many times the ceiling's p99 at the same rate
         for ceiling in ("fetch", "http"):

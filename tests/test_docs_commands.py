@@ -162,3 +162,13 @@ def test_no_file_narrates_how_it_was_built() -> None:
         for pattern in NARRATIVE:
             found += [f"{name}: {m.group(0)!r}" for m in re.finditer(pattern, text, re.I)]
     assert not found, "\n".join(found)
+
+
+def test_the_grants_example_keeps_each_user_to_their_own(shell) -> None:
+    [block] = [b for p, b in blocks() if p == "docs/tenancy.md" and "--subject user:ana" in b]
+    answers = [line for line in shell(block).splitlines() if line.strip()]
+    procedure, profile, bens_list, bens_search, bens_write = (msgspec.json.decode(a) for a in answers)
+    assert (procedure["kind"], profile["kind"]) == ("procedure", "profile")
+    assert bens_list["data"] == []
+    assert [hit["id"] for hit in bens_search["data"]] == [procedure["id"]]
+    assert bens_write["status"] == 403 and "teams/support" in bens_write["detail"]
