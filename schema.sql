@@ -409,6 +409,8 @@ CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true,
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     mine constant text := 'tenant_id = current_setting(''app.tenant_id'', true)';
+    tombstones constant boolean := EXISTS (SELECT 1 FROM pg_attribute
+                                            WHERE attrelid = tbl::regclass AND attname = 'deleted_at');
 BEGIN
     EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', tbl);
     EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', tbl, CASE WHEN forced THEN 'FORCE' ELSE 'NO FORCE' END);
@@ -417,8 +419,9 @@ BEGIN
     EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
     EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
                    mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)' ELSE '' END,
-                   mine || CASE WHEN granted THEN ' AND (recall_granted(namespace, true)'
-                                                  ' OR (deleted_at IS NOT NULL AND namespace = ''''))' ELSE '' END);
+                   mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
+                                                  ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
+                                WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
 END
 $$;
 REVOKE ALL ON FUNCTION recall_isolate(text, boolean, boolean) FROM PUBLIC;
@@ -1980,7 +1983,14 @@ GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
 GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;
 GRANT UPDATE ON checkpoint_writes TO recall_app;  -- a special channel's write is replaced
 
-SELECT recall_isolate(t)
+-- A LangGraph thread's namespace (where a key's grants apply, docs/tenancy.md#grants) is its first put's;
+-- its checkpoints, values and writes carry the same (db/queries/checkpoints.py writes them from the thread's
+-- row), so each table's own policy applies the grants.
+ALTER TABLE checkpoint_threads ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE checkpoint_blobs ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE checkpoint_writes ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+SELECT recall_isolate(t, granted => true)
   FROM unnest(ARRAY['checkpoint_threads', 'checkpoints', 'checkpoint_blobs', 'checkpoint_writes']) AS t;
 
 -- Drop checkpoints of (tenant t, threads) beyond the newest `keep` of each (thread, namespace) (NULL: no

@@ -556,13 +556,17 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     sent again. A retried put or put_writes lands once. delete_thread erases the thread (its checkpoints
     answer 410, which reads here as none; its thread_id is never written again: a put raises Conflict).
     prune: "keep_latest" keeps the newest checkpoint of each namespace, "delete" none (the thread stays
-    writable); the server's retention policy per tenant does the same on its sweep.
+    writable); the server's retention policy per tenant does the same on its sweep. `namespace` (segments):
+    where the threads this saver starts live, for keys with grants (docs/tenancy.md#grants); a key with grants
+    sees only the threads they cover, and another subject's thread reads as none.
     """
 
     def __init__(self, url: str | None = None, key: str | None = None, *, serde: SerializerProtocol | None = None,
-                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None) -> None:
+                 client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
+                 namespace: Sequence[str] | None = None) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde or strict_serde())
         _OnClient.__init__(self, url, key, None, client, aclient)
+        self.namespace = list(namespace) if namespace else None
 
     # ---- what goes over the wire, and back --------------------------------------------------------
 
@@ -580,7 +584,8 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
             thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint["id"],
             parent_checkpoint_id=parent_id, type=type_, checkpoint=data,
             channel_versions={c: str(v) for c, v in checkpoint["channel_versions"].items()},
-            metadata=_json_metadata(get_serializable_checkpoint_metadata(config, metadata)), blobs=blobs)
+            metadata=_json_metadata(get_serializable_checkpoint_metadata(config, metadata)), blobs=blobs,
+            namespace=self.namespace)
 
     def _writes_body(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                      task_path: str) -> PutWrites:
@@ -590,7 +595,7 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
             type_, data = self.serde.dumps_typed(value)
             items.append(WriteItem(idx=WRITES_IDX_MAP.get(channel, i), channel=channel, type=type_, data=data))
         return PutWrites(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=str(checkpoint_id),
-                         task_id=task_id, task_path=task_path, writes=items)
+                         task_id=task_id, task_path=task_path, writes=items, namespace=self.namespace)
 
     def _tuple(self, view: CheckpointTupleView) -> CheckpointTuple:
         checkpoint = self.serde.loads_typed((view.type, view.checkpoint))

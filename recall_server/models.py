@@ -651,6 +651,7 @@ class PutCheckpoint(Request, kw_only=True):
     metadata: Annotated[dict[str, Any], Meta(description="JSON; list filters match it (containment).")] = {}
     blobs: Annotated[list[ChannelBlob], Meta(
         max_length=1024, description="Values of the channel versions new in this checkpoint.")] = []
+    namespace: Namespace | None = None  # where a key's grants apply, set by the thread's first put; none: root
 
 
 class WriteItem(Request, kw_only=True):
@@ -667,6 +668,7 @@ class PutWrites(Request, kw_only=True):
     task_id: TaskId
     task_path: TaskPath = ""
     writes: Annotated[list[WriteItem], Meta(max_length=1024)]
+    namespace: Namespace | None = None  # where a key's grants apply, set by the thread's first write; none: root
 
 
 class CopyCheckpoints(Request, kw_only=True):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import asyncpg
 import httpx
@@ -16,11 +18,12 @@ import pytest
 from helpers import ServerProcess, assert_problem, cli, create_key, uid
 from test_mcp import session as mcp_session
 from test_mcp import view
+from langgraph.graph import END, START, StateGraph
 
 from recall_server.db import tenancy
 from recall_server.db.pool import as_app_role
 from recall_server.db.queries import events as event_queries
-from recall_server.langgraph import RecallStore
+from recall_server.langgraph import RecallSaver, RecallStore
 
 SELF_AND_PAYMENTS = [{"namespace": "users/{subject_id}/**", "access": "write"},
                      {"namespace": "teams/payments/**", "access": "read"}]
@@ -325,3 +328,37 @@ def test_idempotency_keys_of_a_key_with_grants_are_its_own(issue, as_key) -> Non
     assert made.status_code == 201 and again.json()["id"] == made.json()["id"]
     other = second.post("/memories", json={**body, "value": 2}, headers=headers)
     assert other.status_code == 201 and other.json()["id"] != made.json()["id"]
+
+
+class Chat(TypedDict):
+    said: Annotated[list[str], operator.add]
+
+
+def chat_graph(saver: RecallSaver):
+    builder = StateGraph(Chat)
+    builder.add_node("echo", lambda state: {"said": [f"heard {len(state['said'])}"]})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_resuming_another_subjects_langgraph_thread_is_refused(base_url: str, issue) -> None:
+    """A LangGraph run of one subject (RecallSaver(namespace=...) under its key): another subject's saver
+    reads the thread as none, lists nothing of it, and its put to that thread_id is a 403; the owner resumes."""
+    one, two = uid("u"), uid("u")
+    thread = {"configurable": {"thread_id": uid("conversation")}}
+    with RecallSaver(base_url, issue(f"user:{one}", SELF_AND_PAYMENTS), namespace=["users", one]) as mine:
+        chat_graph(mine).invoke({"said": ["hello"]}, thread)
+        with RecallSaver(base_url, issue(f"user:{two}", SELF_AND_PAYMENTS), namespace=["users", two]) as theirs:
+            assert theirs.get_tuple(thread) is None
+            assert list(theirs.list(thread)) == []
+            with pytest.raises(Exception, match="may not write LangGraph thread"):
+                chat_graph(theirs).invoke({"said": ["let me in"]}, thread)
+        resumed = chat_graph(mine).invoke({"said": ["again"]}, thread)
+        assert resumed["said"] == ["hello", "heard 1", "again", "heard 3"]
+
+
+def test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespace(base_url: str, issue) -> None:
+    with RecallSaver(base_url, issue(f"user:{uid('u')}", SELF_AND_PAYMENTS), namespace=["teams", "payments"]) as s:
+        with pytest.raises(Exception, match="teams/payments"):
+            chat_graph(s).invoke({"said": ["hi"]}, {"configurable": {"thread_id": uid("conversation")}})

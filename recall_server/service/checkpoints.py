@@ -139,7 +139,7 @@ class Checkpoints:
                 conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.parent_checkpoint_id, req.type,
                 req.checkpoint, _json.encode(req.channel_versions).decode(), _json.encode(req.metadata).decode(), h,
                 [b.channel for b in req.blobs], [b.version for b in req.blobs], [b.type for b in req.blobs],
-                [b.data for b in req.blobs])
+                [b.data for b in req.blobs], "/".join(req.namespace or ()))
         if gone:
             raise _retired(req.thread_id)
         if stored != h:
@@ -156,7 +156,7 @@ class Checkpoints:
             live = await q.put_checkpoint_writes(
                 conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.task_id, req.task_path,
                 [w.idx for w in writes], [w.channel for w in writes], [w.type for w in writes],
-                [w.data for w in writes])
+                [w.data for w in writes], "/".join(req.namespace or ()))
         if not live:
             raise _retired(req.thread_id)
 
@@ -191,7 +191,7 @@ class Checkpoints:
                                thread_id=req.source_thread_id)
             if source is State.GONE:
                 raise _gone(req.source_thread_id)
-            if await q.claim_checkpoint_thread(conn, tenant, req.target_thread_id) is not None:
+            if await q.claim_checkpoint_thread(conn, tenant, req.target_thread_id, req.source_thread_id) is not None:
                 raise _retired(req.target_thread_id)
             copied = await q.copy_checkpoint_thread(conn, tenant, req.source_thread_id, req.target_thread_id)
         return CheckpointCount(checkpoints=copied)

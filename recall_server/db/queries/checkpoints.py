@@ -10,6 +10,7 @@ from recall_server.auth import Credential
 from recall_server.db import tenancy
 from recall_server.db.queries._common import Conn
 from recall_server.db.tenancy import keyed, keyed_write
+from recall_server.errors import Forbidden
 from recall_server.ids import State
 
 # The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names,
@@ -79,13 +80,15 @@ async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -
     return row is not None
 
 
-async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> datetime | None:
-    """The thread's row, made if new and locked until the transaction ends; its erasure time (None: live)."""
+async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str, like: str) -> datetime | None:
+    """The thread's row, made if new (in the namespace of thread `like`) and locked until the transaction ends;
+    its erasure time (None: live)."""
     return await conn.fetchval(
-        """INSERT INTO checkpoint_threads (tenant_id, thread_id) VALUES ($1, $2)
+        """INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace)
+           VALUES ($1, $2, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3))
            ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
            RETURNING deleted_at""",
-        tenant, thread_id)
+        tenant, thread_id, like)
 
 
 async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]) -> dict[str, State]:
@@ -100,28 +103,32 @@ async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]
 # The thread's row for a put or a task's writes: made if new, else locked FOR SHARE, so puts and writes of a
 # thread run side by side while an erasure (FOR UPDATE) waits for them, and they for it (then they see its
 # deleted_at). Empty only when another statement made the row after this one's snapshot: run it again.
+# Also empty when a key with grants cannot see the row: another subject's thread (a 403, checkpoint_refused).
+# A key with grants that sees the row only to read it is refused with SQLSTATE RG403 (recall_granted).
 _THREAD_SHARED = """
-    made_thread AS (INSERT INTO checkpoint_threads (tenant_id, thread_id) SELECT gate.tenant, $3 FROM gate
-                    ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING tenant_id, deleted_at),
-    old_thread AS (SELECT t.tenant_id, t.deleted_at FROM checkpoint_threads t, gate
-                    WHERE t.tenant_id = gate.tenant AND t.thread_id = $3 FOR SHARE OF t),
+    made_thread AS (INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) SELECT gate.tenant, $3, {ns}
+                      FROM gate
+                    ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING tenant_id, deleted_at, namespace),
+    old_thread AS (SELECT t.tenant_id, t.deleted_at, t.namespace FROM checkpoint_threads t, gate
+                    WHERE t.tenant_id = gate.tenant AND t.thread_id = $3 AND recall_granted(t.namespace, true)
+                    FOR SHARE OF t),
     th AS (SELECT * FROM made_thread UNION ALL SELECT * FROM old_thread),"""
 
 # A put in one statement behind the key check: the thread's row (made if new, locked), then, unless the thread
 # was erased, the channel values new in it (a version already stored is not written again) and the
 # checkpoint unless its ID is taken; `stored` is the request hash under that ID (a retry's, or a clash's).
 # The foreign keys to the thread's row are checked at the statement's end, when the row exists.
-_PUT = keyed_write(f"""{_THREAD_SHARED}
-    live AS (SELECT tenant_id FROM th WHERE deleted_at IS NULL),
+_PUT = keyed_write(f"""{_THREAD_SHARED.format(ns="$16")}
+    live AS (SELECT tenant_id, namespace FROM th WHERE deleted_at IS NULL),
     blobs AS (
-        INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
-        SELECT live.tenant_id, $3, $4, x.channel, x.version, x.type, x.blob
+        INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)
+        SELECT live.tenant_id, $3, $4, x.channel, x.version, x.type, x.blob, live.namespace
           FROM live, unnest($12::text[], $13::text[], $14::text[], $15::bytea[]) AS x(channel, version, type, blob)
         ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING RETURNING 1),
     made AS (
         INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
-                                 channel_versions, metadata, request_hash)
-        SELECT live.tenant_id, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11 FROM live
+                                 channel_versions, metadata, request_hash, namespace)
+        SELECT live.tenant_id, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11, live.namespace FROM live
         ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING RETURNING request_hash),
     done AS (
         SELECT th.deleted_at IS NOT NULL AS gone, EXISTS (SELECT 1 FROM made) AS made,
@@ -137,28 +144,33 @@ _PUT = keyed_write(f"""{_THREAD_SHARED}
 async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
                          parent_id: str | None, type_: str, checkpoint: bytes, channel_versions: str, metadata: str,
                          request_hash: bytes, channels: list[str], versions: list[str], types: list[str],
-                         blobs: list[bytes]) -> tuple[bool, bool, bytes | None]:
+                         blobs: list[bytes], namespace: str) -> tuple[bool, bool, bytes | None]:
     """Store a checkpoint and its new channel values (see _PUT): (the thread was erased, it wrote the
-    checkpoint, the request hash stored under its ID). 401 for a bad key, 403 without write scope."""
-    _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id, parent_id,
-                                       type_, checkpoint, channel_versions, metadata, request_hash, channels,
-                                       versions, types, blobs)
+    checkpoint, the request hash stored under its ID). 401 for a bad key, 403 without write scope or grant."""
     for _ in range(3):
-        if rows:
-            return rows[0]["gone"], rows[0]["made"], rows[0]["stored"]
         _, rows = await tenancy.write_many(conn, cred, "write", _PUT, thread_id, checkpoint_ns, checkpoint_id,
                                            parent_id, type_, checkpoint, channel_versions, metadata, request_hash,
-                                           channels, versions, types, blobs)
+                                           channels, versions, types, blobs, namespace)
+        if rows:
+            return rows[0]["gone"], rows[0]["made"], rows[0]["stored"]
+        checkpoint_refused(cred, thread_id)
     raise RuntimeError("the thread's row stayed invisible to three statements in a row")
+
+
+def checkpoint_refused(cred: Credential, thread_id: str) -> None:
+    """403 for a key with grants whose put found no thread row it may see: another subject's thread."""
+    if cred.has_grants:
+        raise Forbidden(f"This key may not write LangGraph thread {thread_id!r}: its grants do not cover it.",
+                        thread_id=thread_id)
 
 
 # A task's writes in one statement behind the key check: the thread's row (made if new, locked), then, unless
 # the thread was erased, each write once per (task, idx); a special channel's (idx < 0) replaces the stored one.
-_PUT_WRITES = keyed_write(f"""{_THREAD_SHARED}
+_PUT_WRITES = keyed_write(f"""{_THREAD_SHARED.format(ns="$12")}
     written AS (
         INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
-                                       idx, channel, type, blob)
-        SELECT th.tenant_id, $3, $4, $5, $6, $7, x.idx, x.channel, x.type, x.blob
+                                       idx, channel, type, blob, namespace)
+        SELECT th.tenant_id, $3, $4, $5, $6, $7, x.idx, x.channel, x.type, x.blob, th.namespace
           FROM th, unnest($8::integer[], $9::text[], $10::text[], $11::bytea[]) AS x(idx, channel, type, blob)
          WHERE th.deleted_at IS NULL
         ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
@@ -172,15 +184,14 @@ _PUT_WRITES = keyed_write(f"""{_THREAD_SHARED}
 
 async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str,
                                 checkpoint_id: str, task_id: str, task_path: str, idxs: list[int],
-                                channels: list[str], types: list[str], blobs: list[bytes]) -> bool:
+                                channels: list[str], types: list[str], blobs: list[bytes], namespace: str) -> bool:
     """Store a task's writes (see _PUT_WRITES); False when the thread was erased (nothing written)."""
-    _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns, checkpoint_id,
-                                       task_id, task_path, idxs, channels, types, blobs)
     for _ in range(3):
+        _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns,
+                                           checkpoint_id, task_id, task_path, idxs, channels, types, blobs, namespace)
         if rows:
             return not rows[0]["gone"]
-        _, rows = await tenancy.write_many(conn, cred, "write", _PUT_WRITES, thread_id, checkpoint_ns,
-                                           checkpoint_id, task_id, task_path, idxs, channels, types, blobs)
+        checkpoint_refused(cred, thread_id)
     raise RuntimeError("the thread's row stayed invisible to three statements in a row")
 
 
@@ -234,25 +245,27 @@ async def delete_checkpoint_runs(conn: Conn, tenant: str, run_ids: list[str]) ->
 
 
 async def copy_checkpoint_thread(conn: Conn, tenant: str, source: str, target: str) -> int:
-    """Copy every checkpoint, channel value and write of `source` to `target` (what `target` has already
-    under the same keys stays); how many checkpoints were copied."""
+    """Copy every checkpoint, channel value and write of `source` to `target`, in the target's namespace (what
+    `target` has already under the same keys stays); how many checkpoints were copied."""
     return await conn.fetchval(
         """WITH c AS (
              INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
-                                      channel_versions, metadata, request_hash)
+                                      channel_versions, metadata, request_hash, namespace)
              SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions,
-                    metadata, request_hash
+                    metadata, request_hash, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
                FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2
              ON CONFLICT DO NOTHING RETURNING 1),
            b AS (
-             INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)
-             SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob
+             INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)
+             SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob,
+                    (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
                FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2
              ON CONFLICT DO NOTHING RETURNING 1),
            w AS (
              INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
-                                            type, blob, task_path)
-             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path
+                                            type, blob, task_path, namespace)
+             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path,
+                    (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
                FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
              ON CONFLICT DO NOTHING RETURNING 1)
            SELECT count(*)::integer FROM c""",
