@@ -403,9 +403,12 @@ $$;
 -- for the tables whose rows have a namespace: a key with grants sees (and writes) only the rows they cover,
 -- but for a tombstone whose namespace an erasure wiped (recall_erase checks the grants before it erases).
 -- Rows without one (a thread's events, a report's refs, a memory's sources) are reached through the row
--- they belong to, which every statement reads in the same statement.
+-- they belong to, which every statement reads in the same statement; or, `via`, a key with grants sees one
+-- only where that condition holds (the rows it names are read under their own policies).
 DROP FUNCTION IF EXISTS recall_isolate(text, boolean);
-CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true, granted boolean DEFAULT false)
+DROP FUNCTION IF EXISTS recall_isolate(text, boolean, boolean);
+CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true, granted boolean DEFAULT false,
+                                          via text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     mine constant text := 'tenant_id = current_setting(''app.tenant_id'', true)';
@@ -418,13 +421,15 @@ BEGIN
     EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
     EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
     EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
-                   mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)' ELSE '' END,
+                   mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)'
+                                WHEN via IS NOT NULL THEN ' AND (strpos(coalesce(current_setting(''app.access'', true),'
+                                                          ' ''''), E''\n'') = 0 OR ' || via || ')' ELSE '' END,
                    mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
                                                   ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
                                 WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
 END
 $$;
-REVOKE ALL ON FUNCTION recall_isolate(text, boolean, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION recall_isolate(text, boolean, boolean, text) FROM PUBLIC;
 
 SELECT recall_isolate(t, t <> 'api_keys', t IN ('threads', 'workers', 'triggers', 'reports', 'memories'))
   -- the key lookup runs as the owner, before a tenant is known
@@ -1137,7 +1142,18 @@ CREATE INDEX IF NOT EXISTS trace_reads_by_object ON trace_reads (tenant_id, obje
 CREATE INDEX IF NOT EXISTS trace_reads_by_time ON trace_reads USING brin (at);  -- retention purges
 GRANT SELECT ON trace_reads TO recall_app;
 
-SELECT recall_isolate('trace_reads');
+-- Whether the bound key sees object `obj` of tenant `tenant` (under the policies: its grants). A policy's
+-- test (trace_reads'), evaluated where the row is; never a statement of its own.
+CREATE OR REPLACE FUNCTION recall_sees(tenant text, obj text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = tenant AND id = obj
+                   UNION ALL SELECT 1 FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = tenant AND id = obj
+                   UNION ALL SELECT 1 FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = tenant AND id = obj
+                   UNION ALL SELECT 1 FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = tenant AND id = obj
+                   UNION ALL SELECT 1 FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = tenant AND id = obj)
+$$;
+
+-- A key with grants sees the reads of the objects its grants cover, and no other reads (lists, searches).
+SELECT recall_isolate('trace_reads', via => 'recall_sees(tenant_id, object_id)');
 
 -- One flush of a server process's trace buffer, one statement. Each row lands in the tenant of the
 -- key that made the read, found here from the key's ID and secret hash, exactly as

@@ -63,6 +63,8 @@ ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
     "list_keys": "`recall-server keys list` without --tenant lists every tenant's keys (reference table)",
     "revoke_key": "`recall-server keys revoke ID` finds the key in whichever tenant has it (reference table)",
+    "key_subject": "`recall-server keys grant ID` finds the key in whichever tenant has it (reference table)",
+    "set_grants": "`recall-server keys grant ID` changes the key in whichever tenant has it (reference table)",
     "record_reads": "a trace flush writes each read to its own key's tenant (recall_record_reads)",
     "purge_retained": "trace and webhook retention, for every tenant (recall_purge_retained)",
     "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",

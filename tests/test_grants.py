@@ -18,6 +18,7 @@ import pytest
 from helpers import ServerProcess, assert_problem, cli, create_key, uid
 from test_mcp import session as mcp_session
 from test_mcp import view
+from test_trace import settled
 from langgraph.graph import END, START, StateGraph
 
 from recall_server.db import tenancy
@@ -362,3 +363,19 @@ def test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespa
     with RecallSaver(base_url, issue(f"user:{uid('u')}", SELF_AND_PAYMENTS), namespace=["teams", "payments"]) as s:
         with pytest.raises(Exception, match="teams/payments"):
             chat_graph(s).invoke({"said": ["hi"]}, {"configurable": {"thread_id": uid("conversation")}})
+
+
+def test_the_trace_shows_a_key_with_grants_only_the_reads_of_objects_it_sees(tenant: dict[str, str], issue,
+                                                                              as_key) -> None:
+    service = as_key(tenant["service"])
+    payments = remember(service, "teams/payments", uid("k"), "visible").json()["id"]
+    secret = remember(service, "teams/secret", uid("k"), "hidden").json()["id"]
+    run = uid("run")
+    for path in (f"/memories/{payments}", f"/memories/{secret}", "/threads"):
+        assert service.get(path, headers={"X-Recall-Run": run}).status_code == 200
+    everything = settled(service, f"/runs/{run}/reads", 3)
+    assert [r["object_id"] for r in everything] == [payments, secret, None]
+    member = as_key(issue(f"user:{uid('u')}", SELF_AND_PAYMENTS))
+    assert [r["object_id"] for r in member.get(f"/runs/{run}/reads").json()["data"]] == [payments]
+    assert member.get(f"/ids/{payments}/reads").status_code == 200
+    assert_a_miss(member, f"/ids/{secret}/reads", secret)

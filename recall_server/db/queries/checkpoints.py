@@ -153,12 +153,13 @@ async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoin
                                            channels, versions, types, blobs, namespace)
         if rows:
             return rows[0]["gone"], rows[0]["made"], rows[0]["stored"]
-        checkpoint_refused(cred, thread_id)
+    checkpoint_refused(cred, thread_id)
     raise RuntimeError("the thread's row stayed invisible to three statements in a row")
 
 
 def checkpoint_refused(cred: Credential, thread_id: str) -> None:
-    """403 for a key with grants whose put found no thread row it may see: another subject's thread."""
+    """403 for a key with grants whose put found no thread row it may see, three times (a row another statement
+    made after one's snapshot is seen by the next): another subject's thread."""
     if cred.has_grants:
         raise Forbidden(f"This key may not write LangGraph thread {thread_id!r}: its grants do not cover it.",
                         thread_id=thread_id)
@@ -191,7 +192,7 @@ async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, ch
                                            checkpoint_id, task_id, task_path, idxs, channels, types, blobs, namespace)
         if rows:
             return not rows[0]["gone"]
-        checkpoint_refused(cred, thread_id)
+    checkpoint_refused(cred, thread_id)
     raise RuntimeError("the thread's row stayed invisible to three statements in a row")
 
 
