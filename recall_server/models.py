@@ -232,6 +232,7 @@ class TriggerView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    namespace: list[str] | None = None  # where a key's grants apply (docs/tenancy.md#grants); none: root
 
 
 class ThreadView(Struct, omit_defaults=True):
@@ -249,6 +250,7 @@ class ThreadView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    namespace: list[str] | None = None  # where a key's grants apply (docs/tenancy.md#grants); none: root
     # A LangGraph run whose thread_id is this ID (RecallSaver): its checkpoints (top-level namespace) and the
     # newest one's ID; links.checkpoint reads that state, links.checkpoints lists them. Omitted when none.
     checkpoints: int | None = None
@@ -269,6 +271,7 @@ class WorkerView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    namespace: list[str] | None = None  # where a key's grants apply (docs/tenancy.md#grants); none: root
 
 
 class ReportView(Struct, omit_defaults=True):
@@ -286,6 +289,7 @@ class ReportView(Struct, omit_defaults=True):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: Timestamp | None = None
+    namespace: list[str] | None = None  # where a key's grants apply (docs/tenancy.md#grants); none: root
 
 
 class MemoryView(Struct, omit_defaults=True):

@@ -26,6 +26,7 @@ class TriggerRow(Struct):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: datetime | None = None
+    namespace: str = ""  # segments joined by '/'; '' for the tenant's root
     gone: bool = False
     tail: bytes = b""  # the last PREVIEW_BYTES when `head` is only a prefix (a text preview shows both ends)
 
@@ -44,6 +45,7 @@ class ThreadRow(Struct):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: datetime | None = None
+    namespace: str = ""  # segments joined by '/'; '' for the tenant's root
     gone: bool = False
     checkpoints: int = 0  # LangGraph checkpoints kept under this thread's ID (top-level namespace)
     latest_checkpoint: str | None = None
@@ -62,6 +64,7 @@ class WorkerRow(Struct):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: datetime | None = None
+    namespace: str = ""  # segments joined by '/'; '' for the tenant's root
     gone: bool = False
 
 
@@ -79,6 +82,7 @@ class ReportRow(Struct):
     agent_id: str | None = None
     run_id: str | None = None
     expires_at: datetime | None = None
+    namespace: str = ""  # segments joined by '/'; '' for the tenant's root
     gone: bool = False
     tail: bytes = b""  # as TriggerRow.tail
 

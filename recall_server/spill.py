@@ -155,6 +155,11 @@ def _labels(row: TriggerRow | ThreadRow | WorkerRow | ReportRow | MemoryRow) -> 
     return {"app_id": row.app_id, "agent_id": row.agent_id, "run_id": row.run_id, "expires_at": row.expires_at}
 
 
+def _placed(row: TriggerRow | ThreadRow | WorkerRow | ReportRow) -> dict[str, object]:
+    """Its labels, and its namespace unless it is the tenant's root."""
+    return {**_labels(row), "namespace": row.namespace.split("/") if row.namespace else None}
+
+
 def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
     href = f"/triggers/{row.id}/payload"
     links = {"self": f"/triggers/{row.id}", "payload": href, "backlinks": f"/ids/{row.id}/backlinks"}
@@ -163,7 +168,7 @@ def trigger_view(row: TriggerRow, budget: int) -> TriggerView:
     view = TriggerView(
         id=row.id, source=row.source, thread_id=row.thread_id, summary=row.summary,
         content_type=row.content_type, neighbours=[], occurred_at=row.occurred_at,
-        created_at=row.created_at, links=links, **_labels(row),
+        created_at=row.created_at, links=links, **_placed(row),
     )
     view.neighbours, view.payload, view.spilled = _links_and_content(
         "payload", href, row, row.neighbours, _Room(budget, view))
@@ -175,7 +180,7 @@ def thread_view(row: ThreadRow, budget: int) -> ThreadView:
         id=row.id, title=row.title, summary=row.summary, status=row.status, owner_workers=[],
         events=[], events_total=row.last_seq, created_at=row.created_at, updated_at=row.updated_at,
         links={"self": f"/threads/{row.id}", "events": f"/threads/{row.id}/events",
-               "backlinks": f"/ids/{row.id}/backlinks"}, **_labels(row),
+               "backlinks": f"/ids/{row.id}/backlinks"}, **_placed(row),
     )
     if row.checkpoints:  # a LangGraph run kept under this ID: the hop into its state
         view.checkpoints, view.latest_checkpoint = row.checkpoints, row.latest_checkpoint
@@ -197,7 +202,7 @@ def worker_view(row: WorkerRow, budget: int) -> WorkerView:
             "threads": f"/threads?owner={row.id}",
             "backlinks": f"/ids/{row.id}/backlinks",
         },
-        **_labels(row),
+        **_placed(row),
     )
     room = _Room(budget, view)
     view.reports = _recent(row.reports, room)
@@ -215,7 +220,7 @@ def report_view(row: ReportRow, budget: int) -> ReportView:
             "worker": f"/workers/{row.worker_id}", "thread": f"/threads/{row.thread_id}",
             "backlinks": f"/ids/{row.id}/backlinks",
         },
-        **_labels(row),
+        **_placed(row),
     )
     view.refs, view.body, view.spilled = _links_and_content("body", href, row, row.refs, _Room(budget, view))
     return view

@@ -379,3 +379,17 @@ def test_the_trace_shows_a_key_with_grants_only_the_reads_of_objects_it_sees(ten
     assert [r["object_id"] for r in member.get(f"/runs/{run}/reads").json()["data"]] == [payments]
     assert member.get(f"/ids/{payments}/reads").status_code == 200
     assert_a_miss(member, f"/ids/{secret}/reads", secret)
+
+
+def test_an_objects_view_shows_its_namespace(issue, as_key) -> None:
+    one = uid("u")
+    me = as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    home = ["users", one]
+    thread = me.post("/threads", json={"title": "t", "namespace": home}).json()
+    worker = me.post("/workers", json={"name": "w", "namespace": home}).json()
+    trigger = me.post("/triggers", json={"source": "s", "summary": "s", "namespace": home}).json()
+    report = me.post(f"/workers/{worker['id']}/reports",
+                     json={"thread_id": thread["id"], "summary": "r", "namespace": home}).json()
+    for made in (thread, worker, trigger, report):
+        assert made["namespace"] == home
+        assert me.get(made["links"]["self"]).json()["namespace"] == home

@@ -20,7 +20,7 @@ _REPORT = keyed("""
       CASE WHEN octet_length(r.body) <= $4 THEN r.body ELSE substring(r.body FROM 1 FOR $5) END AS head,
       CASE WHEN octet_length(r.body) <= $4 THEN ''::bytea
            ELSE substring(r.body FROM octet_length(r.body) - $5 + 1) END AS tail,
-      r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
+      r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, r.namespace, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
                                 ORDER BY rr.position), '[]')
          FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
@@ -37,7 +37,8 @@ async def fetch_report(conn: Conn, cred: Credential, report_id: str, inline_max:
     return tenant, ReportRow(
         id=row["id"], worker_id=row["worker_id"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
-        created_at=row["created_at"], refs=links_json.decode(row["refs"]), **labels_of(row),
+        created_at=row["created_at"], refs=links_json.decode(row["refs"]), namespace=row["namespace"],
+        **labels_of(row),
     )
 
 

@@ -33,7 +33,7 @@ from recall_server.rows import Labels, ThreadRow
 # the reader compares them with the statement's now(), as recall_event and recall_is_gone would.
 _THREAD_HEAD = keyed("""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
-      t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+      t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
       t.head_owners::text AS owners, t.head_events::text AS events, now() AS now,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
@@ -45,7 +45,7 @@ _THREAD_HEAD = keyed("""
 # this statement on every execution (tests/test_plans.py).
 _THREAD_LOG = keyed("""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
-      t.run_id, t.expires_at, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
+      t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
                                 ORDER BY o.assigned_at, w.id), '[]')
          FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
@@ -113,7 +113,7 @@ async def fetch_thread(conn: Conn, cred: Credential, thread_id: str, events: int
         id=row["id"], title=row["title"], summary=row["summary"], status=row["status"],
         last_seq=row["last_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
         owners=owners, events=newest, checkpoints=checkpoints.count, latest_checkpoint=checkpoints.latest,
-        **labels_of(row),
+        namespace=row["namespace"], **labels_of(row),
     )
 
 

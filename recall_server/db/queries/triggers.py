@@ -20,7 +20,7 @@ _TRIGGER = keyed("""
            ELSE substring(tr.payload FROM 1 FOR $5) END AS head,
       CASE WHEN octet_length(tr.payload) <= $4 THEN ''::bytea
            ELSE substring(tr.payload FROM octet_length(tr.payload) - $5 + 1) END AS tail,
-      tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at,
+      tr.occurred_at, tr.created_at, tr.app_id, tr.agent_id, tr.run_id, tr.expires_at, tr.namespace,
       recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
                                 ORDER BY nb.position), '[]')
@@ -39,7 +39,7 @@ async def fetch_trigger(conn: Conn, cred: Credential, trigger_id: str, inline_ma
         id=row["id"], source=row["source"], thread_id=row["thread_id"], summary=row["summary"],
         content_type=row["content_type"], size=row["size"], head=row["head"], tail=row["tail"],
         occurred_at=row["occurred_at"], created_at=row["created_at"],
-        neighbours=links_json.decode(row["neighbours"]), **labels_of(row),
+        neighbours=links_json.decode(row["neighbours"]), namespace=row["namespace"], **labels_of(row),
     )
 
 

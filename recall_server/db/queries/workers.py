@@ -22,14 +22,14 @@ from recall_server.rows import Labels, WorkerRow
 
 # The default view reads the worker's head (workers.head_threads, head_reports), like a thread's.
 _WORKER_HEAD = keyed("""
-    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
+    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at, w.namespace,
       recall_is_gone(w.deleted_at, w.expires_at) AS gone, w.threads_total, w.head_threads::text AS threads,
       w.reports_total, w.head_reports::text AS reports, now() AS now
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """)
 
 _WORKER_LOG = keyed("""
-    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at,
+    SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at, w.namespace,
       recall_is_gone(w.deleted_at, w.expires_at) AS gone,
       w.threads_total,
       (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
@@ -90,7 +90,7 @@ async def fetch_worker(conn: Conn, cred: Credential, worker_id: str, recent: int
     return tenant, WorkerRow(
         id=row["id"], name=row["name"], summary=row["summary"], created_at=row["created_at"],
         threads_total=row["threads_total"], threads=threads,
-        reports_total=row["reports_total"], reports=reports, **labels_of(row),
+        reports_total=row["reports_total"], reports=reports, namespace=row["namespace"], **labels_of(row),
     )
 
 
