@@ -366,20 +366,31 @@ GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 -- Grants (docs/tenancy.md#grants). The key check binds app.access next to app.tenant_id: the key's scope,
 -- then one line per grant, `r <pattern>` or `w <pattern>` (write includes read), the pattern resolved for the
 -- key's subject: a namespace, the same with a trailing `/**` (it and everything under it), or `**` (the whole
--- tenant). A key without grants binds its scope alone, and reaches its whole tenant as before. Whether `access`
--- grants `ns` (reading, or writing): a write it does not grant is refused with SQLSTATE RG403, whose message
--- names the namespace (errors.py turns it into a 403 problem), never written elsewhere.
+-- tenant). A key without grants binds its scope alone, and reaches its whole tenant as before.
+--
+-- The namespaces `access` grants (to read, or to write) as LIKE patterns (a namespace's `_` escaped).
+CREATE OR REPLACE FUNCTION recall_grant_patterns(access text, write boolean) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(pattern), '{}') FROM (
+        SELECT CASE WHEN p = '**' THEN ARRAY['%']
+                    WHEN right(p, 3) = '/**' THEN ARRAY[replace(left(p, -3), '_', '\_'), replace(left(p, -3), '_', '\_') || '/%']
+                    ELSE ARRAY[replace(p, '_', '\_')] END AS patterns
+          FROM (SELECT left(line, 1) AS a, substr(line, 3) AS p FROM unnest(string_to_array(access, E'\n')) AS line
+                 WHERE substr(line, 2, 1) = ' ') AS g
+         WHERE NOT write OR a = 'w') AS x, unnest(x.patterns) AS pattern
+$$;
+
+-- Whether the bound key may read (or write) namespace `ns`. A key without grants (no second line) passes at
+-- once, inline; unbound (the indexer, a webhook delivery), the tenant policy alone applies. A write the grants
+-- do not cover is refused with SQLSTATE RG403, whose message names the namespace (errors.py: a 403 problem),
+-- never written elsewhere. The tables' read policies spell the same test with InitPlans (recall_isolate), so
+-- it costs a row a comparison or a LIKE, not a call.
 CREATE OR REPLACE FUNCTION recall_grants_cover(access text, ns text, write boolean) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
-DECLARE line text; p text;
 BEGIN
-    FOREACH line IN ARRAY string_to_array(access, E'\n') LOOP
-        CONTINUE WHEN substr(line, 2, 1) <> ' ' OR (write AND left(line, 1) <> 'w');
-        p := substr(line, 3);
-        IF p = '**' OR p = ns OR (right(p, 3) = '/**' AND (ns = left(p, -3) OR starts_with(ns, left(p, -2)))) THEN
-            RETURN true;
-        END IF;
-    END LOOP;
+    IF ns LIKE ANY (recall_grant_patterns(access, write)) THEN
+        RETURN true;
+    END IF;
     IF write THEN
         RAISE EXCEPTION USING ERRCODE = 'RG403', MESSAGE = CASE WHEN ns = ''
             THEN 'This key has no write grant covering the tenant''s root namespace (grant `**`).'
@@ -388,9 +399,6 @@ BEGIN
     RETURN false;
 END
 $$;
-
--- The policies' test: a key without grants (no second line) passes at once, inline; one with grants is
--- checked line by line. Unbound (the indexer, a webhook delivery): the tenant policy alone.
 CREATE OR REPLACE FUNCTION recall_granted(ns text, write boolean) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT strpos(coalesce(current_setting('app.access', true), ''), E'\n') = 0
@@ -421,9 +429,12 @@ BEGIN
     EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
     EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
     EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
-                   mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)'
-                                WHEN via IS NOT NULL THEN ' AND (strpos(coalesce(current_setting(''app.access'', true),'
-                                                          ' ''''), E''\n'') = 0 OR ' || via || ')' ELSE '' END,
+                   mine || CASE WHEN granted THEN ' AND ((SELECT strpos(coalesce(current_setting(''app.access'', true),'
+                                                          ' ''''), E''\n'') = 0) OR namespace LIKE ANY ((SELECT'
+                                                          ' recall_grant_patterns(current_setting(''app.access'', true),'
+                                                          ' false))::text[]))'
+                                WHEN via IS NOT NULL THEN ' AND ((SELECT strpos(coalesce(current_setting(''app.access'','
+                                                          ' true), ''''), E''\n'') = 0) OR ' || via || ')' ELSE '' END,
                    mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
                                                   ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
                                 WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
@@ -1352,12 +1363,19 @@ CREATE VIEW recall_searchable AS
 REVOKE ALL ON recall_searchable FROM PUBLIC;
 
 -- Whether a search may return an object in namespace `ns`: inside the caller's namespace filter `p_ns`
--- (segments joined by '/'; it and the namespaces under it; NULL: any), and covered by the key's grants.
--- The search functions run as the owner, so the grants are applied here, inside the candidate search:
--- a search with grants still fills its page.
-CREATE OR REPLACE FUNCTION recall_searchable_in(ns text, p_ns text) RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT (p_ns IS NULL OR ns = p_ns OR left(ns, length(p_ns) + 1) = p_ns || '/') AND recall_granted(ns, false)
+-- (segments joined by '/'; it and the namespaces under it; NULL: any), and covered by `reads`, the key's read
+-- grants as LIKE patterns (recall_reads(); NULL for a key without grants). The search functions run as the
+-- owner, so the grants are applied here, inside the candidate search: a search with grants still fills its page.
+DROP FUNCTION IF EXISTS recall_searchable_in(text, text);
+CREATE OR REPLACE FUNCTION recall_searchable_in(ns text, p_ns text, reads text[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (p_ns IS NULL OR ns = p_ns OR left(ns, length(p_ns) + 1) = p_ns || '/') AND (reads IS NULL OR ns LIKE ANY (reads))
+$$;
+
+-- The bound key's read grants as LIKE patterns, or NULL when it has none (it reads its whole tenant).
+CREATE OR REPLACE FUNCTION recall_reads() RETURNS text[] LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN strpos(coalesce(current_setting('app.access', true), ''), E'\n') > 0
+                THEN recall_grant_patterns(current_setting('app.access', true), false) END
 $$;
 
 -- The newest objects first, for a search whose every word is common (recall_lexical_hits): an ordered scan
@@ -1400,7 +1418,7 @@ CREATE OR REPLACE FUNCTION recall_search_hits(p_q text, p_kinds text[], p_status
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
-DECLARE t text := current_setting('app.tenant_id', true); q tsquery;
+DECLARE t text := current_setting('app.tenant_id', true); q tsquery; reads text[] := recall_reads();
 BEGIN
     IF coalesce(t, '') = '' THEN  -- no tenant bound: nothing, never everything
         RETURN;
@@ -1412,7 +1430,7 @@ BEGIN
            AND (p_status IS NULL OR s.status = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
-           AND recall_searchable_in(s.namespace, p_ns)
+           AND recall_searchable_in(s.namespace, p_ns, reads)
            AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until)
     ) h
     WHERE p_score IS NULL OR (h.score, h.created_at, h.id) < (p_score, p_at, p_id)
@@ -1465,6 +1483,7 @@ DECLARE
     exact tsquery; wq tsquery; df integer;
     exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}'; rares boolean[] := '{}';
     rare tsquery; anyq tsquery; allq tsquery; must tsquery; total float8 := 0; covered float8 := 0;
+    reads text[] := recall_reads();
 BEGIN
     IF coalesce(t, '') = '' THEN
         RETURN;
@@ -1480,7 +1499,7 @@ BEGIN
         END IF;
         SELECT count(*) INTO df FROM (SELECT 1 FROM recall_searchable s
                                        WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ wq
-                                         AND s.created_at <= p_as_of AND recall_granted(s.namespace, false)
+                                         AND s.created_at <= p_as_of AND recall_searchable_in(s.namespace, NULL, reads)
                                        LIMIT cap) x;
         total := total + ln(1 + (cap + 1.0) / (df + 1));
         CONTINUE WHEN df = 0;
@@ -1512,7 +1531,7 @@ BEGIN
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
-                     AND recall_searchable_in(x.namespace, p_ns)
+                     AND recall_searchable_in(x.namespace, p_ns, reads)
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
                   UNION ALL
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
@@ -1521,7 +1540,7 @@ BEGIN
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
-                     AND recall_searchable_in(x.namespace, p_ns)
+                     AND recall_searchable_in(x.namespace, p_ns, reads)
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
               ) m
              WHERE u.r),
@@ -1543,7 +1562,7 @@ BEGIN
                AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                AND (p_run IS NULL OR x.run_id = p_run)
-               AND recall_searchable_in(x.namespace, p_ns)
+               AND recall_searchable_in(x.namespace, p_ns, reads)
                AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
              ORDER BY x.created_at DESC LIMIT p_depth)
         SELECT f.kind, f.id, f.created_at,
@@ -1845,13 +1864,13 @@ BEGIN
                               AND ($9::timestamptz IS NULL OR s.created_at >= $9)
                               AND ($10::timestamptz IS NULL OR s.created_at < $10)
                               AND ($13::tsquery IS NULL OR s.search @@ $13)
-                              AND recall_searchable_in(s.namespace, $14))
+                              AND recall_searchable_in(s.namespace, $14, $15))
              ORDER BY %1$s LIMIT $12) h
           JOIN LATERAL (SELECT s.created_at FROM recall_searchable s
                          WHERE s.tenant_id = $2 AND s.id = h.id AND s.kind = h.kind) c ON true
          ORDER BY h.d, c.created_at DESC, h.id DESC$q$, distance, p_model)
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
-          recall_search_must(t, p_q), p_ns;
+          recall_search_must(t, p_q), p_ns, recall_reads();
 END
 $$;
 REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
