@@ -1643,6 +1643,10 @@ LANGUAGE sql STABLE AS $$
 $$;
 GRANT EXECUTE ON FUNCTION recall_vectors_available() TO recall_app;
 
+-- A memory written with `embed: false` (LangGraph's `index=False`) gets no vector: search by meaning never
+-- finds it; words still do.
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS embed boolean NOT NULL DEFAULT true;
+
 -- A write queues its object for embedding (or again, when the text a vector is made of changed).
 CREATE OR REPLACE FUNCTION recall_queue_embedding() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -1663,8 +1667,9 @@ BEGIN
         EXECUTE format('DROP TRIGGER IF EXISTS queue_embedding ON %I', k.tbl);
         EXECUTE format('DROP TRIGGER IF EXISTS queue_embedding_again ON %I', k.tbl);
         IF vectors THEN
-            EXECUTE format('CREATE TRIGGER queue_embedding AFTER INSERT ON %I FOR EACH ROW WHEN (NEW.deleted_at IS NULL)'
-                           ' EXECUTE FUNCTION recall_queue_embedding(%L)', k.tbl, k.kind);
+            EXECUTE format('CREATE TRIGGER queue_embedding AFTER INSERT ON %I FOR EACH ROW WHEN (NEW.deleted_at IS NULL%s)'
+                           ' EXECUTE FUNCTION recall_queue_embedding(%L)', k.tbl,
+                           CASE k.tbl WHEN 'memories' THEN ' AND NEW.embed' ELSE '' END, k.kind);
             IF k.col IS NOT NULL THEN  -- a thread's or worker's name and summary may change; the others' text never
                 EXECUTE format('CREATE TRIGGER queue_embedding_again AFTER UPDATE OF %1$I, summary ON %2$I FOR EACH ROW'
                                ' WHEN (NEW.deleted_at IS NULL AND (OLD.%1$I, OLD.summary) IS DISTINCT FROM (NEW.%1$I, NEW.summary))'

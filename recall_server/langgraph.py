@@ -12,7 +12,8 @@ last per (namespace, key), are applied after them):
 - PutOp       -> POST /memories: a new version of (namespace, key) supersedes the current one. Recall keeps
                  superseded versions readable by ID (GET /memories/{id}/versions); the store never returns them.
                  `ttl` (minutes) becomes the memory's ttl in whole seconds (rounded up); reads do not refresh
-                 it (`refresh_ttl` is ignored). The server embeds every memory (PutOp.index is not consulted).
+                 it (`refresh_ttl` is ignored). The server embeds it (the whole item, whatever fields `index`
+                 names) unless `index=False`: then it has no vector, and a search by meaning never finds it.
   value None  -> DELETE /memories/{id} of the current version: every version of (namespace, key) is erased
                  (LangGraph keeps no versions; recall erases them all, and a later put starts a new chain).
 - SearchOp    -> GET /memories?namespace=<prefix>, paged with cursors; `filter` string equalities are pushed down
@@ -389,7 +390,7 @@ class RecallStore(_OnClient, BaseStore):
             return None
         ttl = None if op.ttl is None else max(1, math.ceil(op.ttl * 60))
         yield lambda c: c.remember(namespace=segments, key=stored_key(op.key), kind=self.kind,
-                                   value=stored_value(op.key, dict(op.value)), ttl=ttl)
+                                   value=stored_value(op.key, dict(op.value)), ttl=ttl, embed=op.index is not False)
         return None
 
     def _search(self, op: SearchOp) -> Steps:

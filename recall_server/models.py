@@ -151,6 +151,8 @@ class CreateMemory(Request, kw_only=True):
     run_id: Label | None = None
     ttl: Annotated[int, Meta(ge=1, le=315_360_000, description="Seconds until it expires.")] | None = None
     expires_at: DateTimeText | None = None
+    embed: Annotated[bool, Meta(description="False: no vector is made of it, so search by meaning never finds it "
+                                            "(words still do).")] = True
 
 
 class Grant(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -97,6 +97,19 @@ def test_a_paraphrase_sharing_no_word_is_found_by_meaning(database_url: str, min
     assert found(mine, question)[0] == outage["id"]
 
 
+def test_a_memory_written_with_embed_false_is_found_by_words_never_by_meaning(
+    database_url: str, mine: httpx.Client
+) -> None:
+    text = "the customer prefers invoices in Portuguese"
+    kept = remember(mine, ["prefs"], "kept", text)
+    unembedded = remember(mine, ["prefs"], "unembedded", text, embed=False)
+    indexed(database_url, mine)
+    assert run_sql(database_url, "SELECT count(*) FROM embeddings WHERE object_id = $1", unembedded["id"])[0][0] == 0
+    by_meaning = found(mine, "which language should billing documents use", mode="semantic")
+    assert kept["id"] in by_meaning and unembedded["id"] not in by_meaning
+    assert unembedded["id"] in found(mine, "invoices Portuguese", mode="lexical")
+
+
 def test_lexical_mode_matches_word_forms_and_ranks_rare_words_first(mine: httpx.Client) -> None:
     g = Graph(mine)
     for i in range(30):  # "build" is in every object; "flaky" in one

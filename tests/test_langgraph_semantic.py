@@ -36,9 +36,8 @@ Dropped or changed assertions:
   items with their text in `description`, `content` or `body` are embedded and found too (upstream's "doc2
   and doc3 are among the results" holds for any ranking of six items under the default limit of 10).
 - test_vector_update_with_embedding(_async): upstream's last step (a put with `index=False` is not in the
-  top 3) moved to test_vector_update_with_embedding_index_false(_async), a strict xfail: RecallStore does
-  not consult PutOp.index, the server embeds every memory. Added: the updated item is first for its new
-  text, and once deleted it is no longer found.
+  top 3) is test_vector_update_with_embedding_index_false(_async). Added: the updated item is first for its
+  new text, and once deleted it is no longer found.
 - test_vector_search_with_filters_async: upstream runs the four searches and asserts nothing ("can be
   inconsistent in test environments", with random projections); with meaningful data it asserts what the
   sync test asserts.
@@ -276,12 +275,7 @@ def test_vector_update_with_embedding(fake_embeddings: UnusedEmbeddings) -> None
         assert [r.key for r in results_gone] == ["doc2", "doc3"]
 
 
-INDEX_FALSE_REASON = ("RecallStore does not consult PutOp.index: the server embeds every memory, so an item put "
-                      "with index=False is found by meaning like any other (here in the top 3, beside doc1, which has "
-                      "the same text)")
 
-
-@pytest.mark.xfail(strict=True, reason=INDEX_FALSE_REASON)
 def test_vector_update_with_embedding_index_false(fake_embeddings: UnusedEmbeddings) -> None:
     """The last step of upstream's test_vector_update_with_embedding, from the state it reaches there."""
     with create_vector_store(fake_embeddings) as store:
@@ -649,7 +643,6 @@ async def test_vector_update_with_embedding_async(fake_embeddings: UnusedEmbeddi
         assert [r.key for r in results_gone] == ["doc2", "doc3"]
 
 
-@pytest.mark.xfail(strict=True, reason=INDEX_FALSE_REASON)
 @pytest.mark.anyio
 async def test_vector_update_with_embedding_index_false_async(fake_embeddings: UnusedEmbeddings) -> None:
     """The last step of upstream's test_vector_update_with_embedding, from the state it reaches there."""

@@ -203,7 +203,7 @@ class Memories:
             await q.insert_memory(
                 conn, tenant, memory_id, namespace, key, pair_hash(namespace, key), req.kind, req.summary,
                 content_type, value, hashlib.sha256(value).digest(), json(req.tags).decode(), req.confirmed,
-                Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id), h, expires_at,
+                Labels(app_id=req.app_id, agent_id=req.agent_id, run_id=req.run_id), h, expires_at, req.embed,
             )
             if sources:
                 await q.insert_memory_sources(conn, tenant, memory_id, sources)

@@ -227,7 +227,7 @@ async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) ->
 async def insert_memory(
     conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes, kind: str, summary: str,
     content_type: str, value: bytes, sha: bytes, tags: str, confirmed: str, labels: Labels, req_hash: bytes,
-    expires_at: datetime | None,
+    expires_at: datetime | None, embed: bool = True,
 ) -> int:
     """Insert the pair's new current version, superseding the current one in the same statement; its version.
 
@@ -245,17 +245,17 @@ async def insert_memory(
         prev AS (SELECT * FROM old WHERE NOT gone)
         INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,
                               tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current,
-                              supersedes, expires_at)
+                              supersedes, expires_at, embed)
         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16,
                coalesce(prev.chain, $2), coalesce(prev.version, 0) + 1, true, prev.id,
                coalesce($17, clock_timestamp() + (SELECT CASE $6 WHEN 'scratchpad' THEN t.memory_scratchpad_ttl
                                                                WHEN 'state' THEN t.memory_state_ttl END
-                                                   FROM tenants t WHERE t.id = $1))
+                                                   FROM tenants t WHERE t.id = $1)), $18
           FROM (SELECT 1) one LEFT JOIN prev ON true
         RETURNING version
         """,
         tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
-        labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at,
+        labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at, embed,
     )
 
 
