@@ -363,21 +363,16 @@ GRANT SELECT, INSERT, UPDATE ON idempotency_keys TO recall_app;
 GRANT SELECT ON tenants TO recall_app;
 GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 
--- Grants (docs/tenancy.md#grants). The key check binds app.access next to app.tenant_id: the key's scope,
--- then one line per grant, `r <pattern>` or `w <pattern>` (write includes read), the pattern resolved for the
--- key's subject: a namespace, the same with a trailing `/**` (it and everything under it), or `**` (the whole
--- tenant). A key without grants binds its scope alone, and reaches its whole tenant as before.
+-- Grants (docs/tenancy.md#grants). The key check binds app.access next to app.tenant_id: the key's scope, then,
+-- for a key with grants, a line of the namespaces its grants let it read and one of those it may write, each
+-- as space-separated LIKE patterns (ids.grant_lines resolves the grants for the key's subject when the key is
+-- made: `users/u123/**` is `users/u123 users/u123/%`, `**` is `%`, a namespace's `_` escaped). A key without
+-- grants binds its scope alone, and reaches its whole tenant as before.
 --
--- The namespaces `access` grants (to read, or to write) as LIKE patterns (a namespace's `_` escaped).
+-- The patterns of what `access` lets the key read, or write: built-in functions only, so it is inlined.
 CREATE OR REPLACE FUNCTION recall_grant_patterns(access text, write boolean) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(pattern), '{}') FROM (
-        SELECT CASE WHEN p = '**' THEN ARRAY['%']
-                    WHEN right(p, 3) = '/**' THEN ARRAY[replace(left(p, -3), '_', '\_'), replace(left(p, -3), '_', '\_') || '/%']
-                    ELSE ARRAY[replace(p, '_', '\_')] END AS patterns
-          FROM (SELECT left(line, 1) AS a, substr(line, 3) AS p FROM unnest(string_to_array(access, E'\n')) AS line
-                 WHERE substr(line, 2, 1) = ' ') AS g
-         WHERE NOT write OR a = 'w') AS x, unnest(x.patterns) AS pattern
+    SELECT string_to_array(split_part(access, E'\n', CASE WHEN write THEN 3 ELSE 2 END), ' ')
 $$;
 
 -- Whether the bound key may read (or write) namespace `ns`. A key without grants (no second line) passes at

@@ -46,15 +46,27 @@ GRANT_PATTERN = rf"^(?:\*\*|{_GRANT_SEGMENT}(?:/{_GRANT_SEGMENT}){{0,7}}(?:/\*\*
 
 def grant_lines(grants: list[tuple[str, str]], subject: str | None) -> str:
     """(pattern, access) grants as the key check binds them after the key's scope (schema.sql's
-    recall_grants_cover): a line `r <pattern>` or `w <pattern>` each, placeholders replaced by the subject's
-    kind and ID; '' for none. ValueError for a placeholder in the grants of a key without a subject."""
+    recall_grant_patterns): a line of the namespaces they let the key read, one of those it may write, each
+    as space-separated LIKE patterns, placeholders replaced by the subject's kind and ID; '' for no grants.
+    ValueError for a placeholder in the grants of a key without a subject."""
     kind, _, subject_id = (subject or "").partition(":")
-    lines = []
+    reads: list[str] = []
+    writes: list[str] = []
     for pattern, access in grants:
         if "{" in pattern and not subject:
             raise ValueError(f"The grant {pattern!r} names the subject, and the key has none.")
-        lines.append(f"{access[0]} {pattern.replace('{subject_id}', subject_id).replace('{subject_kind}', kind)}")
-    return "".join("\n" + line for line in lines)
+        resolved = pattern.replace("{subject_id}", subject_id).replace("{subject_kind}", kind)
+        if resolved == "**":
+            like = ["%"]
+        elif resolved.endswith("/**"):
+            base = resolved[:-3].replace("_", "\\_")
+            like = [base, base + "/%"]
+        else:
+            like = [resolved.replace("_", "\\_")]
+        reads += like
+        if access == "write":
+            writes += like
+    return f"\n{' '.join(reads)}\n{' '.join(writes)}" if grants else ""
 
 
 # ---- webhook endpoints: hk_<32 URL-safe characters: 192 random bits> ------------------------------------

@@ -21,6 +21,7 @@ from test_mcp import view
 from test_trace import settled
 from langgraph.graph import END, START, StateGraph
 
+from recall_server import ids
 from recall_server.db import tenancy
 from recall_server.db.pool import as_app_role
 from recall_server.db.queries import events as event_queries
@@ -146,8 +147,9 @@ def test_another_subjects_thread_is_refused_before_any_of_its_events_are_read(
             await conn.close()
         return loops(json.loads(plan)[0]["Plan"], "thread_events")
 
-    assert asyncio.run(events_read(f"write\nw users/{two}/**\nr teams/payments/**")) == [0]
-    assert asyncio.run(events_read(f"write\nw users/{one}/**")) == [1]
+    theirs = "write" + ids.grant_lines([(f"users/{two}/**", "write"), ("teams/payments/**", "read")], None)
+    assert asyncio.run(events_read(theirs)) == [0]
+    assert asyncio.run(events_read("write" + ids.grant_lines([(f"users/{one}/**", "write")], None))) == [1]
 
 
 def test_a_read_grant_cannot_write(tenant: dict[str, str], issue, as_key) -> None:
