@@ -572,6 +572,11 @@ class _Operations:
         params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
         return self._run(_Call("GET", ("checkpoints", "tuple"), CheckpointTupleView, params))
 
+    def checkpoint_value(self, thread_id: str, checkpoint_ns: str, channel: str, version: str) -> bytes:
+        """A channel value too large to inline in a tuple (ChannelValue.href): its serialised bytes."""
+        params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, channel=channel, version=version)
+        return self._run(_Call("GET", ("checkpoints", "value"), bytes, params))
+
     def list_checkpoints(self, *, thread_id: str | None = None, checkpoint_ns: str | None = None,
                          before: str | None = None, metadata_contains: dict[str, Any] | str | None = None,
                          cursor: str | None = None, limit: int | None = None) -> CheckpointPage:

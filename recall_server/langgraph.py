@@ -623,10 +623,18 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
 
     # ---- sync ---------------------------------------------------------------------------------------
 
+    def _filled(self, view: CheckpointTupleView) -> CheckpointTupleView:
+        """The view with each value too large to come inline (ChannelValue.href) read from its link."""
+        for value in view.channel_values:
+            if value.data is None:
+                value.data = self.client.checkpoint_value(view.thread_id, view.checkpoint_ns, value.channel,
+                                                          value.version)
+        return view
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, checkpoint_ns, checkpoint_id = _thread(config)
         try:
-            return self._tuple(self.client.checkpoint_tuple(thread_id, checkpoint_ns, checkpoint_id))
+            return self._tuple(self._filled(self.client.checkpoint_tuple(thread_id, checkpoint_ns, checkpoint_id)))
         except (NotFound, Gone):
             return None
 
@@ -641,7 +649,7 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
                 return
             for view in page.data:
                 if only is None or view.checkpoint_id == only:
-                    yield self._tuple(view)
+                    yield self._tuple(self._filled(view))
                     left = None if left is None else left - 1
                     if left == 0:
                         return
@@ -680,10 +688,18 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
 
     # ---- async --------------------------------------------------------------------------------------
 
+    async def _afilled(self, view: CheckpointTupleView) -> CheckpointTupleView:
+        for value in view.channel_values:
+            if value.data is None:
+                value.data = await self.aclient.checkpoint_value(view.thread_id, view.checkpoint_ns, value.channel,
+                                                                 value.version)
+        return view
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, checkpoint_ns, checkpoint_id = _thread(config)
         try:
-            return self._tuple(await self.aclient.checkpoint_tuple(thread_id, checkpoint_ns, checkpoint_id))
+            return self._tuple(await self._afilled(await self.aclient.checkpoint_tuple(thread_id, checkpoint_ns,
+                                                                                        checkpoint_id)))
         except (NotFound, Gone):
             return None
 
@@ -698,7 +714,7 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
                 return
             for view in page.data:
                 if only is None or view.checkpoint_id == only:
-                    yield self._tuple(view)
+                    yield self._tuple(await self._afilled(view))
                     left = None if left is None else left - 1
                     if left == 0:
                         return

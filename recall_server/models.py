@@ -698,10 +698,15 @@ class CheckpointRef(Struct):
     checkpoint_id: str
 
 
-class ChannelValue(Struct):
+class ChannelValue(Struct, omit_defaults=True):
+    """A channel's value in a checkpoint: its bytes inline, or (above 64 KiB) `href` to read them from."""
+
     channel: str
     type: str
-    data: bytes
+    data: bytes | None
+    size: int = 0
+    version: str = ""
+    href: str | None = None
 
 
 class PendingWrite(Struct):

@@ -426,3 +426,47 @@ def test_a_recall_thread_shows_the_langgraph_run_kept_under_its_id(saver: Recall
         assert c.get(view["links"]["checkpoints"]).status_code == 200
         saver.delete_thread(thread)
         assert "checkpoints" not in c.get(f"/threads/{thread}").json()
+
+
+# ---- large values ---------------------------------------------------------------------------------------
+
+
+def test_a_channel_value_above_64_kib_is_read_from_its_link_with_etag_and_range(
+    saver: RecallSaver, base_url: str, tenant_key: tuple[str, str]
+) -> None:
+    """A tuple stays small: a 1 MB value comes as its size and a link, served like a payload, and the saver
+    reads it from there; a small one stays inline."""
+    thread = fresh()
+    big, small = "x" * 1_000_000, "fits"
+    stored = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+                       checkpoint(big=big, small=small), {}, {"big": 1, "small": 1})
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {tenant_key[1]}"}) as c:
+        tuple_ = c.get("/checkpoints/tuple", params={"thread_id": thread})
+        assert tuple_.status_code == 200 and len(tuple_.content) < 10_000
+        values = {v["channel"]: v for v in tuple_.json()["channel_values"]}
+        assert values["small"]["data"] is not None and "href" not in values["small"]
+        assert values["big"]["data"] is None and values["big"]["size"] > 1_000_000
+        whole = c.get(values["big"]["href"])
+        assert whole.status_code == 200 and len(whole.content) == values["big"]["size"]
+        assert c.get(values["big"]["href"], headers={"If-None-Match": whole.headers["etag"]}).status_code == 304
+        part = c.get(values["big"]["href"], headers={"Range": "bytes=0-9"})
+        assert part.status_code == 206 and part.content == whole.content[:10]
+        assert_problem(c.get("/checkpoints/value", params={"thread_id": thread, "channel": "big", "version": "9"}),
+                       404, "big")
+    got = saver.get_tuple(stored)
+    assert got is not None and got.checkpoint["channel_values"] == {"big": big, "small": small}
+    assert [t.checkpoint["channel_values"]["big"] for t in saver.list({"configurable": {"thread_id": thread}})] == [big]
+
+
+async def test_the_async_saver_reads_a_large_value_from_its_link(base_url: str, api_key: str) -> None:
+    saver = RecallSaver(base_url, api_key)
+    try:
+        thread = fresh()
+        stored = await saver.aput({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+                                  checkpoint(big="y" * 300_000), {}, {"big": 1})
+        got = await saver.aget_tuple(stored)
+        assert got is not None and got.checkpoint["channel_values"] == {"big": "y" * 300_000}
+        listed = [t async for t in saver.alist({"configurable": {"thread_id": thread}})]
+        assert [t.checkpoint["channel_values"]["big"] for t in listed] == ["y" * 300_000]
+    finally:
+        await saver.aclose()

@@ -18,13 +18,15 @@ from recall_server.models import (
     PutCheckpoint,
     PutWrites,
 )
-from recall_server.routes import Caller, Cursor, Limit, paged, problems, sent
+from recall_server.routes import Caller, Cursor, Limit, paged, problems, sent, serve_content
 
 _ONE_LINE = r"^[^\x00-\x1f\x7f]+\Z"
 ThreadParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_ONE_LINE,
                                        description="A LangGraph thread_id.")]
 NsParam = Annotated[str, Parameter(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*\Z",
                                    description="A LangGraph checkpoint_ns ('' for the root graph).")]
+ChannelParam = Annotated[str, Parameter(min_length=1, max_length=256, description="A channel's name.")]
+VersionParam = Annotated[str, Parameter(min_length=1, max_length=128, description="A channel version.")]
 IdParam = Annotated[str | None, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+\Z",
                                           description="A checkpoint ID.")]
 
@@ -47,6 +49,14 @@ async def get_checkpoint_tuple(request: Caller, thread_id: ThreadParam, checkpoi
                                checkpoint_id: IdParam = None) -> CheckpointTupleView:
     """A checkpoint with its channel values and pending writes (the newest of the namespace without an ID)."""
     return await request.service.checkpoints.get_tuple(request.cred, thread_id, checkpoint_ns, checkpoint_id)
+
+
+@get("/checkpoints/value", responses=problems(400, 401, 404, 410, 416, 503), operation_id="GetCheckpointValue")
+async def get_checkpoint_value(request: Caller, thread_id: ThreadParam, channel: ChannelParam, version: VersionParam,
+                               checkpoint_ns: NsParam = "") -> Response[bytes]:
+    """A channel value too large to inline in a tuple (its `href`): the serialised bytes, with ETag and Range."""
+    return serve_content(request, await request.service.checkpoints.get_value(
+        request.cred, thread_id, checkpoint_ns, channel, version))
 
 
 @get("/checkpoints", responses=problems(400, 401, 410, 503), operation_id="ListCheckpoints")
@@ -94,5 +104,5 @@ async def prune_checkpoints(data: JSONBody[PruneCheckpoints], request: Caller) -
     return await request.service.checkpoints.prune(request.cred, data)
 
 
-ROUTES: list[Any] = [put_checkpoint, put_checkpoint_writes, get_checkpoint_tuple, list_checkpoints,
+ROUTES: list[Any] = [put_checkpoint, put_checkpoint_writes, get_checkpoint_tuple, get_checkpoint_value, list_checkpoints,
                      delete_checkpoint_thread, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints]

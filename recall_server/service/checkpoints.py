@@ -15,6 +15,7 @@ make its state) and its metadata (list filters). What is particular here:
 from __future__ import annotations
 
 import hashlib
+from urllib.parse import urlencode
 
 import asyncpg
 import msgspec
@@ -40,7 +41,7 @@ from recall_server.models import (
     PutWrites,
     WriteItem,
 )
-from recall_server.rows import Outcome
+from recall_server.rows import Content, Outcome
 
 _metadata = msgspec.json.Decoder(dict)
 _json = msgspec.json.Encoder()
@@ -73,11 +74,20 @@ def _tuple(row: asyncpg.Record) -> CheckpointTupleView:
         thread_id=row["thread_id"], checkpoint_ns=row["checkpoint_ns"], checkpoint_id=row["checkpoint_id"],
         parent_checkpoint_id=row["parent_id"], type=row["type"], checkpoint=row["checkpoint"],
         metadata=_metadata.decode(row["metadata"]),
-        channel_values=[ChannelValue(channel=b[0], type=b[1], data=b[2]) for b in row["blobs"]],
+        channel_values=[ChannelValue(channel=b[0], type=b[1], data=b[2], size=b[3], version=b[4],
+                                     href=None if b[2] is not None else _value_href(row, b[0], b[4]))
+                        for b in row["blobs"]],
         pending_writes=[PendingWrite(task_id=w[0], channel=w[1], type=w[2], data=w[3], task_path=w[4], idx=w[5])
                         for w in row["writes"]],
         created_at=row["created_at"],
     )
+
+
+def _value_href(row: asyncpg.Record, channel: str, version: str) -> str:
+    """Where a channel value too large to inline is read (GET /checkpoints/value)."""
+    query = urlencode({"thread_id": row["thread_id"], "checkpoint_ns": row["checkpoint_ns"], "channel": channel,
+                       "version": version})
+    return f"/checkpoints/value?{query}"
 
 
 def _once_per_idx(writes: list[WriteItem]) -> list[WriteItem]:
@@ -111,6 +121,18 @@ class Checkpoints:
             raise NotFound(f"The LangGraph thread {thread_id!r} has no {which} in namespace {checkpoint_ns!r}.",
                            thread_id=thread_id, checkpoint_ns=checkpoint_ns)
         return _tuple(row)
+
+    async def get_value(self, cred: Credential, thread_id: str, checkpoint_ns: str, channel: str,
+                        version: str) -> Content:
+        """A channel value's bytes, served as content (ETag, Range): 404 if none, 410 if the thread was erased."""
+        async with self.db.connection() as conn:
+            state, data, sha = await q.fetch_channel_value(conn, cred, thread_id, checkpoint_ns, channel, version)
+        if state is State.GONE:
+            raise _gone(thread_id)
+        if data is None:
+            raise NotFound(f"The LangGraph thread {thread_id!r} has no value of channel {channel!r} at version "
+                           f"{version!r} in namespace {checkpoint_ns!r}.", thread_id=thread_id, channel=channel)
+        return Content(content_type="application/octet-stream", data=data, sha256=sha, gone=False)
 
     async def list(self, cred: Credential, thread_id: str | None, checkpoint_ns: str | None, before: str | None,
                    metadata_contains: str | None, cursor: str | None, limit: int) -> CheckpointPage:

@@ -13,12 +13,19 @@ from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.errors import Forbidden
 from recall_server.ids import State
 
-# The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names,
-# and the pending writes of the step after it (in LangGraph's writes_sort_key order: task_path, task_id, idx).
-_TUPLE_COLUMNS = """
+# A channel value larger than this is not inlined in a tuple: it is read from its own link
+# (GET /checkpoints/value, with ETag and Range), as a payload is.
+VALUE_INLINE_MAX = 65536
+
+# The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names (the
+# bytes of those up to VALUE_INLINE_MAX; the size and version of every one), and the pending writes of the step
+# after it (in LangGraph's writes_sort_key order: task_path, task_id, idx).
+_TUPLE_COLUMNS = f"""
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.checkpoint, c.metadata::text AS metadata,
     c.created_at,
-    ARRAY(SELECT ROW(b.channel, b.type, b.blob) FROM jsonb_each_text(c.channel_versions) v
+    ARRAY(SELECT ROW(b.channel, b.type, CASE WHEN octet_length(b.blob) <= {VALUE_INLINE_MAX} THEN b.blob END,
+                     octet_length(b.blob), b.version)
+            FROM jsonb_each_text(c.channel_versions) v
             JOIN checkpoint_blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id
                  AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value
            ORDER BY b.channel) AS blobs,
@@ -64,6 +71,24 @@ _LIST_GONE = keyed("""
     SELECT true AS gone FROM checkpoint_threads t
      WHERE t.tenant_id = auth.tenant AND t.thread_id = $3 AND t.deleted_at IS NOT NULL
 """)
+
+
+# One channel value of a thread's namespace, by version, and whether the thread is erased.
+_VALUE = keyed("""
+    SELECT t.deleted_at IS NOT NULL AS gone, b.blob, sha256(b.blob) AS sha256 FROM checkpoint_threads t
+      LEFT JOIN checkpoint_blobs b ON b.tenant_id = t.tenant_id AND b.thread_id = t.thread_id
+                                  AND b.checkpoint_ns = $4 AND b.channel = $5 AND b.version = $6
+     WHERE t.tenant_id = auth.tenant AND t.thread_id = $3
+""")
+
+
+async def fetch_channel_value(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, channel: str,
+                              version: str) -> tuple[State, bytes | None, bytes]:
+    """The thread's state, and the channel value's bytes (None when there is no such value) and SHA-256."""
+    _, row = await tenancy.fetch(conn, cred, _VALUE, thread_id, checkpoint_ns, channel, version)
+    if row is None:
+        return State.MISSING, None, b""
+    return State.of(row["gone"]), row["blob"], row["sha256"] or b""
 
 
 async def list_checkpoints(conn: Conn, cred: Credential, thread_id: str | None, checkpoint_ns: str | None,
