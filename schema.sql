@@ -24,6 +24,8 @@
 --                per-tenant retention the sweep applies (recall_checkpoint_retention)
 --   version 8    grants: a key's subject and grants (api_keys), every object's namespace (threads,
 --                workers, triggers, reports), the policies and searches that apply them
+--   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
+--                message_retractions (appended, never rewriting the log)
 
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
@@ -2100,3 +2102,51 @@ GRANT EXECUTE ON FUNCTION recall_checkpoint_retention(integer) TO recall_app;
 -- Version 8: grants. Its columns, policies and search filters are in the sections they belong to (api_keys,
 -- the namespace of threads, workers, triggers and reports, isolation, search).
 INSERT INTO schema_migrations (version) VALUES (8) ON CONFLICT DO NOTHING;
+-- ---- messages ---------------------------------------------------------------------------------
+-- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type
+-- 'message', its summary a one-line preview, its seq taken like every event's under the thread's row lock)
+-- and a row here with what the log's one line cannot hold: the role, the tool call it answers, the
+-- message's own time, flat string metadata and the content, stored as the exact bytes served (UTF-8 text,
+-- or the JSON of its parts). STORAGE EXTERNAL, as for payloads: a preview reads the first chunk only.
+-- Keyed by the event, and gone with it: erasing the thread deletes its log, which deletes these.
+CREATE TABLE IF NOT EXISTS thread_messages (
+    tenant_id      text NOT NULL,
+    thread_id      text NOT NULL,
+    seq            bigint NOT NULL,
+    role           text NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+    name           text CHECK (char_length(name) BETWEEN 1 AND 64),
+    tool_call_id   text CHECK (char_length(tool_call_id) BETWEEN 1 AND 256),
+    at             timestamptz NOT NULL,
+    content_type   text NOT NULL CHECK (content_type IN ('text/plain', 'application/json')),
+    content        bytea NOT NULL,
+    content_sha256 bytea NOT NULL CHECK (octet_length(content_sha256) = 32),
+    metadata       jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
+    PRIMARY KEY (tenant_id, thread_id, seq),
+    FOREIGN KEY (tenant_id, thread_id, seq) REFERENCES thread_events (tenant_id, thread_id, seq) ON DELETE CASCADE
+);
+ALTER TABLE thread_messages ALTER COLUMN content SET STORAGE EXTERNAL;
+
+-- A retraction takes messages out of a conversation without rewriting the log: an event of its own (type
+-- 'messages_retracted') and a row here per retracted range of seqs. Replays skip a message inside a range
+-- unless asked to show it. A range, so clearing a long conversation is one row.
+CREATE TABLE IF NOT EXISTS message_retractions (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    by_seq    bigint NOT NULL,  -- the retraction's own event
+    from_seq  bigint NOT NULL CHECK (from_seq >= 1),
+    to_seq    bigint NOT NULL CHECK (to_seq >= from_seq),
+    PRIMARY KEY (tenant_id, thread_id, by_seq, from_seq),
+    FOREIGN KEY (tenant_id, thread_id, by_seq) REFERENCES thread_events (tenant_id, thread_id, seq) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS message_retractions_by_range ON message_retractions (tenant_id, thread_id, to_seq, from_seq);
+
+GRANT SELECT, INSERT ON thread_messages, message_retractions TO recall_app;
+GRANT DELETE ON thread_messages, message_retractions TO recall_app;  -- deleting a thread deletes its log
+SELECT recall_isolate(t) FROM unnest(ARRAY['thread_messages', 'message_retractions']) AS t;
+
+-- Whether a thread's message `seq` is retracted: one index probe on the thread's (few) retraction ranges.
+CREATE OR REPLACE FUNCTION recall_message_retracted(t text, thr text, s bigint) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT EXISTS (SELECT 1 FROM message_retractions r
+                    WHERE r.tenant_id = t AND r.thread_id = thr AND r.to_seq >= s AND r.from_seq <= s)
+$$;
