@@ -3,6 +3,7 @@ appending (never by rewriting the log), and their content served and grepped lik
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import anyio
@@ -189,8 +190,9 @@ def _row(i: int, m: NewMessage) -> q.NewMessageRow:
 
 def _message(thread_id: str, m: q.MessageRow) -> Message:
     """A message on the wire: its content inline (text, or its JSON as stored), or a pointer to it."""
-    if m.text is not None:
-        content: Any = m.text if m.content_type == _TEXT else msgspec.Raw(m.text.encode())
+    if m.text is not None or m.raw is not None:
+        text = m.text if m.text is not None else base64.b64decode(m.raw or "").decode()
+        content: Any = text if m.content_type == _TEXT else msgspec.Raw(text.encode())
         spilled = None
     else:
         content = None

@@ -41,6 +41,7 @@ class MessageRow(msgspec.Struct):
     name: str | None = None
     tool_call_id: str | None = None
     text: str | None = None
+    raw: str | None = None  # base64 of inline content holding a NUL
     preview: str | None = None
     retracted: bool = False
 
@@ -80,11 +81,15 @@ async def append_messages(conn: Conn, tenant: str, thread_id: str, rows: list[Ne
 
 
 # How a message renders: content inline up to $inline bytes (stored as UTF-8 the server encoded itself, so
-# convert_from cannot fail), else a preview cut at a character boundary (recall_search_text).
+# convert_from cannot fail; text holding a NUL, which PostgreSQL text cannot, comes as base64), else a preview
+# cut at a character boundary (recall_search_text).
 _RENDER = """json_build_object(
     'seq', m.seq, 'role', m.role, 'name', m.name, 'tool_call_id', m.tool_call_id, 'at', m.at,
     'content_type', m.content_type, 'bytes', octet_length(m.content), 'metadata', m.metadata,
-    'text', CASE WHEN octet_length(m.content) <= {inline} THEN convert_from(m.content, 'UTF8') END,
+    'text', CASE WHEN octet_length(m.content) <= {inline} AND position('\\x00'::bytea IN m.content) = 0
+                 THEN convert_from(m.content, 'UTF8') END,
+    'raw', CASE WHEN octet_length(m.content) <= {inline} AND position('\\x00'::bytea IN m.content) > 0
+                THEN encode(m.content, 'base64') END,
     'preview', CASE WHEN octet_length(m.content) > {inline} THEN recall_search_text(m.content_type, m.content, {preview}) END,
     'retracted', recall_message_retracted(m.tenant_id, m.thread_id, m.seq))"""
 
