@@ -197,6 +197,9 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     _lens_links(ops)
 
     schemas["Spilled"]["minProperties"] = 1
+    # Exactly one of seqs, newest and through (a null one counts as absent; the server answers 422 otherwise).
+    schemas["RetractMessages"]["minProperties"] = 1
+    schemas["RetractMessages"]["oneOf"] = [{"required": [f]} for f in ("seqs", "newest", "through")]
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
     for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport", "CreateMemory"):
         schemas[name]["not"] = {"description": "ttl and expires_at together", "required": ["ttl", "expires_at"],
