@@ -129,7 +129,7 @@ class RecallSession(SessionABC):
             return
 
     async def close(self) -> None:
-        """Close the client, if this session made it."""
+        """Close the client, if it was made here (not passed in)."""
         if self._own_client:
             await self.client.aclose()
 
