@@ -74,12 +74,15 @@ class Messages:
         wait on its row lock)."""
         await self.views.authenticated_miss(cred, "thread", thread_id)
         rows = [_row(i, m) for i, m in enumerate(req.messages)]
+        if idempotency_key is None:  # the plain case: one statement; a thread missing or gone is answered below
+            async with self.db.connection() as conn:
+                written = await q.append_messages_keyed(conn, cred, thread_id, rows)
+            if written:
+                return _appended(thread_id, written)
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             await self.writes.locked_thread(conn, tenant, thread_id)
-            written = await q.append_messages(conn, tenant, thread_id, rows)
-            body = AppendedMessages(thread_id=thread_id, messages=[MessageSeq(seq=s, at=a) for s, a in written])
-            return Outcome(status=201, body=json(body), object_id=thread_id)
+            return _appended(thread_id, await q.append_messages(conn, tenant, thread_id, rows))
 
         path = f"/threads/{thread_id}/messages"
         return await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
@@ -172,6 +175,11 @@ class Messages:
         return GrepResult(id=thread_id, content_type=content.content_type, bytes=len(data), scanned=result.scanned,
                           matches=result.matches, truncated=result.truncated,
                           href=f"/threads/{thread_id}/messages/{seq}/content")
+
+
+def _appended(thread_id: str, written: list[tuple[Any, Any]]) -> Outcome:
+    body = AppendedMessages(thread_id=thread_id, messages=[MessageSeq(seq=s, at=a) for s, a in written])
+    return Outcome(status=201, body=json(body), object_id=thread_id)
 
 
 def _row(i: int, m: NewMessage) -> q.NewMessageRow:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
+import asyncpg
 import msgspec
 
 from recall_server.auth import Credential
@@ -78,6 +79,43 @@ async def append_messages(conn: Conn, tenant: str, thread_id: str, rows: list[Ne
         [r.content_type for r in rows], [r.content for r in rows], [r.metadata for r in rows],
     )
     return [(r[0], r[1]) for r in found]
+
+
+# The same append as one statement behind the key check (tenancy.keyed_write): the plain append, without an
+# Idempotency-Key, in one round trip instead of a transaction's five. recall_append_events skips a thread that
+# is missing or gone, so then nothing is written and the caller answers on the transaction path.
+_APPEND_KEYED = tenancy.keyed_write("""
+    ev AS (
+      SELECT e.event_n, e.event_seq, e.event_at
+        FROM gate, recall_append_events(gate.tenant, 'message', $4::text[], $5::text[], $6::text[],
+                                        $7::timestamptz[], false) e),
+    m AS (
+      INSERT INTO thread_messages (tenant_id, thread_id, seq, role, name, tool_call_id, at, content_type, content,
+                                   content_sha256, metadata)
+      SELECT gate.tenant, $3, ev.event_seq, u.role, u.name, u.call, coalesce(u.at, ev.event_at), u.ct, u.content,
+             sha256(u.content), u.meta::jsonb
+        FROM gate, ev JOIN unnest($8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::text[], $13::bytea[],
+                                  $14::text[]) WITH ORDINALITY u(role, name, call, at, ct, content, meta, n)
+          ON u.n = ev.event_n
+      RETURNING seq, at),
+    done AS (SELECT seq, at FROM m)
+""", "write")
+
+
+async def append_messages_keyed(conn: Conn, cred: Credential, thread_id: str, rows: list[NewMessageRow]
+                                ) -> list[tuple[int, datetime]]:
+    """append_messages in one statement with the key check: each message's (seq, at), in order; none when the
+    thread is missing or gone, or the statement lost a deadlock (it is undone) (401 and 403 are raised)."""
+    n = len(rows)
+    try:
+        _, found = await tenancy.write_many(
+            conn, cred, "write", _APPEND_KEYED, thread_id, [thread_id] * n, [r.summary for r in rows], [None] * n,
+            [None] * n, [r.role for r in rows], [r.name for r in rows], [r.tool_call_id for r in rows],
+            [r.at for r in rows], [r.content_type for r in rows], [r.content for r in rows],
+            [r.metadata for r in rows])
+    except asyncpg.DeadlockDetectedError:
+        return []
+    return sorted((r["seq"], r["at"]) for r in found)
 
 
 # How a message renders: content inline up to $inline bytes (stored as UTF-8 the server encoded itself, so
