@@ -545,15 +545,16 @@ class ReadPage(Struct):
 class SearchHit(Struct, omit_defaults=True):
     """An object whose text matches the query: an ID to hop from."""
 
-    id: AnyId
-    type: Literal["trigger", "thread", "worker", "report", "memory"]
+    id: AnyId  # a message's: its thread's ID (with `seq`)
+    type: Literal["trigger", "thread", "worker", "report", "memory", "message"]
     summary: str
-    href: str
+    href: str  # a message's: its content
     # exact: ts_rank; lexical: rare-term-weighted match; semantic: cosine similarity; hybrid: reciprocal
     # rank fusion. Rounded; ties are broken by recency, then ID.
     score: float
     snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
-    thread_id: ThreadId | None = None  # a trigger's or report's thread: the next hop (omitted for the other kinds)
+    thread_id: ThreadId | None = None  # a trigger's, report's or message's thread: the next hop (omitted for the others)
+    seq: int | None = None  # a message's seq in its thread's log
     explain: SearchExplain | None = None  # with explain=true (ranked modes): which arm found it, and where
 
 

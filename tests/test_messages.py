@@ -5,6 +5,8 @@ the log, and deletion covering the messages; against a real server process."""
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -270,3 +272,53 @@ def test_another_tenants_key_sees_no_messages(base_url: str, database_url: str, 
     key = create_key(database_url, uid("tn").lower().replace("_", "-"), "write")
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as other:
         assert_problem(other.get(path.format(t=thread)), 404)
+
+
+# ---- search ------------------------------------------------------------------------------------------------
+
+def indexed(sql: Any, thread: str, timeout: float = 60) -> None:
+    """Until the indexer has embedded the thread's queued messages."""
+    deadline = time.monotonic() + timeout
+    while sql("SELECT 1 FROM embedding_queue WHERE kind = 'message' AND left(object_id, length($1) + 1) = $1 || '/'"
+              " LIMIT 1", thread):
+        assert time.monotonic() < deadline, "the indexer did not drain the queue"
+        time.sleep(0.1)
+
+
+def test_search_finds_message_content_in_every_mode_and_hops_to_it(client: httpx.Client, graph: Graph,
+                                                                   sql: Any) -> None:
+    thread = graph.thread()["id"]
+    word = f"zork{uuid.uuid4().hex[:8]}"
+    say(client, thread, {"role": "user", "content": "hello there"},
+        {"role": "tool", "name": "ci_log", "content": f"step 3 FAILED: {word} exceeded its 30s budget"})
+    indexed(sql, thread)
+    assert sql("SELECT count(*) FROM embeddings WHERE object_id = $1", f"{thread}/2")[0][0] == 1
+    for mode in ("exact", "lexical", "hybrid"):
+        page = client.get("/search", params={"q": word, "mode": mode}).json()
+        hits = [h for h in page["data"] if h["type"] == "message"]
+        found = [(h["id"], h["seq"], h["thread_id"]) for h in hits]
+        # hybrid adds what is near in meaning (other messages), after the one holding the word
+        assert (found if mode != "hybrid" else found[:1]) == [(thread, 2, thread)], (mode, page)
+        assert f"**{word}**" in hits[0]["snippet"] and hits[0]["summary"].startswith("tool ci_log: step 3 FAILED")
+        assert word in client.get(hits[0]["href"]).text
+    semantic = client.get("/search", params={"q": f"step 3 FAILED: {word} exceeded its 30s budget",
+                                             "mode": "semantic", "type": "message", "limit": 100}).json()
+    assert (thread, 2) in [(h["id"], h["seq"]) for h in semantic["data"]]
+    only = client.get("/search", params={"q": word, "type": "thread", "mode": "exact"}).json()
+    assert only["data"] == []
+
+
+def test_retracted_and_erased_messages_leave_search(client: httpx.Client, graph: Graph, sql: Any,
+                                                    database_url: str) -> None:
+    thread = graph.thread()["id"]
+    word = f"quux{uuid.uuid4().hex[:8]}"
+    say(client, thread, {"role": "user", "content": f"first {word}"}, {"role": "user", "content": f"second {word}"})
+    indexed(sql, thread)
+    found = lambda: sorted(h["seq"] for h in client.get("/search", params={"q": word, "mode": "exact"}).json()["data"])  # noqa: E731
+    assert found() == [1, 2]
+    client.post(f"/threads/{thread}/messages/retractions", json={"seqs": [2]})
+    assert found() == [1]
+    assert client.delete(f"/threads/{thread}").status_code == 204
+    assert found() == []
+    assert sql("SELECT count(*) FROM embeddings WHERE left(object_id, length($1) + 1) = $1 || '/'", thread)[0][0] == 0
+    assert "erased (no content found)" in cli(database_url, "verify-erasure", thread, "--tenant", "default")

@@ -12,7 +12,7 @@ from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
 from recall_server.routes.memories import NAMESPACE
 
-Kind = Literal["trigger", "thread", "worker", "report", "memory"]
+Kind = Literal["trigger", "thread", "worker", "report", "memory", "message"]
 Mode = Literal["hybrid", "lexical", "semantic", "exact"]
 SearchLimit = Annotated[int, Parameter(ge=1, le=100, description="Page size (each hit carries a snippet).")]
 Moment = Annotated[str | None, Parameter(max_length=64, description="RFC 3339 date-time with an offset (created_at bound).")]

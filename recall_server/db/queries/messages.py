@@ -259,13 +259,15 @@ async def fetch_message_content(conn: Conn, cred: Credential, thread_id: str, se
 
 async def message_findings(conn: Conn, tenant: str, thread_id: str) -> list[str]:
     """Where messages of an erased thread could still be read (verify-erasure): its message rows and
-    retraction rows, which erasing its log deletes."""
+    retraction rows, which erasing its log deletes, and the messages' vectors."""
     rows = await conn.fetch(
         """
         SELECT 'thread_messages: message seq ' || seq || ' of the thread' FROM thread_messages
          WHERE tenant_id = $1 AND thread_id = $2
         UNION ALL SELECT 'message_retractions: retraction seq ' || by_seq || ' of the thread' FROM message_retractions
          WHERE tenant_id = $1 AND thread_id = $2
+        UNION ALL SELECT 'embeddings: a vector of message ' || object_id FROM embeddings
+         WHERE tenant_id = $1 AND kind = 'message' AND left(object_id, length($2) + 1) = $2 || '/'
         ORDER BY 1
         """,
         tenant, thread_id,
