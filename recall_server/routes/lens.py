@@ -47,8 +47,8 @@ async def search(
     cursor: Cursor = None,
     limit: SearchLimit = 20,
 ) -> Response[SearchPage]:
-    """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
-    labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
+    """Live objects (a memory: its current version) and messages whose title, summary, name, source, key,
+    namespace, labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
     return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
                                                             until, cursor, limit, namespace))
 
