@@ -208,7 +208,7 @@ def _register(server: RecallMCP) -> None:
                                 description="hybrid (default): words and meaning; lexical: words and their forms; "
                                             "semantic: meaning only; exact: every object with all the words.")] = None,
                             type: Annotated[list[str] | str | None, Field(
-                                description="Only these kinds: trigger, thread, worker, report, memory.")] = None,
+                                description="Only these kinds: trigger, thread, worker, report, memory, message.")] = None,
                             status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
                             since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
                             until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
@@ -219,7 +219,8 @@ def _register(server: RecallMCP) -> None:
             page = await client().search(query, mode=mode, type=type, status=status, since=since, until=until,
                                          cursor=cursor, limit=limit or 10)
             hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
-                     **({"thread_id": h.thread_id} if h.thread_id else {})} for h in page.data]
+                     **({"thread_id": h.thread_id} if h.thread_id else {}),
+                     **({"seq": h.seq} if h.seq is not None else {})} for h in page.data]
             return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
                     **({"note": page.note} if page.note else {})}
 
