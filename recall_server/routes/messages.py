@@ -35,7 +35,7 @@ async def list_messages(
     cursor: Cursor = None, limit: Limit = 50,
 ) -> Response[MessagePage]:
     """The thread's messages in seq order, each exactly once; content inline up to 8 KiB, else spilled."""
-    return paged(request, await request.service.messages.list(
+    return paged(request, await request.service.messages.replay(
         request.cred, thread_id, cursor, limit, role, since, until, include_retracted, order))
 
 

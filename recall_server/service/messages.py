@@ -43,7 +43,7 @@ def preview(message: NewMessage) -> str:
     """The one line a message's event shows in the log and the thread's view: its role (and name) and the
     start of its text; for JSON content, the text of its parts, or the JSON itself."""
     who = message.role if message.name is None else f"{message.role} {message.name}"
-    return one_line(f"{who}: {_text_of(message.content)}", 200)
+    return one_line(f"{who}: {_text_of(message.content)[:1000]}", 200)  # a 1 MB tool result: its start only
 
 
 def _text_of(content: Any) -> str:
@@ -87,7 +87,7 @@ class Messages:
         path = f"/threads/{thread_id}/messages"
         return await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
 
-    async def list(self, cred: Credential, thread_id: str, cursor: str | None, limit: int, role: str | None,
+    async def replay(self, cred: Credential, thread_id: str, cursor: str | None, limit: int, role: str | None,
                    since: str | None, until: str | None, include_retracted: bool, order: str) -> MessagePage:
         """A page of the replay, oldest first (or newest first), each message once."""
         await self.views.authenticated_miss(cred, "thread", thread_id)
