@@ -1421,7 +1421,9 @@ CREATE VIEW recall_searchable AS
     UNION ALL SELECT 'message', m.tenant_id, recall_message_ref(m.thread_id, m.seq), m.at, m.search, NULL, t.app_id,
            t.agent_id, t.run_id, t.deleted_at, t.expires_at, t.namespace
       FROM thread_messages m JOIN threads t ON t.tenant_id = m.tenant_id AND t.id = m.thread_id
-     WHERE NOT recall_message_retracted(m.tenant_id, m.thread_id, m.seq);
+     WHERE NOT EXISTS (SELECT 1 FROM message_retractions r  -- recall_message_retracted, as an anti-join
+                        WHERE r.tenant_id = m.tenant_id AND r.thread_id = m.thread_id AND r.to_seq >= m.seq
+                          AND r.from_seq <= m.seq);
 REVOKE ALL ON recall_searchable FROM PUBLIC;
 
 -- Whether a search may return an object in namespace `ns`: inside the caller's namespace filter `p_ns`

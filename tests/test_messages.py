@@ -322,3 +322,33 @@ def test_retracted_and_erased_messages_leave_search(client: httpx.Client, graph:
     assert found() == []
     assert sql("SELECT count(*) FROM embeddings WHERE left(object_id, length($1) + 1) = $1 || '/'", thread)[0][0] == 0
     assert "erased (no content found)" in cli(database_url, "verify-erasure", thread, "--tenant", "default")
+
+
+# ---- grants ------------------------------------------------------------------------------------------------
+
+def test_a_key_sees_and_writes_the_messages_of_the_threads_its_grants_cover_only(
+    base_url: str, database_url: str, sql: Any,
+) -> None:
+    tenant = uid("msg").lower().replace("_", "-")
+    service, admin = create_key(database_url, tenant, "write"), create_key(database_url, tenant, "admin")
+    word = f"plugh{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {service}"}) as c, \
+            httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {admin}"}) as a:
+        ana_thread = c.post("/threads", json={"id": uid("thr"), "title": "t", "namespace": ["users", "ana"]}).json()["id"]
+        ben_thread = c.post("/threads", json={"id": uid("thr"), "title": "t", "namespace": ["users", "ben"]}).json()["id"]
+        for thread in (ana_thread, ben_thread):
+            assert say(c, thread, {"role": "user", "content": f"{word} from {thread}"}).status_code == 201
+        made = a.post("/admin/keys", json={"scope": "write", "subject": "user:ana",
+                                           "grants": [{"namespace": "users/ana/**", "access": "write"}]})
+        assert made.status_code == 201, made.text
+        ana_key = made.json()["key"]
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {ana_key}"}) as ana:
+        assert [m["content"] for m in replay(ana, ana_thread)] == [f"{word} from {ana_thread}"]
+        assert say(ana, ana_thread, {"role": "assistant", "content": "hi Ana"}).status_code == 201
+        assert_problem(ana.get(f"/threads/{ben_thread}/messages"), 404)
+        assert_problem(ana.get(f"/threads/{ben_thread}/messages/1/content"), 404)
+        assert say(ana, ben_thread, {"role": "user", "content": "not yours"}).status_code in (403, 404)
+        assert ana.post(f"/threads/{ben_thread}/messages/retractions", json={"newest": 1}).status_code in (403, 404)
+        hits = ana.get("/search", params={"q": word, "mode": "exact"}).json()["data"]
+        assert [(h["id"], h["type"]) for h in hits] == [(ana_thread, "message")]
+    assert sql("SELECT count(*) FROM thread_messages WHERE thread_id = $1", ben_thread)[0][0] == 1
