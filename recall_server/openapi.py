@@ -149,6 +149,9 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                               "parameters": {"object_id": "$response.body#/id"}}
     ops["AssignOwner"][2]["responses"]["200"] = copy.deepcopy(ops["AssignOwner"][2]["responses"]["201"])
     ops["AssignOwner"][2]["responses"]["200"]["description"] = "The worker already owned the thread."
+    retracted = ops["RetractMessages"][2]["responses"]
+    retracted["200"] = copy.deepcopy(retracted["201"])
+    retracted["200"]["description"] = "Nothing was left to take out: no retraction appended (count 0)."
     put = ops["PutCheckpoint"][2]["responses"]
     put["200"] = copy.deepcopy(put["201"])
     put["200"]["description"] = "An identical retry: the checkpoint was stored before, unchanged."
