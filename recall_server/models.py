@@ -676,9 +676,9 @@ class RetractMessages(Request, kw_only=True):
     """Exactly one of: `seqs` (these messages), `newest` (the newest n not yet retracted: a pop),
     `through` (every message up to this seq: a clear)."""
 
-    seqs: Annotated[list[Annotated[int, Meta(ge=1)]], Meta(min_length=1, max_length=500)] | None = None
+    seqs: Annotated[list[Annotated[int, Meta(ge=1, le=2**62)]], Meta(min_length=1, max_length=500)] | None = None
     newest: Annotated[int, Meta(ge=1, le=MAX_MESSAGES)] | None = None
-    through: Annotated[int, Meta(ge=1)] | None = None
+    through: Annotated[int, Meta(ge=1, le=2**62)] | None = None
 
 
 class Retraction(Struct):

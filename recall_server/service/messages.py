@@ -186,9 +186,6 @@ def _row(i: int, m: NewMessage) -> q.NewMessageRow:
     """What a message is stored as: text as its UTF-8, anything else as its JSON."""
     is_text = isinstance(m.content, str)
     content = m.content.encode() if is_text else json(m.content)
-    if not is_text and not m.content:
-        raise Unprocessable(f"messages[{i}].content must not be empty JSON; send text or parts.",
-                            field=f"messages[{i}].content")
     return q.NewMessageRow(
         summary=preview(m), role=m.role, name=m.name, tool_call_id=m.tool_call_id,
         at=timestamp(f"messages[{i}].at", m.at), content_type=_TEXT if is_text else _JSON, content=content,
