@@ -31,13 +31,13 @@ from agents.memory.session_settings import resolve_session_limit
 
 from recall_server import ids
 from recall_server.client import AsyncRecallClient, Conflict, NotFound
-from recall_server.models import MAX_MESSAGES, Message, NewMessage
+from recall_server.models import MAX_MESSAGES, MAX_SEQ, Message, NewMessage
 from recall_server.text import one_line
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ROLES = ("user", "assistant", "system", "tool")
 FORMAT = "openai_agents.item"  # the metadata key saying how a message holds its item: text or json
-_LAST = 2**62  # a seq beyond every thread's log: "through the end"
+_LAST = MAX_SEQ  # a seq beyond every thread's log: "through the end"
 _PAGE = 500
 _json = msgspec.json.Decoder()
 

@@ -617,6 +617,7 @@ class GrepResult(Struct):
 
 
 # ---- messages (a conversation on a thread: docs/conversations.md) ---------------------------------------
+MAX_SEQ = 10**15  # the largest seq a request may name (exact as a JSON Schema number, unlike 2**62)
 MAX_MESSAGES = 100  # messages one POST /threads/{id}/messages appends, in one transaction
 MESSAGE_INLINE = 8192  # content bytes a replayed message carries inline; above, a spill pointer to its content
 Role = Literal["user", "assistant", "system", "tool"]
@@ -676,9 +677,9 @@ class RetractMessages(Request, kw_only=True):
     """Exactly one of: `seqs` (these messages), `newest` (the newest n not yet retracted: a pop),
     `through` (every message up to this seq: a clear)."""
 
-    seqs: Annotated[list[Annotated[int, Meta(ge=1, le=2**62)]], Meta(min_length=1, max_length=500)] | None = None
+    seqs: Annotated[list[Annotated[int, Meta(ge=1, le=MAX_SEQ)]], Meta(min_length=1, max_length=500)] | None = None
     newest: Annotated[int, Meta(ge=1, le=MAX_MESSAGES)] | None = None
-    through: Annotated[int, Meta(ge=1, le=2**62)] | None = None
+    through: Annotated[int, Meta(ge=1, le=MAX_SEQ)] | None = None
 
 
 class Retraction(Struct):

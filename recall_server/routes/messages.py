@@ -7,12 +7,21 @@ from typing import Annotated, Any, Literal
 from litestar import Response, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 
-from recall_server.models import AppendedMessages, AppendMessages, GrepResult, MessagePage, Retraction, RetractMessages, Role
+from recall_server.models import (
+    MAX_SEQ,
+    AppendedMessages,
+    AppendMessages,
+    GrepResult,
+    MessagePage,
+    Retraction,
+    RetractMessages,
+    Role,
+)
 from recall_server.routes import Caller, Cursor, IdempotencyKey, Limit, paged, problems, sent, serve_content
 from recall_server.routes.lens import Context, MaxMatches, Moment, Pattern, Regex
 
 WRITE = (400, 401, 403, 404, 409, 410, 413, 422, 503)
-Seq = Annotated[int, Parameter(ge=1, le=2**62, description="The message's seq in the thread's log.")]
+Seq = Annotated[int, Parameter(ge=1, le=MAX_SEQ, description="The message's seq in the thread's log.")]
 
 
 @post("/threads/{thread_id:str}/messages", status_code=201, responses=problems(*WRITE), operation_id="AppendMessages")
