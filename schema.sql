@@ -15,6 +15,8 @@
 --                heads kept by the writes (recall_rebuild_head, ...), expiry, the sweep, batched appends
 --   webhooks     hooks (secrets as HMAC pads), hook_deliveries, github_threads, recall_hook_verify
 --   the trace    trace_reads, recall_record_reads, retention
+--   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
+--                message_retractions (appended, never rewriting the log)
 --   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
 --                searches (recall_search_hits exact, recall_lexical_hits); version 7
 --   vectors      embeddings (pgvector), embedding_queue and its triggers, recall_semantic_hits
@@ -1229,6 +1231,55 @@ BEGIN
     END IF;
 END $$;
 
+-- ---- messages ---------------------------------------------------------------------------------
+-- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type
+-- 'message', its summary a one-line preview, its seq taken like every event's under the thread's row lock)
+-- and a row here with what the log's one line cannot hold: the role, the tool call it answers, the
+-- message's own time, flat string metadata and the content, stored as the exact bytes served (UTF-8 text,
+-- or the JSON of its parts). STORAGE EXTERNAL, as for payloads: a preview reads the first chunk only.
+-- Keyed by the event, and gone with it: erasing the thread deletes its log, which deletes these.
+CREATE TABLE IF NOT EXISTS thread_messages (
+    tenant_id      text NOT NULL,
+    thread_id      text NOT NULL,
+    seq            bigint NOT NULL,
+    role           text NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+    name           text CHECK (char_length(name) BETWEEN 1 AND 64),
+    tool_call_id   text CHECK (char_length(tool_call_id) BETWEEN 1 AND 256),
+    at             timestamptz NOT NULL,
+    content_type   text NOT NULL CHECK (content_type IN ('text/plain', 'application/json')),
+    content        bytea NOT NULL,
+    content_sha256 bytea NOT NULL CHECK (octet_length(content_sha256) = 32),
+    metadata       jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
+    PRIMARY KEY (tenant_id, thread_id, seq),
+    FOREIGN KEY (tenant_id, thread_id, seq) REFERENCES thread_events (tenant_id, thread_id, seq) ON DELETE CASCADE
+);
+ALTER TABLE thread_messages ALTER COLUMN content SET STORAGE EXTERNAL;
+
+-- A retraction takes messages out of a conversation without rewriting the log: an event of its own (type
+-- 'messages_retracted') and a row here per retracted range of seqs. Replays skip a message inside a range
+-- unless asked to show it. A range, so clearing a long conversation is one row.
+CREATE TABLE IF NOT EXISTS message_retractions (
+    tenant_id text NOT NULL,
+    thread_id text NOT NULL,
+    by_seq    bigint NOT NULL,  -- the retraction's own event
+    from_seq  bigint NOT NULL CHECK (from_seq >= 1),
+    to_seq    bigint NOT NULL CHECK (to_seq >= from_seq),
+    PRIMARY KEY (tenant_id, thread_id, by_seq, from_seq),
+    FOREIGN KEY (tenant_id, thread_id, by_seq) REFERENCES thread_events (tenant_id, thread_id, seq) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS message_retractions_by_range ON message_retractions (tenant_id, thread_id, to_seq, from_seq);
+
+GRANT SELECT, INSERT ON thread_messages, message_retractions TO recall_app;
+GRANT DELETE ON thread_messages, message_retractions TO recall_app;  -- deleting a thread deletes its log
+SELECT recall_isolate(t) FROM unnest(ARRAY['thread_messages', 'message_retractions']) AS t;
+
+-- Whether a thread's message `seq` is retracted: one index probe on the thread's (few) retraction ranges.
+CREATE OR REPLACE FUNCTION recall_message_retracted(t text, thr text, s bigint) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT EXISTS (SELECT 1 FROM message_retractions r
+                    WHERE r.tenant_id = t AND r.thread_id = thr AND r.to_seq >= s AND r.from_seq <= s)
+$$;
+
 -- ---- search and backlinks --------------------------------------------------------------------
 -- Full-text search: each object keeps a STORED generated tsvector of its own columns, so every
 -- write (and recall_erase, which overwrites the content) keeps it current with no trigger and no
@@ -1326,6 +1377,17 @@ ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS A
     || setweight(to_tsvector('simple'::regconfig, replace(namespace, '/', ' ') || ' ' || coalesce(app_id, '') || ' '
                              || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
     || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, value, 65536)), 'C')) ELSE ''::tsvector END) STORED;
+-- A message (docs/conversations.md): B its role and name, C its content. Its thread's gone-ness and labels are
+-- the thread's (recall_searchable joins it); a message has no tombstone: erasing the thread deletes it.
+ALTER TABLE thread_messages ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (recall_scoped(tenant_id,
+    setweight(to_tsvector('simple'::regconfig, role || ' ' || coalesce(name, '')), 'B')
+    || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, content, 65536)), 'C'))) STORED;
+CREATE INDEX IF NOT EXISTS thread_messages_search ON thread_messages USING gin (search) WITH (gin_pending_list_limit = 256);
+-- A message's ID in search and in the embedding queue (`<thread ID>/<seq>`: no object ID has a '/'), found
+-- by index when a search reads a hit again.
+CREATE OR REPLACE FUNCTION recall_message_ref(thr text, seq bigint) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT thr || '/' || seq::text $$;
+CREATE INDEX IF NOT EXISTS thread_messages_by_ref ON thread_messages (tenant_id, recall_message_ref(thread_id, seq));
 CREATE INDEX IF NOT EXISTS threads_search ON threads USING gin (search);
 CREATE INDEX IF NOT EXISTS workers_search ON workers USING gin (search);
 CREATE INDEX IF NOT EXISTS triggers_search ON triggers USING gin (search);
@@ -1342,7 +1404,8 @@ ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
 INSERT INTO schema_migrations (version) VALUES (7) ON CONFLICT DO NOTHING;
 
 -- Everything search may return, one row per object, with what its filters read. Read only by the
--- search functions below (as the owner); a memory is searchable in its current version only.
+-- search functions below (as the owner); a memory is searchable in its current version only, a message
+-- unless retracted, with its thread's labels, namespace and gone-ness.
 DROP VIEW IF EXISTS recall_searchable;  -- its namespace column was a memory's only
 CREATE VIEW recall_searchable AS
     SELECT 'thread'::text AS kind, tenant_id, id, created_at, search, status, app_id, agent_id, run_id, deleted_at,
@@ -1354,7 +1417,13 @@ CREATE VIEW recall_searchable AS
     UNION ALL SELECT 'report', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
            expires_at, namespace FROM reports
     UNION ALL SELECT 'memory', tenant_id, id, created_at, search, NULL, app_id, agent_id, run_id, deleted_at,
-           expires_at, namespace FROM memories WHERE current;
+           expires_at, namespace FROM memories WHERE current
+    UNION ALL SELECT 'message', m.tenant_id, recall_message_ref(m.thread_id, m.seq), m.at, m.search, NULL, t.app_id,
+           t.agent_id, t.run_id, t.deleted_at, t.expires_at, t.namespace
+      FROM thread_messages m JOIN threads t ON t.tenant_id = m.tenant_id AND t.id = m.thread_id
+     WHERE NOT EXISTS (SELECT 1 FROM message_retractions r  -- recall_message_retracted, as an anti-join
+                        WHERE r.tenant_id = m.tenant_id AND r.thread_id = m.thread_id AND r.to_seq >= m.seq
+                          AND r.from_seq <= m.seq);
 REVOKE ALL ON recall_searchable FROM PUBLIC;
 
 -- Whether a search may return an object in namespace `ns`: inside the caller's namespace filter `p_ns`
@@ -1588,7 +1657,7 @@ GRANT EXECUTE ON FUNCTION recall_lexical_hits(text, text[], text, text, text, te
 CREATE TABLE IF NOT EXISTS embeddings (
     tenant_id   text NOT NULL REFERENCES tenants(id),
     object_id   text NOT NULL,
-    kind        text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory')),
+    kind        text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory', 'message')),
     model       text NOT NULL CHECK (char_length(model) BETWEEN 1 AND 200),
     dims        integer NOT NULL CHECK (dims BETWEEN 1 AND 16000),
     embedded_at timestamptz NOT NULL DEFAULT now(),
@@ -1599,7 +1668,7 @@ CREATE INDEX IF NOT EXISTS embeddings_by_object ON embeddings (tenant_id, object
 CREATE TABLE IF NOT EXISTS embedding_queue (
     tenant_id  text NOT NULL REFERENCES tenants(id),
     object_id  text NOT NULL,
-    kind       text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory')),
+    kind       text NOT NULL CHECK (kind IN ('thread', 'worker', 'trigger', 'report', 'memory', 'message')),
     queued_at  timestamptz NOT NULL DEFAULT now(),
     not_before timestamptz NOT NULL DEFAULT now(),  -- retry backoff; 'infinity' once the model refused it
     attempts   integer NOT NULL DEFAULT 0,
@@ -1607,6 +1676,22 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
     PRIMARY KEY (tenant_id, object_id)
 );
 CREATE INDEX IF NOT EXISTS embedding_queue_due ON embedding_queue (not_before, queued_at);
+
+-- A message's vector (its object_id is recall_message_ref's): a store made before messages were embedded
+-- gets the kind CHECKs that take them, once.
+DO $$
+DECLARE tbl text;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY['embeddings', 'embedding_queue'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = tbl::regclass AND conname = tbl || '_kind_check'
+                          AND pg_get_constraintdef(oid) LIKE '%message%') THEN
+            EXECUTE format('ALTER TABLE %I DROP CONSTRAINT IF EXISTS %I', tbl, tbl || '_kind_check');
+            EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (kind IN (''thread'', ''worker'', ''trigger'', '
+                           '''report'', ''memory'', ''message''))', tbl, tbl || '_kind_check');
+        END IF;
+    END LOOP;
+END
+$$;
 
 GRANT SELECT, DELETE ON embeddings TO recall_app;  -- erasure deletes an object's vectors
 GRANT SELECT, INSERT, UPDATE, DELETE ON embedding_queue TO recall_app;  -- writes queue their objects
@@ -1675,6 +1760,36 @@ BEGIN
 END
 $$;
 
+-- A message is queued as it is appended (its ID: recall_message_ref), and its vector goes with it: erasing
+-- the thread deletes its messages, and this their vectors (their queue entries are left to the indexer,
+-- which drops an entry whose object is gone, as recall_erase leaves them).
+CREATE OR REPLACE FUNCTION recall_queue_message_embedding() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO embedding_queue (tenant_id, object_id, kind)
+    VALUES (NEW.tenant_id, recall_message_ref(NEW.thread_id, NEW.seq), 'message') ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION recall_forget_message_embedding() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM embeddings WHERE tenant_id = OLD.tenant_id AND object_id = recall_message_ref(OLD.thread_id, OLD.seq);
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS queue_embedding ON thread_messages;
+DROP TRIGGER IF EXISTS forget_embedding ON thread_messages;
+DO $$
+BEGIN
+    IF recall_vectors_available() THEN
+        CREATE TRIGGER queue_embedding AFTER INSERT ON thread_messages FOR EACH ROW
+            EXECUTE FUNCTION recall_queue_message_embedding();
+    END IF;
+END
+$$;
+CREATE TRIGGER forget_embedding AFTER DELETE ON thread_messages FOR EACH ROW EXECUTE FUNCTION recall_forget_message_embedding();
+
 -- The text a vector is made of (as bench/retrieval/corpus.py's document(): the same for the labelled
 -- set's in-process ranking): name or title, summary and the head of the content, at most 2,000
 -- characters. NULL when the object is gone (or a superseded memory): nothing to embed.
@@ -1690,6 +1805,11 @@ LANGUAGE sql STABLE AS $$
                              WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
         WHEN 'report' THEN (SELECT x.summary || E'\n' || recall_search_text(x.content_type, x.body, 8192) FROM reports x
                              WHERE x.tenant_id = t AND x.id = obj AND NOT recall_is_gone(x.deleted_at, x.expires_at))
+        WHEN 'message' THEN (SELECT x.role || coalesce(' ' || x.name, '') || E'\n'
+                                    || recall_search_text(x.content_type, x.content, 8192)
+                               FROM thread_messages x JOIN threads th ON th.tenant_id = x.tenant_id AND th.id = x.thread_id
+                              WHERE x.tenant_id = t AND recall_message_ref(x.thread_id, x.seq) = obj
+                                AND NOT recall_is_gone(th.deleted_at, th.expires_at))
         ELSE (SELECT x.namespace || ' ' || x.key || E'\n' || x.summary || E'\n'
                      || recall_search_text(x.content_type, x.value, 8192) FROM memories x
                WHERE x.tenant_id = t AND x.id = obj AND x.current AND NOT recall_is_gone(x.deleted_at, x.expires_at))
@@ -1734,6 +1854,16 @@ BEGIN
         INTO t2, o2, l2 USING p_tenants, p_ids, p_kinds;
         held_t := held_t || t2; held_o := held_o || o2; live := live || l2;
     END LOOP;
+    -- messages: their rows share-locked the same way (an erasure deletes them), live while their thread is
+    SELECT coalesce(array_agg(h.t), '{}'), coalesce(array_agg(h.o), '{}'), coalesce(array_agg(h.live), '{}')
+      INTO t2, o2, l2
+      FROM (SELECT x.tenant_id AS t, recall_message_ref(x.thread_id, x.seq) AS o,
+                   NOT recall_is_gone(th.deleted_at, th.expires_at) AS live
+              FROM thread_messages x JOIN threads th ON th.tenant_id = x.tenant_id AND th.id = x.thread_id
+              JOIN unnest(p_tenants, p_ids, p_kinds) AS v(t, o, k)
+                ON v.k = 'message' AND x.tenant_id = v.t AND recall_message_ref(x.thread_id, x.seq) = v.o
+               FOR SHARE OF x SKIP LOCKED) h;
+    held_t := held_t || t2; held_o := held_o || o2; live := live || l2;
     EXECUTE 'INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
              SELECT v.t, v.o, v.k, $4, $5, v.e::vector FROM unnest($1, $2, $3, $6) AS v(t, o, k, e)
                JOIN unnest($7, $8, $9) AS h(t, o, live) ON h.t = v.t AND h.o = v.o

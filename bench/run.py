@@ -417,6 +417,62 @@ def cite_heavily(dsn: str) -> None:
     query(dsn, "ANALYZE report_refs")
 
 
+# A conversation's messages (docs/conversations.md): one message a request, and batches of 20, each request to
+# one of 1,000 threads at random (thr_c<i>, their own); 200 B of text and a metadata tag each.
+MESSAGE_1 = json.dumps({"messages": [{"role": "user", "content": "a" * 200, "metadata": {"channel": "bench"}}]})
+MESSAGE_20 = json.dumps({"messages": [{"role": "assistant" if i % 2 else "user", "content": f"message {i} " + "a" * 190,
+                                       "metadata": {"channel": "bench"}} for i in range(20)]})
+CONVERSATION_THREADS = [f"/threads/thr_c{i}/messages" for i in range(1, 1001)]
+REPLAYED = 100_000  # messages of thr_m100k, the replayed conversation
+
+
+def seed_messages(dsn: str) -> None:
+    """The conversation scenarios' threads (idempotent): thr_c1..1000, empty, and thr_m100k with 100,000
+    messages (user and assistant in turn, 200 B each), written as the owner like bench/seed.sql."""
+    query(dsn, "INSERT INTO tenants (id) VALUES ('bench') ON CONFLICT DO NOTHING")
+    query(dsn, """
+        INSERT INTO threads (tenant_id, id, title, summary, status, request_hash, last_seq)
+        SELECT 'bench', 'thr_c' || g, 'conversation ' || g, 'messages land here', 'open', '\\x', 0
+          FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING""")
+    if query(dsn, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_m100k'"):
+        return
+    log(f"seeding a conversation of {REPLAYED:,} messages")
+    query(dsn, """
+        WITH t AS (INSERT INTO threads (tenant_id, id, title, summary, status, request_hash, last_seq)
+                   VALUES ('bench', 'thr_m100k', 'a long conversation', 'replayed by the bench', 'open', '\\x', $1)
+                   RETURNING id),
+        e AS (INSERT INTO thread_events (tenant_id, thread_id, seq, type, summary)
+              SELECT 'bench', t.id, s, 'message', 'user: message ' || s FROM t, generate_series(1, $1) s)
+        SELECT 1""", REPLAYED)
+    query(dsn, """
+        INSERT INTO thread_messages (tenant_id, thread_id, seq, role, at, content_type, content, content_sha256, metadata)
+        SELECT 'bench', 'thr_m100k', s, CASE WHEN s % 2 = 1 THEN 'user' ELSE 'assistant' END,
+               now() - make_interval(secs => $1 - s), 'text/plain', c, sha256(c), '{"channel": "bench"}'
+          FROM generate_series(1, $1) s, LATERAL (SELECT convert_to('message ' || s || ' ' || repeat('a', 190), 'UTF8') c) x
+        """, REPLAYED)
+    query(dsn, "ANALYZE thread_events, thread_messages")
+
+
+def message_scenarios(wrk: Wrk, url: str) -> dict[str, Callable[[], dict]]:
+    """Appending messages: compared with ingest_4k in the same rounds (messages/s = req/s x the batch)."""
+    return {
+        "append_messages_1": lambda: wrk.run(url, CONVERSATION_THREADS, method="POST", body=MESSAGE_1),
+        "append_messages_20": lambda: wrk.run(url, CONVERSATION_THREADS, method="POST", body=MESSAGE_20),
+    }
+
+
+def replay_scenarios(wrk: Wrk, url: str, secret: bytes) -> dict[str, Callable[[], dict]]:
+    """A page of 50 of thr_m100k's messages: the first, the last (oldest first, from a cursor near the end),
+    and the newest (order=desc, no cursor: what a session's get_items(limit) reads)."""
+    last = CursorCodec(secret).encode("bench\0messages\0thr_m100k\0None\0None\0None\0False\0asc", [REPLAYED - 50])
+    path = "/threads/thr_m100k/messages?limit=50"
+    return {
+        "replay_first_page": lambda: wrk.run(url, [path]),
+        "replay_last_page": lambda: wrk.run(url, [f"{path}&cursor={last}"]),
+        "replay_newest_page": lambda: wrk.run(url, [f"{path}&order=desc"]),
+    }
+
+
 PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratios to the fetch ceiling
 OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
@@ -549,8 +605,11 @@ def main() -> None:
     compared["get_thread_granted"] = lambda: wrk.run(url, THREADS, key=granted)
     compared["get_memory_granted"] = lambda: wrk.run(
         url, [f"/memories/mem_b{i}" for i in range(1, MEMORY_PAIRS + 1)], key=granted)
+    compared.update(message_scenarios(wrk, url))
     if any(want(n) for n in ("get_current_memory", "get_memory", "get_memory_granted", "remember_write")):
         seed_memories(url, key)
+    if any(want(n) for n in (*message_scenarios(wrk, url), *replay_scenarios(wrk, url, secret))):
+        seed_messages(owner)
     runs: dict[str, list[dict]] = {name: [] for name in compared if want(name)}
     for n in range(args.rounds):
         log(f"ceilings and fetch by ID, round {n + 1} of {args.rounds}")
@@ -583,6 +642,9 @@ def main() -> None:
         s["page_last"] = wrk.run(url, [f"/threads/thr_big/events?limit=50&cursor={last}"])
     if want("walk_1m_log"):
         s["walk_1m_log"] = walk_log(url, key)
+    for name, scenario in replay_scenarios(wrk, url, secret).items():
+        if want(name):
+            s[name] = scenario()
 
     log("three-hop recall, sequential")
     if want("recall_three_hops"):
@@ -716,6 +778,10 @@ def main() -> None:
     ratios["append_many_threads / fetch_ceiling"] = ratio("append_many_threads", "ceiling_fetch")
     ratios["ingest_hot_thread / fetch_ceiling"] = ratio("ingest_hot_thread", "ceiling_fetch")
     ratios["get_thread_traced / get_thread"] = ratio("get_thread_traced", "get_thread")
+    ratios["append_messages_1 / ingest_4k"] = ratio("append_messages_1", "ingest_4k")
+    ratios["append_messages_20 / ingest_4k"] = ratio("append_messages_20", "ingest_4k")
+    ratios["replay_last_page / replay_first_page"] = ratio("replay_last_page", "replay_first_page")
+    ratios["replay_newest_page / replay_first_page"] = ratio("replay_newest_page", "replay_first_page")
 
     def paired(name: str, a: str, b: str) -> None:
         """Each round runs the compared scenarios one after the other, so a busy minute on a shared machine

@@ -41,6 +41,7 @@ from recall_server.routes import (
     labels,
     lens,
     memories,
+    messages,
     meta,
     threads,
     triggers,
@@ -161,7 +162,7 @@ def create_app(settings: Settings) -> Litestar:
     # /mcp: the MCP tools over streamable HTTP, in front of the framework (asgi.Mount), checking keys itself
     mcp = HttpEndpoint(settings.max_body_bytes, settings.max_json_items, settings.mcp_allowed_origins)
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
-                 *hooks.ROUTES, *lens.ROUTES, *checkpoints.ROUTES]
+                 *hooks.ROUTES, *lens.ROUTES, *checkpoints.ROUTES, *messages.ROUTES]
     protected += trace_routes.ROUTES
     app = Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own

@@ -84,7 +84,14 @@ from recall_server.models import (
     MemoryVersion,
     MemoryVersionPage,
     MemoryView,
+    AppendedMessages,
+    AppendMessages,
+    Message,
+    MessagePage,
     NamespacePage,
+    NewMessage,
+    Retraction,
+    RetractMessages,
     NewHook,
     NewKey,
     Read,
@@ -249,7 +256,7 @@ class _Call(NamedTuple):
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
-    for t in (BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
+    for t in (AppendedMessages, MessagePage, Retraction, BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
               MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, ReportPage, ReportView, Resolved,
               SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
@@ -471,6 +478,48 @@ class _Operations:
     def assign_owner(self, thread_id: str, worker_id: str) -> ThreadView:
         return self._run(_Call("POST", ("threads", thread_id, "owners"), ThreadView,
                                body=msgspec.json.encode(AssignOwner(worker_id=worker_id)), idempotency=True))
+
+    # ---- messages: a conversation on a thread ------------------------------------------------------
+
+    def append_messages(self, thread_id: str, messages: list[NewMessage | dict[str, Any]], *,
+                        idempotency_key: str | None = None) -> AppendedMessages:
+        """Append up to 100 messages in one transaction ({role, content, name?, tool_call_id?, at?, metadata?}
+        each); their seqs, in the order given. One Idempotency-Key per call (or the one given) makes retries land once."""
+        body = AppendMessages(messages=[m if isinstance(m, NewMessage) else msgspec.convert(m, NewMessage)
+                                        for m in messages])
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._run(_Call("POST", ("threads", thread_id, "messages"), AppendedMessages,
+                               body=msgspec.json.encode(body), headers=headers, idempotency=True))
+
+    def list_messages(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,
+                      role: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
+                      include_retracted: bool = False, order: str | None = None, run: str | None = None) -> MessagePage:
+        """A page of the thread's messages in seq order (order="desc": newest first), retracted ones left out
+        unless include_retracted."""
+        params = _query(cursor=cursor, limit=limit, role=role, since=_moment(since), until=_moment(until),
+                        include_retracted="true" if include_retracted else None, order=order)
+        return self._run(_Call("GET", ("threads", thread_id, "messages"), MessagePage, params, run=run))
+
+    def retract_messages(self, thread_id: str, *, seqs: list[int] | None = None, newest: int | None = None,
+                         through: int | None = None) -> Retraction:
+        """Take messages out of the conversation (these seqs, the newest n, or every one through a seq) by
+        appending a retraction; the log keeps them."""
+        body = RetractMessages(seqs=seqs, newest=newest, through=through)
+        return self._run(_Call("POST", ("threads", thread_id, "messages", "retractions"), Retraction,
+                               body=msgspec.json.encode(body), idempotency=True))
+
+    def message_content(self, thread_id: str, seq: int, start: int | None = None, end: int | None = None, *,
+                        run: str | None = None) -> bytes:
+        """A message's content as stored (UTF-8 text, or its JSON), or bytes start..end of it (inclusive)."""
+        return self._run(_Call("GET", ("threads", thread_id, "messages", str(seq), "content"), bytes,
+                               headers=_range(start, end), run=run))
+
+    def grep_message(self, thread_id: str, seq: int, pattern: str, regex: bool = False, context: int = 0,
+                     max: int | None = None, *, run: str | None = None) -> GrepResult:
+        """Matching lines of a message's content (as grep_payload)."""
+        params = _query(pattern=pattern, regex="true" if regex else None, context=context or None, max=max)
+        return self._run(_Call("GET", ("threads", thread_id, "messages", str(seq), "content", "grep"), GrepResult,
+                               params, run=run))
 
     # ---- workers and reports -------------------------------------------------------------------
 
@@ -754,6 +803,11 @@ class RecallClient(_Operations):
                     return
                 time.sleep(poll_interval)
 
+    def iter_messages(self, thread_id: str, *, limit: int = 500, run: str | None = None,
+                      **filters: Any) -> Iterator[Message]:
+        """Every message of the thread once, in order (filters as list_messages)."""
+        return self._walk(lambda cursor: self.list_messages(thread_id, cursor, limit, run=run, **filters), None)
+
     def iter_threads(self, *, limit: int = 500, run: str | None = None, **filters: str | None) -> Iterator[ThreadIndexEntry]:
         """Every thread of the index (filters as list_threads), newest first."""
         return self._walk(lambda cursor: self.list_threads(cursor=cursor, limit=limit, run=run, **filters), None)
@@ -865,6 +919,11 @@ class AsyncRecallClient(_Operations):
                 if not follow:
                     return
                 await asyncio.sleep(poll_interval)
+
+    def iter_messages(self, thread_id: str, *, limit: int = 500, run: str | None = None,
+                      **filters: Any) -> AsyncIterator[Message]:
+        """Every message of the thread once, in order (filters as list_messages)."""
+        return self._walk(lambda cursor: self.list_messages(thread_id, cursor, limit, run=run, **filters), None)
 
     def iter_threads(self, *, limit: int = 500, run: str | None = None,
                            **filters: str | None) -> AsyncIterator[ThreadIndexEntry]:

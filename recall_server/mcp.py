@@ -44,10 +44,11 @@ INSTRUCTIONS = (
     "behind a pointer with a preview: grep it with recall_read and a pattern first; read it whole (or a byte range) "
     "only when the matching lines are not enough. "
     "Memories (mem_) you keep between runs are addressed by namespace and key: recall_recall reads the current one "
-    "(or lists a namespace), recall_remember writes a new version."
+    "(or lists a namespace), recall_remember writes a new version. A conversation on a thread is its messages: "
+    "recall_messages replays them, recall_say appends."
 )
 WRITE_TOOLS = frozenset({"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
-                         "recall_set_status", "recall_remember"})
+                         "recall_set_status", "recall_remember", "recall_say"})
 _STATE = "recall.mcp"  # where the /mcp gate leaves the caller's binding in the ASGI scope state
 _CONTENT_URI = re.compile(r"^recall://(triggers|reports)/([^/]+)/(payload|body)$")
 _encode = msgspec.json.encode
@@ -207,7 +208,7 @@ def _register(server: RecallMCP) -> None:
                                 description="hybrid (default): words and meaning; lexical: words and their forms; "
                                             "semantic: meaning only; exact: every object with all the words.")] = None,
                             type: Annotated[list[str] | str | None, Field(
-                                description="Only these kinds: trigger, thread, worker, report, memory.")] = None,
+                                description="Only these kinds: trigger, thread, worker, report, memory, message.")] = None,
                             status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
                             since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
                             until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
@@ -218,7 +219,8 @@ def _register(server: RecallMCP) -> None:
             page = await client().search(query, mode=mode, type=type, status=status, since=since, until=until,
                                          cursor=cursor, limit=limit or 10)
             hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
-                     **({"thread_id": h.thread_id} if h.thread_id else {})} for h in page.data]
+                     **({"thread_id": h.thread_id} if h.thread_id else {}),
+                     **({"seq": h.seq} if h.seq is not None else {})} for h in page.data]
             return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
                     **({"note": page.note} if page.note else {})}
 
@@ -243,6 +245,25 @@ def _register(server: RecallMCP) -> None:
                              cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
         return await _answer(client().list_threads(status=status, owner=owner, app_id=app_id, agent_id=agent_id,
                                                    run_id=run_id, cursor=cursor, limit=limit))
+
+    @server.tool(description="A page of a thread's conversation: its messages (role, content, time, metadata) "
+                             "oldest first, retracted ones left out. newest=true: the newest first. Large content "
+                             "comes as a preview with an href; pass next_cursor back for the next page.")
+    async def recall_messages(thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None,
+                              role: Annotated[Literal["user", "assistant", "system", "tool"] | None, Field(
+                                  description="Only messages of this role.")] = None,
+                              newest: Annotated[bool, Field(description="Newest first.")] = False,
+                              include_retracted: Annotated[bool, Field(
+                                  description="Show retracted messages too, marked.")] = False) -> CallToolResult:
+        return await _answer(client().list_messages(thread_id, cursor, limit, role=role, order="desc" if newest else None,
+                                                    include_retracted=include_retracted))
+
+    @server.tool(description="Append messages to a thread's conversation, in order, in one transaction: each "
+                             "{role: user|assistant|system|tool, content: text or JSON parts, name?, tool_call_id?, "
+                             "at?, metadata?: {string: string}}. Answers each one's seq.")
+    async def recall_say(thread_id: Id, messages: Annotated[list[dict[str, Any]], Field(
+                             description="1-100 messages.")]) -> CallToolResult:
+        return await _answer(client().append_messages(thread_id, messages))
 
     @server.tool(description="Append a one-line note to a thread's log, optionally citing an ID (ref).")
     async def recall_note(thread_id: Id, summary: str, ref: str | None = None) -> CallToolResult:

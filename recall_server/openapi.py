@@ -63,7 +63,7 @@ _PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "Tr
 _JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
     + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
 _KEY_ID = {"type": "string", "pattern": ids.KEY_ID_PATTERN, "description": "An API key's ID (rk_<id>.<secret>)."}
-_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue"}
+_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue", "GetMessageContent"}
 
 
 def _header(name: str, required: bool) -> dict[str, Any]:
@@ -149,6 +149,9 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                               "parameters": {"object_id": "$response.body#/id"}}
     ops["AssignOwner"][2]["responses"]["200"] = copy.deepcopy(ops["AssignOwner"][2]["responses"]["201"])
     ops["AssignOwner"][2]["responses"]["200"]["description"] = "The worker already owned the thread."
+    retracted = ops["RetractMessages"][2]["responses"]
+    retracted["200"] = copy.deepcopy(retracted["201"])
+    retracted["200"]["description"] = "Nothing was left to take out: no retraction appended (count 0)."
     put = ops["PutCheckpoint"][2]["responses"]
     put["200"] = copy.deepcopy(put["201"])
     put["200"]["description"] = "An identical retry: the checkpoint was stored before, unchanged."
@@ -197,6 +200,13 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     _lens_links(ops)
 
     schemas["Spilled"]["minProperties"] = 1
+    # Exactly one of seqs, newest and through (a null one counts as absent; the server answers 422 otherwise).
+    retract = schemas["RetractMessages"]
+    retract["minProperties"] = retract["maxProperties"] = 1
+    for field in ("seqs", "newest", "through"):  # null is taken as absent, and publishing it would allow {"seqs": null}
+        prop = retract["properties"][field]
+        prop.update(next(v for v in prop.pop("anyOf") if v.get("type") != "null"))
+        prop.pop("default", None)
     # Rules between fields, which msgspec cannot state; the server answers 422 for them.
     for name in ("CreateThread", "CreateWorker", "CreateTrigger", "CreateReport", "CreateMemory"):
         schemas[name]["not"] = {"description": "ttl and expires_at together", "required": ["ttl", "expires_at"],

@@ -108,7 +108,7 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
                                     "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
                                     "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
-                                    "checkpoint_writes"}
+                                    "checkpoint_writes", "thread_messages", "message_retractions"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:
@@ -199,7 +199,8 @@ _BOUND_TENANT = re.compile(r"(\w+) text := current_setting\('app\.tenant_id', tr
 
 
 def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
-    """SQL functions that touch tenant tables without being pinned to a tenant argument (or NEW.tenant_id)."""
+    """SQL functions that touch tenant tables without being pinned to a tenant argument (or a trigger's NEW.tenant_id
+    or OLD.tenant_id)."""
     rows = run_sql(store, """
         SELECT p.proname, p.prosrc, p.proargnames FROM pg_proc p
          WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
@@ -210,6 +211,7 @@ def cross_tenant_functions(store: str, distributed: set[str]) -> set[str]:
         pinned = any(re.search(rf"tenant_id\s*=\s*{re.escape(arg)}\b", r["prosrc"])  # compared, or inserted as the tenant
                      or re.search(rf"INTO\s+\w+\s*\(\s*tenant_id\b[^)]*\)\s*SELECT\s+{re.escape(arg)}\b", r["prosrc"], re.I)
                      for arg in (r["proargnames"] or [])[:1]) or "NEW.tenant_id" in r["prosrc"] \
+            or re.search(r"tenant_id\s*=\s*OLD\.tenant_id\b", r["prosrc"]) \
             or _BOUND_TENANT.search(r["prosrc"])  # the tenant the key check bound, and nothing without one
         if touches and not pinned:
             spanning.add(r["proname"])

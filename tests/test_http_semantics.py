@@ -13,6 +13,8 @@ def objects(base_url: str, api_key: str) -> dict[str, str]:
     with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
         g = Graph(c)
         worker, thread = g.worker()["id"], g.thread()["id"]
+        said = c.post(f"/threads/{thread}/messages", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert said.json()["messages"][0]["seq"] == 1
         trigger = g.trigger(thread_id=thread)["id"]
         report = g.report(worker, thread, refs=[trigger])["id"]
         memory = c.post("/memories", json={"namespace": ["head"], "key": "k", "kind": "fact", "summary": "s",
@@ -30,7 +32,8 @@ def test_head_answers_every_get_route_like_get_without_a_body(client: httpx.Clie
                                                               objects: dict[str, str]) -> None:
     filled = {"{thread_id}": objects["thread"], "{worker_id}": objects["worker"],
               "{trigger_id}": objects["trigger"], "{report_id}": objects["report"], "{object_id}": objects["report"],
-              "{key_id}": "0123456789abcdef", "{memory_id}": objects["memory"], "{run_id}": "head-run"}
+              "{key_id}": "0123456789abcdef", "{memory_id}": objects["memory"], "{run_id}": "head-run",
+              "{seq}": "1"}
     paths = []
     for template in get_routes(base_url):
         path = template

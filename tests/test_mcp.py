@@ -23,9 +23,9 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 from recall_server import demo
 
 READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
-              "recall_backlinks"}
+              "recall_backlinks", "recall_messages"}
 WRITE_TOOLS = {"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign", "recall_set_status",
-               "recall_remember"}
+               "recall_remember", "recall_say"}
 TRANSPORTS = ["stdio", "http"]
 
 @asynccontextmanager
@@ -338,6 +338,39 @@ def test_an_agent_remembers_and_recalls_a_memory_by_namespace_and_key(
     read, refused = run(as_reader())
     assert read["id"] == second["id"]
     assert refused.isError and text(refused).startswith("403 Forbidden: This key has read scope")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_agent_says_messages_and_replays_the_conversation(transport: str, base_url: str, api_key: str,
+                                                             read_key: str) -> None:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}) as http:
+        thread = http.post("/threads", json={"id": uid("thr"), "title": "chat"}).json()["id"]
+
+    async def work() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], CallToolResult]:
+        async with session(transport, base_url, api_key) as s:
+            said = view(await s.call_tool("recall_say", {"thread_id": thread, "messages": [
+                {"role": "user", "content": "why did CI fail?", "metadata": {"channel": "cli"}},
+                {"role": "assistant", "content": [{"type": "text", "text": "a payment timeout"}]}]}))
+            page = view(await s.call_tool("recall_messages", {"thread_id": thread, "limit": 1}))
+            rest = view(await s.call_tool("recall_messages", {"thread_id": thread, "cursor": page["next_cursor"]}))
+            newest = view(await s.call_tool("recall_messages", {"thread_id": thread, "newest": True, "limit": 1}))
+            bad = await s.call_tool("recall_say", {"thread_id": thread, "messages": [{"role": "robot", "content": "x"}]})
+            assert [m["seq"] for m in said["messages"]] == [1, 2]
+            assert [m["content"] for m in page["data"] + rest["data"]] == [
+                "why did CI fail?", [{"type": "text", "text": "a payment timeout"}]]
+            assert page["data"][0]["metadata"] == {"channel": "cli"}
+            return said, newest, rest, bad
+
+    _, newest, _, bad = run(work())
+    assert newest["data"][0]["role"] == "assistant"
+    assert bad.isError
+
+    async def as_reader() -> CallToolResult:
+        async with session(transport, base_url, read_key) as s:
+            assert "recall_say" not in {t.name for t in (await s.list_tools()).tools}
+            return await s.call_tool("recall_messages", {"thread_id": thread})
+
+    assert len(view(run(as_reader()))["data"]) == 2
 
 
 def test_a_read_key_calling_a_write_tool_gets_the_forbidden_problem(base_url: str, read_key: str) -> None:

@@ -12,7 +12,7 @@ from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
 from recall_server.routes.memories import NAMESPACE
 
-Kind = Literal["trigger", "thread", "worker", "report", "memory"]
+Kind = Literal["trigger", "thread", "worker", "report", "memory", "message"]
 Mode = Literal["hybrid", "lexical", "semantic", "exact"]
 SearchLimit = Annotated[int, Parameter(ge=1, le=100, description="Page size (each hit carries a snippet).")]
 Moment = Annotated[str | None, Parameter(max_length=64, description="RFC 3339 date-time with an offset (created_at bound).")]
@@ -47,8 +47,8 @@ async def search(
     cursor: Cursor = None,
     limit: SearchLimit = 20,
 ) -> Response[SearchPage]:
-    """Live objects (a memory: its current version) whose title, summary, name, source, key, namespace,
-    labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
+    """Live objects (a memory: its current version) and messages whose title, summary, name, source, key,
+    namespace, labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
     return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
                                                             until, cursor, limit, namespace))
 

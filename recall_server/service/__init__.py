@@ -3,6 +3,7 @@
   views.py        reads: an object by ID (one table from kind to fetch and render), content, resolve,
                   the lists of threads, events and reports
   writes.py       creates, thread updates, notes, owners, deletion; the write steps others compose
+  messages.py     conversations on threads: appending messages, the replay, retractions, their content
   memories.py     memory versions by (namespace, key): the current one, the lists, writing a version
   lens.py         search, backlinks, grep
   indexer.py      search by meaning: the embedder, the question's vector, the embedding queue's drain
@@ -31,13 +32,14 @@ from recall_server.service.checkpoints import Checkpoints
 from recall_server.service.indexer import Indexer
 from recall_server.service.lens import Lens
 from recall_server.service.memories import Memories
+from recall_server.service.messages import Messages
 from recall_server.service.trace import Trace
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
 
 
 class Service:
-    """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `lens`,
+    """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `messages`, `lens`,
     `trace`, `admin`, `checkpoints`; and the server's own upkeep (`ready`, `sweep`)."""
 
     def __init__(self, db: Database, cursors: CursorCodec, settings: Settings, indexer_db: Database | None = None) -> None:
@@ -48,6 +50,7 @@ class Service:
         self.views = Views(db, cursors, ContentCache(settings.content_cache_bytes))
         self.writes = Writes(db, self.views, settings.idempotency_ttl)
         self.memories = Memories(db, cursors, self.views, self.writes)
+        self.messages = Messages(db, cursors, self.views, self.writes)
         self.indexer = Indexer(indexer_db or db, settings)
         self.lens = Lens(db, cursors, self.views, self.indexer)
         self.admin = Admin(db)

@@ -24,6 +24,9 @@ from recall_server.service.views import Views
 from recall_server.text import one_line
 
 
+SEARCHABLE = (*ids.PLURAL, "message")  # what search finds: every kind of object, and messages
+
+
 class Lens:
     """Search, backlinks and grep, for one store; grep reads content through `views`, search embeds questions
     through `indexer`."""
@@ -41,7 +44,7 @@ class Lens:
         ranked (lexical, semantic, or both fused), see db/queries/search.py."""
         if not text.strip():
             raise BadRequest("q must contain something to search for.", field="q")
-        wanted = sorted(set(kinds or ids.PLURAL))
+        wanted = sorted(set(kinds or SEARCHABLE))
         if status is not None:  # only threads have a status
             wanted = [k for k in wanted if k == "thread"]
         if namespace is not None:  # only memories have one
@@ -100,6 +103,11 @@ class Lens:
         arms = [arm for arm, rank in (("lexical", h.lexical_rank), ("semantic", h.semantic_rank)) if rank is not None]
         why = SearchExplain(arms=arms, lexical_rank=h.lexical_rank, lexical_score=h.lexical_score,  # type: ignore[arg-type]
                             semantic_rank=h.semantic_rank, semantic_score=h.semantic_score) if explain else None
+        if h.type == "message":  # `<thread ID>/<seq>` (schema.sql, recall_message_ref): the thread, and where in it
+            thread, _, seq = h.id.rpartition("/")
+            return SearchHit(id=thread, type="message", summary=h.summary, score=h.score, seq=int(seq),
+                             href=f"/threads/{thread}/messages/{seq}/content", thread_id=thread,
+                             snippet=one_line(h.snippet or h.summary, 300), explain=why)
         return SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
                          snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id, explain=why)
 

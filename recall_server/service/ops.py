@@ -116,7 +116,8 @@ async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]
     if state is State.MISSING:
         return [f"{object_id} never existed in tenant {tenant}"]
     findings = sorted([*await q.erasure_findings(conn, tenant, object_id),
-                       *await q.search_index_findings(conn, tenant, object_id)])
+                       *await q.search_index_findings(conn, tenant, object_id),
+                       *await q.message_findings(conn, tenant, object_id)])
     return findings if state is State.GONE else [f"{object_id} is live (not deleted, not expired)", *findings]
 
 

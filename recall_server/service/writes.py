@@ -217,7 +217,7 @@ class Writes:
 
     # ---- thread writes ---------------------------------------------------------------
 
-    async def _locked_thread(self, conn: q.Conn, tenant: str, thread_id: str) -> None:
+    async def locked_thread(self, conn: q.Conn, tenant: str, thread_id: str) -> None:
         """Take the thread's row lock (it serialises appends); 404 / 410 when it is missing / gone."""
         if ids.kind_of(thread_id) != "thread":
             raise not_found(thread_id, "thread")
@@ -226,7 +226,7 @@ class Writes:
     async def update_thread(self, cred: Credential, thread_id: str, req: UpdateThread) -> ThreadView:
         unset = msgspec.UNSET
         async with tenancy.session(self.db, cred, "write") as (conn, tenant):
-            await self._locked_thread(conn, tenant, thread_id)
+            await self.locked_thread(conn, tenant, thread_id)
             await self.change_thread(
                 conn, tenant, thread_id,
                 None if req.title is unset else req.title,
@@ -253,7 +253,7 @@ class Writes:
                 return Outcome(status=201, body=json(written), object_id=thread_id, event_seq=written.seq)
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
-            await self._locked_thread(conn, tenant, thread_id)
+            await self.locked_thread(conn, tenant, thread_id)
             if req.ref is not None:
                 await self.require_links(conn, tenant, [req.ref])
             event = await q.append_event(conn, tenant, thread_id, "note", req.summary, req.ref)
@@ -267,7 +267,7 @@ class Writes:
 
         async def operation(conn: q.Conn, tenant: str) -> Outcome:
             # The thread's row lock serialises assignments, so the owner cap holds under concurrency.
-            await self._locked_thread(conn, tenant, thread_id)
+            await self.locked_thread(conn, tenant, thread_id)
             await self.require_links(conn, tenant, [req.worker_id])
             made = await q.insert_owner(conn, tenant, thread_id, req.worker_id)
             if made:

@@ -22,6 +22,11 @@ from recall_server.db.queries.threads import (
 )
 # events.py: a page of the log, appending one, appending many notes at once, one by seq.
 from recall_server.db.queries.events import list_events, append_event, NewNote, note_many, event_at
+# messages.py: a conversation's messages: appending, a page of the replay, retracting, content, erasure findings.
+from recall_server.db.queries.messages import (
+    NewMessageRow, MessageRow, append_messages, append_messages_keyed, list_messages, messages_at, live_message_seqs, message_seqs,
+    count_live_messages_through, retract_messages, fetch_message_content, message_findings
+)
 # workers.py: the view (from its head or from the tables), creating one, rebuilding its head.
 from recall_server.db.queries.workers import fetch_worker, insert_worker, rebuild_worker_head
 # triggers.py: the view, filing one (with its event on its thread), filing many at once, neighbours.
@@ -94,5 +99,7 @@ __all__ = [
     "lock_checkpoint_threads", "put_checkpoint",
     "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",
     "copy_checkpoint_thread", "prune_checkpoints", "checkpoint_retention", "set_checkpoint_retention",
-    "checkpoint_thread_state", "checkpoint_erasure_findings"
+    "checkpoint_thread_state", "checkpoint_erasure_findings", "NewMessageRow", "MessageRow", "append_messages", "append_messages_keyed",
+    "list_messages", "messages_at", "live_message_seqs", "message_seqs", "count_live_messages_through",
+    "retract_messages", "fetch_message_content", "message_findings"
 ]

@@ -51,6 +51,12 @@ _HYDRATE = f"""
           text=f"x.summary || ' — ' || x.key || ' — ' || replace(x.namespace, '/', ' ') || ' — ' "
                f"|| recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
         FROM memories x WHERE h.hit_kind = 'memory' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
+      UNION ALL
+      SELECT e.summary, {_HEADLINE.format(text=f"recall_search_text(x.content_type, x.content, {SEARCH_PREFIX})")},
+             x.thread_id
+        FROM thread_messages x JOIN thread_events e ON e.tenant_id = x.tenant_id AND e.thread_id = x.thread_id
+                                                   AND e.seq = x.seq
+       WHERE h.hit_kind = 'message' AND x.tenant_id = auth.tenant AND recall_message_ref(x.thread_id, x.seq) = h.hit_id
     ) s ON true
 """
 
