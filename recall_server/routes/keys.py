@@ -19,7 +19,7 @@ async def own_key(request: Caller) -> KeyView:
     return await request.service.admin.own_key(request.cred)
 
 
-@post("/admin/keys", status_code=201, responses=problems(400, 401, 403, 413, 503), operation_id="CreateKey")
+@post("/admin/keys", status_code=201, responses=problems(400, 401, 403, 413, 422, 503), operation_id="CreateKey")
 async def create_key(data: JSONBody[CreateKey], request: Caller) -> Response[NewKey]:
     """Create a key in the caller's tenant. The response is the only time the secret is shown."""
     key = await request.service.admin.create_key(request.cred, data)
