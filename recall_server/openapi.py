@@ -63,7 +63,7 @@ _PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "Tr
 _JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
     + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
 _KEY_ID = {"type": "string", "pattern": ids.KEY_ID_PATTERN, "description": "An API key's ID (rk_<id>.<secret>)."}
-_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue", "GetMessageContent"}
+_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue", "GetMessageContent", "GetCheckpointValue"}
 
 
 def _header(name: str, required: bool) -> dict[str, Any]:
@@ -179,7 +179,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         responses["304"] = {"description": "Not modified (If-None-Match matched the ETag).", "headers": cached}
         responses["416"]["headers"] = {"Content-Range": _header("Content-Range", True)}
         op = ops[op_id][2]
-        op["parameters"] = [p for p in op.get("parameters", []) if p["in"] == "path"] + [
+        op["parameters"] = [p for p in op.get("parameters", []) if p["in"] in ("path", "query")] + [
             {"name": name, "in": "header", "required": False, "schema": {"type": "string"}, "description": text}
             for name, text in (("Range", "bytes=first-last, first-, or -suffix (one range)."),
                                ("If-None-Match", "ETag(s) the client holds."),
@@ -216,6 +216,10 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
                                "properties": {"content_type": {"type": "string", "not": {"pattern": _JSON_TYPE}}}}
         schemas[name]["then"] = {"description": f"a non-JSON content type takes {field} as a string",
                                  "properties": {field: {"type": "string"}}}
+    schemas["CreateKey"]["if"] = {"required": ["grants"], "properties": {"grants": {"contains": {
+        "required": ["namespace"], "properties": {"namespace": {"type": "string", "pattern": "[{]"}}}}}}
+    schemas["CreateKey"]["then"] = {"description": "a grant naming {subject_id} or {subject_kind} needs a subject",
+                                    "required": ["subject"], "properties": {"subject": {"type": "string"}}}
     for op in (o for _, _, o in ops.values()):
         op["responses"] = dict(sorted(op["responses"].items()))
     return _ecma_patterns(doc)

@@ -108,6 +108,9 @@ def test_a_memory_written_with_embed_false_is_found_by_words_never_by_meaning(
     by_meaning = found(mine, "which language should billing documents use", mode="semantic")
     assert kept["id"] in by_meaning and unembedded["id"] not in by_meaning
     assert unembedded["id"] in found(mine, "invoices Portuguese", mode="lexical")
+    for not_a_boolean in (0, 1, "false", None):
+        refused = mine.post("/memories", json={"namespace": ["prefs"], "key": "k", "value": 1, "embed": not_a_boolean})
+        assert refused.status_code == 400 and "embed" in refused.text
 
 
 def test_lexical_mode_matches_word_forms_and_ranks_rare_words_first(mine: httpx.Client) -> None:

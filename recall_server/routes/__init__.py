@@ -89,6 +89,14 @@ class Caller(Request[Any, Any, Any]):
             self._json = jsonbody.decode(await self.body(), self.app.state.settings.max_json_items)
         return self._json
 
+    async def require_booleans(self, *fields: str) -> None:
+        """400 unless each of these body fields, when present, is a JSON true or false: the framework converts
+        bodies leniently (0 would pass as false), and the schema says boolean."""
+        body = await self.json()
+        for field in fields:
+            if field in body and not isinstance(body[field], bool):
+                raise BadRequest(f"{field} must be true or false.", field=field)
+
 
 async def caller_key(scope: Any, state: Any) -> Credential:
     """The request's key, or 401 (the one key check of every keyed route, the framework's and direct.Direct's).

@@ -25,8 +25,8 @@ ThreadParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_ON
                                        description="A LangGraph thread_id.")]
 NsParam = Annotated[str, Parameter(max_length=1024, pattern=r"^[^\x00-\x1f\x7f]*\Z",
                                    description="A LangGraph checkpoint_ns ('' for the root graph).")]
-ChannelParam = Annotated[str, Parameter(min_length=1, max_length=256, description="A channel's name.")]
-VersionParam = Annotated[str, Parameter(min_length=1, max_length=128, description="A channel version.")]
+ChannelParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_ONE_LINE, description="A channel's name.")]
+VersionParam = Annotated[str, Parameter(min_length=1, max_length=128, pattern=_ONE_LINE, description="A channel version.")]
 IdParam = Annotated[str | None, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+\Z",
                                           description="A checkpoint ID.")]
 

@@ -46,6 +46,7 @@ async def create_memory(
     data: JSONBody[CreateMemory], request: Caller, idempotency_key: IdempotencyKey = None
 ) -> Response[MemoryView]:
     """A new version of (namespace, key); the pair's current version, if any, is superseded by it."""
+    await request.require_booleans("embed")
     return sent(await request.service.memories.create_memory(request.cred, data, idempotency_key))
 
 
