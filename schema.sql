@@ -151,7 +151,19 @@ CREATE TABLE IF NOT EXISTS triggers (
     PRIMARY KEY (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
-ALTER TABLE triggers ALTER COLUMN payload SET STORAGE EXTERNAL;
+-- Large values stored uncompressed out of line (SET STORAGE EXTERNAL), only when a column is not yet: on a
+-- Citus coordinator ALTER TABLE ... SET STORAGE is refused once the table is distributed, and a store
+-- that has it needs nothing (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_store_external(tbl regclass, col name) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT attstorage FROM pg_attribute WHERE attrelid = tbl AND attname = col) <> 'e' THEN
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET STORAGE EXTERNAL', tbl, col);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_store_external(regclass, name) FROM PUBLIC;
+SELECT recall_store_external('triggers', 'payload');
 -- A webhook delivered twice (same source, same delivery GUID) is one trigger.
 CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
     WHERE external_id IS NOT NULL;
@@ -186,7 +198,7 @@ CREATE TABLE IF NOT EXISTS reports (
     FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
-ALTER TABLE reports ALTER COLUMN body SET STORAGE EXTERNAL;
+SELECT recall_store_external('reports', 'body');
 CREATE INDEX IF NOT EXISTS reports_by_worker ON reports (tenant_id, worker_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS reports_by_thread ON reports (tenant_id, thread_id, created_at DESC, id DESC);
 
@@ -306,7 +318,7 @@ CREATE TABLE IF NOT EXISTS memories (
     -- set on the old version in the statement that inserts the new one, before it exists
     FOREIGN KEY (tenant_id, superseded_by) REFERENCES memories (tenant_id, id) DEFERRABLE INITIALLY DEFERRED
 );
-ALTER TABLE memories ALTER COLUMN value SET STORAGE EXTERNAL;
+SELECT recall_store_external('memories', 'value');
 -- exactly one current version per (namespace, key): the invariant concurrent writers cannot break
 CREATE UNIQUE INDEX IF NOT EXISTS memories_current ON memories (tenant_id, namespace, key) WHERE current;
 -- GET /memories?agent_id= (app_id, run_id): a label's current memories in (namespace, key) order
@@ -335,9 +347,20 @@ DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the i
 CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_scratchpad_ttl interval DEFAULT interval '7 days'
-    CHECK (memory_scratchpad_ttl > interval '0');
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_state_ttl interval CHECK (memory_state_ttl > interval '0');
+-- Through recall_add_column: a Citus coordinator refuses ADD COLUMN with a CHECK on a distributed or
+-- reference table even when the column exists (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) THEN
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col, definition);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text) FROM PUBLIC;
+SELECT recall_add_column('tenants', 'memory_scratchpad_ttl',
+                         $$interval DEFAULT interval '7 days' CHECK (memory_scratchpad_ttl > interval '0')$$);
+SELECT recall_add_column('tenants', 'memory_state_ttl', $$interval CHECK (memory_state_ttl > interval '0')$$);
 
 
 -- ---- isolation ---------------------------------------------------------------------------
@@ -1978,7 +2001,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
 );
-ALTER TABLE checkpoints ALTER COLUMN checkpoint SET STORAGE EXTERNAL;
+SELECT recall_store_external('checkpoints', 'checkpoint');
 CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (tenant_id, run_id) WHERE run_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (tenant_id, checkpoint_id DESC, thread_id, checkpoint_ns);
 CREATE TABLE IF NOT EXISTS checkpoint_blobs (
@@ -1992,7 +2015,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_blobs (
     PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, channel, version),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
 );
-ALTER TABLE checkpoint_blobs ALTER COLUMN blob SET STORAGE EXTERNAL;
+SELECT recall_store_external('checkpoint_blobs', 'blob');
 -- A write of a task of the step after a checkpoint; (task_id, idx) once: a retried put_writes lands once
 -- (idx < 0, LangGraph's special channels: error, interrupt, resume, are replaced instead, as its savers do).
 CREATE TABLE IF NOT EXISTS checkpoint_writes (
@@ -2011,8 +2034,8 @@ CREATE TABLE IF NOT EXISTS checkpoint_writes (
 );
 -- Retention per tenant, applied by the sweep (NULL: none): keep the newest N checkpoints of each
 -- (thread, namespace), and drop checkpoints older than an age; the newest of each is always kept.
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_keep_latest integer CHECK (checkpoint_keep_latest >= 1);
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_max_age interval CHECK (checkpoint_max_age > interval '0');
+SELECT recall_add_column('tenants', 'checkpoint_keep_latest', 'integer CHECK (checkpoint_keep_latest >= 1)');
+SELECT recall_add_column('tenants', 'checkpoint_max_age', $$interval CHECK (checkpoint_max_age > interval '0')$$);
 
 GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
 GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;

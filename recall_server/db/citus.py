@@ -1,0 +1,137 @@
+"""Citus: whether a store is a Citus coordinator, and distributing the migrated schema by tenant_id.
+
+Everything Citus-specific the schema needs is here (docs/scaling.md). `distribute()` runs after
+schema.sql, on the coordinator, only when the citus extension exists; each step is skipped when it
+is already done, so `recall-server migrate --citus` can be run again.
+"""
+
+from __future__ import annotations
+
+import re
+
+import asyncpg
+
+# Replicated to every node: looked up before a tenant is known (a key, a hook), or referenced by
+# every tenant table (tenants).
+REFERENCE_TABLES = ("tenants", "api_keys", "hooks")
+
+# Distributed by tenant_id, all co-located with threads; each after the tables its foreign keys name.
+DISTRIBUTED_TABLES = (
+    "threads", "workers", "triggers", "thread_owners", "trigger_neighbours", "reports", "report_refs",
+    "thread_events", "idempotency_keys", "memories", "memory_sources", "hook_deliveries", "github_threads",
+    "trace_reads", "embeddings", "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
+    "checkpoint_writes",
+)
+
+# Functions whose first argument is the tenant: a call outside a transaction block runs on the tenant's
+# node (Citus delegates it), where every statement it makes is a local shard query. Signatures as
+# regprocedure spells them.
+TENANT_FUNCTIONS = {
+    "recall_erase(text,text)": "t",
+    "recall_lock_erasure(text,text)": "t",
+    "recall_lock_memory_pair(text,text,text)": "t",
+    "recall_cap_expiry(text,text)": "t",
+    "recall_lookup(text,text)": "t",
+    "recall_expiry(text,text)": "t",
+    "recall_link_of(text,text)": "t",
+    "recall_erase_memory_version(text,text)": "t",
+    "recall_head_events(text,text)": "t",
+    "recall_head_owners(text,text)": "t",
+    "recall_rebuild_head(text,text)": "t",
+    "recall_rebuild_heads_showing(text,text)": "t",
+    "recall_worker_head_threads(text,text)": "t",
+    "recall_worker_head_reports(text,text)": "t",
+    "recall_rebuild_worker_head(text,text)": "t",
+    "recall_rebuild_owner_heads(text,text)": "t",
+    "recall_embedding_text(text,text,text)": "t",
+    "recall_prune_checkpoints(text,text[],integer,interval)": "t",
+    "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)": "p_tenant",
+    "recall_append_notes(text,text[],text[],text[])": "p_tenant",
+    "recall_file_on_threads(text,text[],text[],text[],text[],text[],bytea[],bytea[],bytea[],"
+    "timestamp with time zone[],text[],text[],text[],text[],timestamp with time zone[])": "p_tenant",
+}
+
+# Functions a shard query or a trigger on a shard calls: created on every node, not delegated.
+SHARD_FUNCTIONS = (
+    "recall_is_gone(timestamp with time zone,timestamp with time zone)",
+    "recall_scoped(text,tsvector)",
+    "recall_scoped(text,tsquery)",
+    "recall_search_text(text,bytea,integer)",
+    "recall_link(text,text,boolean)",
+    "recall_event(thread_events)",
+    "recall_head_size()",
+    "recall_head_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
+    "recall_head_with(jsonb,jsonb)",
+    "recall_owners_limit()",
+    "recall_queue_embedding()",
+    "recall_search_must(text,text)",
+)
+
+
+async def present(conn: asyncpg.Connection) -> bool:
+    """Whether the store is a Citus coordinator (the citus extension exists in its database)."""
+    return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"))
+
+
+async def prepare(conn: asyncpg.Connection) -> None:
+    """The settings schema.sql and distribute() need on a coordinator, for the migration's transaction."""
+    # Without this, create_reference_table('tenants') turns every table with a foreign key to it into a
+    # coordinator-local table, which then cannot be distributed.
+    await conn.execute("SET LOCAL citus.enable_local_reference_table_foreign_keys = off")
+    # Triggers on distributed tables: each reads and writes only its own row's tenant (thread_owners'
+    # recall_owners_limit, the embedding queue's recall_queue_embedding), so on its own shard.
+    await conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
+
+
+async def distribute(conn: asyncpg.Connection) -> list[str]:
+    """Make the reference tables, distribute the tenant tables by tenant_id co-located with threads, and
+    distribute the functions; return what it did (nothing when all of it was done before)."""
+    done: list[str] = []
+    placed = {r[0]: r[1] for r in await conn.fetch(
+        "SELECT logicalrelid::regclass::text, partmethod FROM pg_dist_partition")}
+    for table in REFERENCE_TABLES:
+        if table not in placed:
+            await conn.execute("SELECT create_reference_table($1)", table)
+            done.append(f"reference table {table}")
+    for table in DISTRIBUTED_TABLES:
+        if table not in placed:
+            await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
+                               table, "default" if table == "threads" else "threads")
+            done.append(f"distributed table {table}")
+    distributed = {r[0]: r[1] for r in await conn.fetch(
+        "SELECT objid::regprocedure::text, distribution_argument_index FROM pg_dist_object"
+        " WHERE classid = 'pg_proc'::regclass")}
+    for signature, argument in TENANT_FUNCTIONS.items():
+        if distributed.get(signature) is None and await _exists(conn, signature):
+            await conn.execute("SELECT create_distributed_function($1, $2, colocate_with => 'threads')",
+                               signature, argument)
+            done.append(f"distributed function {signature}")
+    for signature in SHARD_FUNCTIONS:
+        if signature not in distributed and await _exists(conn, signature):
+            await conn.execute("SELECT create_distributed_function($1)", signature)
+            done.append(f"function {signature} on every node")
+    return done
+
+
+async def _exists(conn: asyncpg.Connection, signature: str) -> bool:
+    return await conn.fetchval("SELECT to_regprocedure($1) IS NOT NULL", signature)
+
+
+_TOKEN = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_]*\$)|;")
+
+
+def statements(script: str) -> list[str]:
+    """schema.sql as its statements, one by one. A Citus coordinator passes some DDL (ALTER INDEX ... SET,
+    DROP POLICY, ALTER TABLE ... ENABLE ROW LEVEL SECURITY) to the workers as the text of the query it
+    came in: a script sent whole reaches them as several commands, which they refuse. Splits at the
+    semicolons outside comments, quotes and dollar quotes."""
+    found, start, at = [], 0, 0
+    while (m := _TOKEN.search(script, at)) is not None:
+        at = m.end()
+        if m.group(1):  # a dollar quote: skip to its end
+            at = script.index(m.group(1), at) + len(m.group(1))
+        elif m.group(0) == ";":
+            found.append(script[start:at])
+            start = at
+    found.append(script[start:])
+    return [s for s in found if _TOKEN.sub(lambda t: "" if t.group(0).startswith("--") else t.group(0), s).strip()]
