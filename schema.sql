@@ -531,14 +531,18 @@ $$;
 
 -- How a view shows an event: the log is append-only, so an event whose target is gone stays,
 -- marked ref_deleted, and a summary copied from that target is not shown.
-CREATE OR REPLACE FUNCTION recall_event(e thread_events) RETURNS json
+-- Called with the event's columns, not its row: a Citus shard's rows are of the shard's own type, which a
+-- function on thread_events does not take (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_event(seq bigint, type text, at timestamptz, summary text, ref text,
+                                        ref_gone_at timestamptz) RETURNS json
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN e.ref_gone_at <= now()
-        THEN json_build_object('seq', e.seq, 'type', e.type, 'at', e.at,
-                               'summary', CASE WHEN e.type IN ('trigger_filed', 'report_filed') THEN '' ELSE e.summary END,
-                               'ref', e.ref, 'ref_deleted', true)
-        ELSE json_build_object('seq', e.seq, 'type', e.type, 'at', e.at, 'summary', e.summary, 'ref', e.ref) END
+    SELECT CASE WHEN ref_gone_at <= now()
+        THEN json_build_object('seq', seq, 'type', type, 'at', at,
+                               'summary', CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END,
+                               'ref', ref, 'ref_deleted', true)
+        ELSE json_build_object('seq', seq, 'type', type, 'at', at, 'summary', summary, 'ref', ref) END
 $$;
+DROP FUNCTION IF EXISTS recall_event(thread_events);
 
 -- How many newest events a thread's head holds: spill.RECENT, the default view's (tests/test_thread_head.py).
 CREATE OR REPLACE FUNCTION recall_head_size() RETURNS integer

@@ -14,10 +14,13 @@ import hypothesis
 import httpx
 import pytest
 from helpers import (
+    CITUS_URL,
     Graph,
     ServerProcess,
+    citus_database,
     cli_process,
     create_key,
+    drop_citus_database,
     expire as run_expire,
     run_script,
     run_sql,
@@ -52,7 +55,13 @@ def _one_tls_context() -> None:
 
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh, empty database: on DATABASE_URL's server when set, else in an embedded cluster."""
+    """A fresh, empty database: on RECALL_TEST_CITUS_URL's Citus cluster when set (migrated with
+    `migrate --citus`), else on DATABASE_URL's server when set, else in an embedded cluster."""
+    if CITUS_URL:
+        name = f"recall_test_{uuid.uuid4().hex[:12]}"
+        yield citus_database(CITUS_URL, name)
+        drop_citus_database(CITUS_URL, name)
+        return
     server_url = os.environ.get("DATABASE_URL")
     if not server_url:
         from recall_server.db import embedded

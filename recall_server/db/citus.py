@@ -58,7 +58,7 @@ SHARD_FUNCTIONS = (
     "recall_scoped(text,tsquery)",
     "recall_search_text(text,bytea,integer)",
     "recall_link(text,text,boolean)",
-    "recall_event(thread_events)",
+    "recall_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
     "recall_head_size()",
     "recall_head_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
     "recall_head_with(jsonb,jsonb)",

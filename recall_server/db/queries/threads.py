@@ -50,7 +50,7 @@ _THREAD_LOG = keyed("""
                                 ORDER BY o.assigned_at, w.id), '[]')
          FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
         WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
-      (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
+      (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
         WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
