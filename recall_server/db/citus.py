@@ -98,6 +98,17 @@ async def distribute(conn: asyncpg.Connection) -> list[str]:
             await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
                                table, "default" if table == "threads" else "threads")
             done.append(f"distributed table {table}")
+    # Writing api_keys (a reference table pointing at tenants) makes Citus lock the tenants table's shards
+    # on every node, which it allows only to a role that may write tenants; recall_app may not, and
+    # needs only to skip that check (the lock is taken either way).
+    if not await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting WHERE setrole = 'recall_app'::regrole"
+            " AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND 'citus.skip_advisory_lock_permission_checks=on' = ANY (setconfig))"):
+        database = await conn.fetchval("SELECT quote_ident(current_database())")
+        await conn.execute(f"ALTER ROLE recall_app IN DATABASE {database}"
+                           " SET citus.skip_advisory_lock_permission_checks = on")
+        done.append("recall_app skips Citus's lock permission check")
     distributed = {r[0]: r[1] for r in await conn.fetch(
         "SELECT objid::regprocedure::text, distribution_argument_index FROM pg_dist_object"
         " WHERE classid = 'pg_proc'::regclass")}
