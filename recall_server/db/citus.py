@@ -7,9 +7,14 @@ is already done, so `recall-server migrate --citus` can be run again.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
+
+from recall_server.db.pool import Connection
 
 # Replicated to every node: looked up before a tenant is known (a key, a hook), or referenced by
 # every tenant table (tenants).
@@ -83,6 +88,29 @@ async def prepare(conn: asyncpg.Connection) -> None:
     await conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
 
 
+_TABLE_READ = r"(FROM|JOIN)\s+(" + "|".join(DISTRIBUTED_TABLES) + r")\M"
+
+
+async def adapt(conn: asyncpg.Connection) -> list[str]:
+    """After schema.sql, on a coordinator: each SQL-language function that reads a tenant table and returns
+    one value again as PL/pgSQL, same body. Citus plans the statements of a SQL function with parameters
+    on no distributed table ("parameters in SQL functions"); a PL/pgSQL function's are planned with its
+    arguments bound. (schema.sql keeps them SQL: on one node PostgreSQL inlines them into their callers.)"""
+    readers = await conn.fetch(
+        """SELECT p.proname, pg_get_function_arguments(p.oid) AS args, pg_get_function_result(p.oid) AS result,
+                  p.prosrc, p.provolatile
+             FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+            WHERE p.pronamespace = 'public'::regnamespace AND l.lanname = 'sql' AND NOT p.proretset
+              AND p.provolatile <> 'v' AND p.proconfig IS NULL AND p.prosrc ~ $1""", _TABLE_READ)
+    for r in readers:
+        volatility = "IMMUTABLE" if r["provolatile"] == "i" else "STABLE"
+        await conn.execute(
+            f"CREATE OR REPLACE FUNCTION {r['proname']}({r['args']}) RETURNS {r['result']} LANGUAGE plpgsql"
+            f" {volatility} PARALLEL SAFE AS $citus$\n#variable_conflict use_column\n"
+            f"BEGIN\n    RETURN ({r['prosrc'].strip().rstrip(';')});\nEND\n$citus$")
+    return [f"{r['proname']} as PL/pgSQL" for r in readers]
+
+
 async def distribute(conn: asyncpg.Connection) -> list[str]:
     """Make the reference tables, distribute the tenant tables by tenant_id co-located with threads, and
     distribute the functions; return what it did (nothing when all of it was done before)."""
@@ -146,3 +174,140 @@ def statements(script: str) -> list[str]:
             start = at
     found.append(script[start:])
     return [s for s in found if _TOKEN.sub(lambda t: "" if t.group(0).startswith("--") else t.group(0), s).strip()]
+
+
+class CitusConnection(Connection):
+    """A pool connection to a Citus coordinator. The statements Citus's planner refuses (a STABLE function of
+    a column, or any non-IMMUTABLE function in a CASE or COALESCE, in an UPDATE; a subquery in an INSERT's
+    VALUES; a data-modifying CTE in front of an INSERT) run as the steps in STEPS instead: the same
+    effect and result, each step a statement Citus routes to the tenant's shard. Every other statement
+    runs as it is."""
+
+    citus = True
+
+    async def fetch(self, query: str, *args: object, **kw: Any) -> list[Any]:
+        if (step := _steps().get(query)) is not None:
+            found = await step(self, *args)
+            return [] if found is None else [found]
+        return await super().fetch(query, *args, **kw)
+
+    async def fetchrow(self, query: str, *args: object, **kw: Any) -> Any:
+        if (step := _steps().get(query)) is not None:
+            return await step(self, *args)
+        return await super().fetchrow(query, *args, **kw)
+
+    async def fetchval(self, query: str, *args: object, column: int = 0, **kw: Any) -> Any:
+        if (step := _steps().get(query)) is not None:
+            found = await step(self, *args)
+            return None if found is None else found[column]
+        return await super().fetchval(query, *args, column=column, **kw)
+
+
+Step = Callable[..., Awaitable[Any]]
+
+
+@functools.cache
+def _steps() -> dict[str, Step]:
+    """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
+    from recall_server.db.queries import events, memories, reports, triggers
+
+    return {events._APPEND: _append_event, reports._INSERT_REPORT: _insert_report,
+            triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory}
+
+
+_UNSET: Any = object()
+
+
+async def _append_event(conn: asyncpg.Connection, tenant: str, thread_id: str, type_: str, summary: str,
+                        ref: str | None, gone_at: Any = _UNSET) -> Any:
+    """events._APPEND: the thread's next seq under its row lock, its head, the event."""
+    row = await conn.fetchrow("SELECT last_seq, clock_timestamp() AS at, head_events::text AS head FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if row is None:
+        return None
+    if gone_at is _UNSET:
+        gone_at = None if ref is None else await conn.fetchval("SELECT recall_expiry($1, $2)", tenant, ref)
+    seq = row["last_seq"] + 1
+    head = await conn.fetchval("SELECT recall_head_with(jsonb_build_array(recall_head_event($1, $2, $3, $4, $5, $6)),"
+                               " $7::jsonb)::text", seq, type_, row["at"], summary, ref, gone_at, row["head"])
+    await conn.execute("UPDATE threads SET last_seq = $3, updated_at = $4, head_events = $5::jsonb"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, seq, row["at"], head)
+    return await conn.fetchrow(
+        "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq, type, at, summary, ref",
+        tenant, thread_id, seq, type_, row["at"], summary, ref, gone_at)
+
+
+def _least(*times: Any) -> Any:
+    """least() as PostgreSQL has it: NULLs ignored."""
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
+
+
+async def _thread_expiry(conn: asyncpg.Connection, tenant: str, thread_id: str | None) -> Any:
+    if thread_id is None:
+        return None
+    return await conn.fetchval("SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $2", tenant, thread_id)
+
+
+async def _insert_report(conn: asyncpg.Connection, tenant: str, report_id: str, worker_id: str, thread_id: str,
+                         *rest: Any) -> Any:
+    """reports._INSERT_REPORT: the report (its expiry capped by its thread's), counted on its worker."""
+    *columns, expires_at = rest
+    expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchval(
+        "INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body, body_sha256,"
+        " request_hash, app_id, agent_id, run_id, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING RETURNING true",
+        tenant, report_id, worker_id, thread_id, *columns, expires_at)
+    if made is None:
+        return None
+    return await conn.fetchrow("UPDATE workers SET reports_total = reports_total + 1"
+                               " WHERE tenant_id = $1 AND id = $2 RETURNING true", tenant, worker_id)
+
+
+async def _file_trigger(conn: asyncpg.Connection, tenant: str, trigger_id: str, source: str, thread_id: str | None,
+                        summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
+                        occurred_at: Any, app_id: Any, agent_id: Any, run_id: Any, external_id: Any,
+                        expires_at: Any) -> Any:
+    """triggers._FILE_TRIGGER: the trigger (its expiry capped by its thread's), and on its thread the
+    trigger_filed event; nothing when the ID or the delivery is taken."""
+    expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchrow(
+        "INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,"
+        " request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15)"
+        " ON CONFLICT DO NOTHING RETURNING expires_at",
+        tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+        app_id, agent_id, run_id, external_id, expires_at)
+    if made is None:
+        return None
+    if thread_id is not None:
+        await _append_event(conn, tenant, thread_id, "trigger_filed", summary, trigger_id, made["expires_at"])
+    return (True,)
+
+
+async def _insert_memory(conn: asyncpg.Connection, tenant: str, memory_id: str, namespace: str, key: str,
+                         pair: bytes, kind: str, summary: str, content_type: str, value: bytes, sha: bytes,
+                         tags: str, confirmed: str, app_id: Any, agent_id: Any, run_id: Any, req_hash: bytes,
+                         expires_at: Any) -> Any:
+    """memories._INSERT_MEMORY: the pair's current version closed (superseded unless gone), the new one."""
+    old = await conn.fetchrow(
+        "SELECT id, chain, version, recall_is_gone(deleted_at, expires_at) AS gone FROM memories"
+        " WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND current", tenant, namespace, key)
+    if old is not None:
+        await conn.execute("UPDATE memories SET current = false, superseded_by = $3 WHERE tenant_id = $1 AND id = $2",
+                           tenant, old["id"], None if old["gone"] else memory_id)
+    prev = None if old is None or old["gone"] else old
+    if expires_at is None:
+        expires_at = await conn.fetchval(
+            "SELECT clock_timestamp() + CASE $2 WHEN 'scratchpad' THEN memory_scratchpad_ttl"
+            " WHEN 'state' THEN memory_state_ttl END FROM tenants WHERE id = $1", tenant, kind)
+    return await conn.fetchrow(
+        "INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,"
+        " tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current, supersedes, expires_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16, $17, $18, true, $19,"
+        " $20) RETURNING version",
+        tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
+        app_id, agent_id, run_id, req_hash, memory_id if prev is None else prev["chain"],
+        1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at)

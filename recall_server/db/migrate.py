@@ -76,6 +76,7 @@ async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes, on_citus: bo
             await citus_db.prepare(conn)
             for statement in citus_db.statements(sql):
                 await conn.execute(statement)
+            await citus_db.adapt(conn)
             if distribute:
                 await citus_db.distribute(conn)
         else:

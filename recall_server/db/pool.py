@@ -50,13 +50,9 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 class Connection(asyncpg.Connection):
     """The pool's connections: whether they reach a Citus coordinator (read through the pool's proxy by
-    tenancy, which then binds the tenant so that it reaches the workers)."""
+    tenancy, which then binds the tenant so that it reaches the workers; citus.CitusConnection)."""
 
     citus = False
-
-
-class CitusConnection(Connection):
-    citus = True
 
 
 def _closed(conn: asyncpg.Connection) -> bool:
@@ -95,6 +91,8 @@ class Database:
             on_citus = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
         finally:
             await probe.close()
+        from recall_server.db.citus import CitusConnection
+
         # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
         # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
