@@ -73,6 +73,20 @@ SHARD_FUNCTIONS = (
 )
 
 
+# recall_app's settings in the store's database (Citus passes them to every node):
+ROLE_SETTINGS = (
+    # Writing api_keys (a reference table pointing at tenants) makes Citus lock the tenants table's shards
+    # on every node, which it allows only to a role that may write tenants; recall_app may not, and needs
+    # only to skip that permission check (the lock is taken either way).
+    "citus.skip_advisory_lock_permission_checks",
+    # A shard query that calls a function reading tenant tables (recall_link_of, recall_lookup: a memory's
+    # links, a thread's owners) runs that function's statements on the worker. Each names the same
+    # tenant as the query, so they go to a co-located shard on the same node, which is the case Citus's
+    # default refuses for fear it is not.
+    "citus.allow_nested_distributed_execution",
+)
+
+
 async def present(conn: asyncpg.Connection) -> bool:
     """Whether the store is a Citus coordinator (the citus extension exists in its database)."""
     return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"))
@@ -126,17 +140,14 @@ async def distribute(conn: asyncpg.Connection) -> list[str]:
             await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
                                table, "default" if table == "threads" else "threads")
             done.append(f"distributed table {table}")
-    # Writing api_keys (a reference table pointing at tenants) makes Citus lock the tenants table's shards
-    # on every node, which it allows only to a role that may write tenants; recall_app may not, and
-    # needs only to skip that check (the lock is taken either way).
-    if not await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting WHERE setrole = 'recall_app'::regrole"
-            " AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND 'citus.skip_advisory_lock_permission_checks=on' = ANY (setconfig))"):
-        database = await conn.fetchval("SELECT quote_ident(current_database())")
-        await conn.execute(f"ALTER ROLE recall_app IN DATABASE {database}"
-                           " SET citus.skip_advisory_lock_permission_checks = on")
-        done.append("recall_app skips Citus's lock permission check")
+    database = await conn.fetchval("SELECT quote_ident(current_database())")
+    for setting in ROLE_SETTINGS:
+        if not await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting WHERE setrole = 'recall_app'::regrole"
+                " AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND $1 = ANY (setconfig))", f"{setting}=on"):
+            await conn.execute(f"ALTER ROLE recall_app IN DATABASE {database} SET {setting} = on")
+            done.append(f"recall_app: {setting}")
     distributed = {r[0]: r[1] for r in await conn.fetch(
         "SELECT objid::regprocedure::text, distribution_argument_index FROM pg_dist_object"
         " WHERE classid = 'pg_proc'::regclass")}
@@ -185,6 +196,12 @@ class CitusConnection(Connection):
 
     citus = True
 
+    async def execute(self, query: str, *args: object, **kw: Any) -> str:
+        if args and (step := _steps().get(query)) is not None:
+            await step(self, *args)
+            return ""
+        return await super().execute(query, *args, **kw)
+
     async def fetch(self, query: str, *args: object, **kw: Any) -> list[Any]:
         if (step := _steps().get(query)) is not None:
             found = await step(self, *args)
@@ -212,7 +229,22 @@ def _steps() -> dict[str, Step]:
     from recall_server.db.queries import events, memories, reports, triggers
 
     return {events._APPEND: _append_event, reports._INSERT_REPORT: _insert_report,
-            triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory}
+            triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
+            reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
+            triggers._INSERT_NEIGHBOURS: _positions("trigger_neighbours", "trigger_id", "neighbour_id"),
+            memories._INSERT_SOURCES: _positions("memory_sources", "memory_id", "source_id")}
+
+
+def _positions(table: str, owner: str, item: str) -> Step:
+    """An INSERT ... SELECT FROM unnest($3) WITH ORDINALITY of (tenant, owner, position, item) rows, as rows
+    of VALUES: Citus sends an INSERT ... SELECT from no distributed table as a COPY, which row-level
+    security refuses."""
+    sql = f"INSERT INTO {table} (tenant_id, {owner}, position, {item}) VALUES ($1, $2, $3, $4)"
+
+    async def insert(conn: asyncpg.Connection, tenant: str, owner_id: str, items: list[str]) -> None:
+        await conn.executemany(sql, [(tenant, owner_id, n, x) for n, x in enumerate(items, 1)])
+
+    return insert
 
 
 _UNSET: Any = object()

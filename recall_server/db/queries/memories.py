@@ -262,11 +262,14 @@ async def insert_memory(
     )
 
 
-async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
-    await conn.execute(
-        """
+_INSERT_SOURCES = """
         INSERT INTO memory_sources (tenant_id, memory_id, position, source_id)
         SELECT $1, $2, s.position, s.id FROM unnest($3::text[]) WITH ORDINALITY AS s(id, position)
-        """,
+        """
+
+
+async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
+    await conn.execute(
+        _INSERT_SOURCES,
         tenant, memory_id, sources,
     )

@@ -112,11 +112,14 @@ async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str,
     ) is not None
 
 
-async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
-    await conn.execute(
-        """
+_INSERT_REFS = """
         INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
         SELECT $1, $2, r.position, r.id FROM unnest($3::text[]) WITH ORDINALITY AS r(id, position)
-        """,
+        """
+
+
+async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
+    await conn.execute(
+        _INSERT_REFS,
         tenant, report_id, refs,
     )
