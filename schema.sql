@@ -795,13 +795,14 @@ $$;
 -- versions one by one; deleting a memory erases every version of its pair (recall_erase).
 CREATE OR REPLACE FUNCTION recall_erase_memory_version(t text, mem text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
     UPDATE memories SET namespace = '', key = '', summary = '', value = '\x', value_sha256 = sha256('\x'),
            tags = '{}', request_hash = '\x', app_id = NULL, agent_id = NULL, run_id = NULL, current = false,
-           deleted_at = coalesce(deleted_at, now())
+           deleted_at = coalesce(deleted_at, v_now)
      WHERE tenant_id = t AND id = mem;
     DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
-    UPDATE thread_events SET ref_gone_at = least(ref_gone_at, now()) WHERE tenant_id = t AND ref = mem;
+    UPDATE thread_events SET ref_gone_at = least(ref_gone_at, v_now) WHERE tenant_id = t AND ref = mem;
     PERFORM recall_rebuild_heads_showing(t, mem);
     UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
     DELETE FROM embeddings WHERE tenant_id = t AND object_id = mem;
@@ -858,6 +859,7 @@ $$;
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE child text; ns text; k text;
+    v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
     IF left(obj, 4) = 'mem_' THEN
         -- The pair's lock first, as its writers take it: a write is then committed before the versions are
@@ -884,15 +886,15 @@ BEGIN
     WHEN 'trg_' THEN
         UPDATE triggers SET summary = '', payload = '\x', payload_sha256 = sha256('\x'), request_hash = '\x',
                external_id = NULL, app_id = NULL, agent_id = NULL, run_id = NULL,
-               deleted_at = coalesce(deleted_at, now())
+               deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'rpt_' THEN
         UPDATE reports SET summary = '', body = '\x', body_sha256 = sha256('\x'), request_hash = '\x',
-               app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, now())
+               app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'wkr_' THEN  -- the threads it owns (their heads show it) are locked first, by recall_lock_erasure
         UPDATE workers SET name = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'thr_' THEN
         -- Its row is locked (recall_lock_erasure): a trigger or report being filed on it concurrently is
@@ -905,7 +907,7 @@ BEGIN
         END LOOP;
         DELETE FROM thread_events WHERE tenant_id = t AND thread_id = obj;
         UPDATE threads SET title = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, head_events = '[]', head_owners = '[]', deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_events = '[]', head_owners = '[]', deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'mem_' THEN
         -- Every version of the pair, in every chain it had; deleting an already deleted version is a no-op
@@ -917,7 +919,7 @@ BEGIN
     END CASE;
     -- Events pointing at it: marked gone, and summaries copied from it dropped.
     UPDATE thread_events
-       SET ref_gone_at = least(ref_gone_at, now()),
+       SET ref_gone_at = least(ref_gone_at, v_now),
            summary = CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END
      WHERE tenant_id = t AND ref = obj;
     -- Thread heads that show it (its events, or it as an owner) follow.
