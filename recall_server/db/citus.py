@@ -28,33 +28,35 @@ DISTRIBUTED_TABLES = (
     "checkpoint_writes",
 )
 
-# Functions whose first argument is the tenant: a call outside a transaction block runs on the tenant's
-# node (Citus delegates it), where every statement it makes is a local shard query. Signatures as
-# regprocedure spells them.
-TENANT_FUNCTIONS = {
-    "recall_erase(text,text)": "t",
-    "recall_lock_erasure(text,text)": "t",
-    "recall_lock_memory_pair(text,text,text)": "t",
-    "recall_cap_expiry(text,text)": "t",
-    "recall_lookup(text,text)": "t",
-    "recall_expiry(text,text)": "t",
-    "recall_link_of(text,text)": "t",
-    "recall_erase_memory_version(text,text)": "t",
-    "recall_head_events(text,text)": "t",
-    "recall_head_owners(text,text)": "t",
-    "recall_rebuild_head(text,text)": "t",
-    "recall_rebuild_heads_showing(text,text)": "t",
-    "recall_worker_head_threads(text,text)": "t",
-    "recall_worker_head_reports(text,text)": "t",
-    "recall_rebuild_worker_head(text,text)": "t",
-    "recall_rebuild_owner_heads(text,text)": "t",
-    "recall_embedding_text(text,text,text)": "t",
-    "recall_prune_checkpoints(text,text[],integer,interval)": "t",
-    "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)": "p_tenant",
-    "recall_append_notes(text,text[],text[],text[])": "p_tenant",
+# Functions whose first argument is the tenant. Created on every node, not delegated to the tenant's node
+# (no distribution argument): the server calls them inside its request's transaction, after the binding
+# and other statements, and a delegated call there failed ("the backend has already been assigned a
+# transaction id"). Run on the coordinator, each of their statements names the tenant, so goes to its
+# shard. Signatures as regprocedure spells them.
+TENANT_FUNCTIONS = (
+    "recall_erase(text,text)",
+    "recall_lock_erasure(text,text)",
+    "recall_lock_memory_pair(text,text,text)",
+    "recall_cap_expiry(text,text)",
+    "recall_lookup(text,text)",
+    "recall_expiry(text,text)",
+    "recall_link_of(text,text)",
+    "recall_erase_memory_version(text,text)",
+    "recall_head_events(text,text)",
+    "recall_head_owners(text,text)",
+    "recall_rebuild_head(text,text)",
+    "recall_rebuild_heads_showing(text,text)",
+    "recall_worker_head_threads(text,text)",
+    "recall_worker_head_reports(text,text)",
+    "recall_rebuild_worker_head(text,text)",
+    "recall_rebuild_owner_heads(text,text)",
+    "recall_embedding_text(text,text,text)",
+    "recall_prune_checkpoints(text,text[],integer,interval)",
+    "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)",
+    "recall_append_notes(text,text[],text[],text[])",
     "recall_file_on_threads(text,text[],text[],text[],text[],text[],bytea[],bytea[],bytea[],"
-    "timestamp with time zone[],text[],text[],text[],text[],timestamp with time zone[])": "p_tenant",
-}
+    "timestamp with time zone[],text[],text[],text[],text[],timestamp with time zone[])",
+)
 
 # Functions a shard query or a trigger on a shard calls: created on every node, not delegated.
 SHARD_FUNCTIONS = (
@@ -151,12 +153,7 @@ async def distribute(conn: asyncpg.Connection) -> list[str]:
     distributed = {r[0]: r[1] for r in await conn.fetch(
         "SELECT objid::regprocedure::text, distribution_argument_index FROM pg_dist_object"
         " WHERE classid = 'pg_proc'::regclass")}
-    for signature, argument in TENANT_FUNCTIONS.items():
-        if distributed.get(signature) is None and await _exists(conn, signature):
-            await conn.execute("SELECT create_distributed_function($1, $2, colocate_with => 'threads')",
-                               signature, argument)
-            done.append(f"distributed function {signature}")
-    for signature in SHARD_FUNCTIONS:
+    for signature in (*TENANT_FUNCTIONS, *SHARD_FUNCTIONS):
         if signature not in distributed and await _exists(conn, signature):
             await conn.execute("SELECT create_distributed_function($1)", signature)
             done.append(f"function {signature} on every node")
@@ -226,9 +223,9 @@ Step = Callable[..., Awaitable[Any]]
 @functools.cache
 def _steps() -> dict[str, Step]:
     """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
-    from recall_server.db.queries import events, memories, reports, triggers
+    from recall_server.db.queries import events, memories, reports, threads, triggers
 
-    return {events._APPEND: _append_event, reports._INSERT_REPORT: _insert_report,
+    return {events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread, reports._INSERT_REPORT: _insert_report,
             triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
             reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
             triggers._INSERT_NEIGHBOURS: _positions("trigger_neighbours", "trigger_id", "neighbour_id"),
@@ -343,3 +340,27 @@ async def _insert_memory(conn: asyncpg.Connection, tenant: str, memory_id: str, 
         tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
         app_id, agent_id, run_id, req_hash, memory_id if prev is None else prev["chain"],
         1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at)
+
+
+async def _update_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, title: str | None,
+                         summary: str | None, status: str | None) -> Any:
+    """threads._UPDATE_THREAD: the given fields under the row lock, updated_at only on a real change, and a
+    close or merge starting the tenant's closed-thread retention; (old status, new status)."""
+    old = await conn.fetchrow("SELECT title, summary, status, expires_at, clock_timestamp() AS at FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if old is None:
+        return None
+    new = (old["title"] if title is None else title, old["summary"] if summary is None else summary,
+           old["status"] if status is None else status)
+    if new == (old["title"], old["summary"], old["status"]):
+        return (old["status"], old["status"])
+    expires_at = old["expires_at"]
+    if new[2] in ("closed", "merged") and old["status"] not in ("closed", "merged"):
+        capped = await conn.fetchrow(
+            "SELECT least(coalesce($2::timestamptz, 'infinity'), $3::timestamptz + closed_thread_retention) FROM tenants"
+            " WHERE id = $1 AND closed_thread_retention IS NOT NULL", tenant, expires_at, old["at"])
+        if capped is not None:
+            expires_at = capped[0]
+    await conn.execute("UPDATE threads SET title = $3, summary = $4, status = $5, updated_at = $6, expires_at = $7"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, *new, old["at"], expires_at)
+    return (old["status"], new[2])

@@ -184,15 +184,7 @@ async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, sum
     ) is not None
 
 
-async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
-                        status: str | None) -> tuple[str, str] | None:
-    """Apply the given fields under the row lock, touching updated_at only on a real change.
-
-    Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
-    Returns (old status, new status), or None when the thread does not exist.
-    """
-    row = await conn.fetchrow(
-        """
+_UPDATE_THREAD = """
         WITH old AS (
           SELECT title, summary, status, expires_at FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE),
         retention AS (SELECT closed_thread_retention AS keep FROM tenants WHERE id = $1),
@@ -210,7 +202,18 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
                  IS DISTINCT FROM (coalesce($3, old.title), coalesce($4, old.summary), coalesce($5, old.status))
           RETURNING t.status)
         SELECT old.status, coalesce((SELECT status FROM upd), old.status) FROM old
-        """,
+        """
+
+
+async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
+                        status: str | None) -> tuple[str, str] | None:
+    """Apply the given fields under the row lock, touching updated_at only on a real change.
+
+    Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
+    Returns (old status, new status), or None when the thread does not exist.
+    """
+    row = await conn.fetchrow(
+        _UPDATE_THREAD,
         tenant, thread_id, title, summary, status,
     )
     return None if row is None else (row[0], row[1])
