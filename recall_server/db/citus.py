@@ -124,7 +124,38 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
             f"CREATE OR REPLACE FUNCTION {r['proname']}({r['args']}) RETURNS {r['result']} LANGUAGE plpgsql"
             f" {volatility} PARALLEL SAFE AS $citus$\n#variable_conflict use_column\n"
             f"BEGIN\n    RETURN ({r['prosrc'].strip().rstrip(';')});\nEND\n$citus$")
+    for body in CITUS_FUNCTIONS:
+        await conn.execute(body)
     return [f"{r['proname']} as PL/pgSQL" for r in readers]
+
+
+# The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
+# worker calls recall_head_events (...), which query other shards from there, inside a write, and Citus
+# refuses ("the backend has already been assigned a transaction id"). The same effect as schema.sql's.
+CITUS_FUNCTIONS = (
+    """CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE v_events jsonb; v_owners jsonb;
+BEGIN
+    PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
+    v_events := recall_head_events(t, thr);
+    v_owners := recall_head_owners(t, thr);
+    UPDATE threads SET head_events = v_events, head_owners = v_owners
+     WHERE tenant_id = t AND id = thr AND deleted_at IS NULL;
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_rebuild_worker_head(t text, wkr text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE v_threads jsonb; v_reports jsonb;
+BEGIN
+    PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
+    v_threads := recall_worker_head_threads(t, wkr);
+    v_reports := recall_worker_head_reports(t, wkr);
+    UPDATE workers SET head_threads = v_threads, head_reports = v_reports
+     WHERE tenant_id = t AND id = wkr AND deleted_at IS NULL;
+END
+$citus$""",
+)
 
 
 async def distribute(conn: asyncpg.Connection) -> list[str]:
