@@ -39,13 +39,13 @@ def query(dsn: str, sql: str, *args: object, tenant: str | None = None) -> list[
 
 def test_every_tenant_table_is_distributed_by_tenant_id_and_colocated_with_threads(database_url: str) -> None:
     placed = {r["table"]: r for r in query(database_url, """
-        SELECT logicalrelid::regclass::text AS table, partmethod, colocationid,
-               column_to_column_name(logicalrelid, partkey) AS column FROM pg_dist_partition""")}
-    assert {t for t, r in placed.items() if r["partmethod"] == "n"} == set(citus.REFERENCE_TABLES)
-    distributed = {t for t, r in placed.items() if r["partmethod"] == "h"}
+        SELECT table_name::text AS table, citus_table_type AS type, distribution_column AS column,
+               colocation_id FROM citus_tables""")}
+    assert {t for t, r in placed.items() if r["type"] == "reference"} == set(citus.REFERENCE_TABLES)
+    distributed = {t for t, r in placed.items() if r["type"] == "distributed"}
     assert distributed == set(citus.DISTRIBUTED_TABLES)
     assert {placed[t]["column"] for t in distributed} == {"tenant_id"}
-    assert {placed[t]["colocationid"] for t in distributed} == {placed["threads"]["colocationid"]}
+    assert {placed[t]["colocation_id"] for t in distributed} == {placed["threads"]["colocation_id"]}
 
 
 def test_the_functions_are_on_every_node_and_none_is_delegated(database_url: str) -> None:
