@@ -131,8 +131,30 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
 
 # The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
 # worker calls recall_head_events (...), which query other shards from there, inside a write, and Citus
-# refuses ("the backend has already been assigned a transaction id"). The same effect as schema.sql's.
+# refuses ("the backend has already been assigned a transaction id"). recall_rebuild_heads_showing looks
+# a report's worker up before the call, not in its argument: a call with a subquery on a distributed
+# table is pushed to the worker whole, and the rebuild's writes then run nested there (the same error).
+# The same effect as schema.sql's.
 CITUS_FUNCTIONS = (
+    """CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE thr text; wkr text;
+BEGIN
+    FOR thr IN
+        SELECT thread_id FROM thread_events WHERE tenant_id = t AND ref = obj
+        UNION SELECT thread_id FROM thread_owners WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND worker_id = obj
+        ORDER BY 1
+    LOOP
+        PERFORM recall_rebuild_head(t, thr);
+    END LOOP;
+    IF left(obj, 4) = 'thr_' THEN
+        PERFORM recall_rebuild_owner_heads(t, obj);
+    ELSIF left(obj, 4) = 'rpt_' THEN
+        SELECT worker_id INTO wkr FROM reports WHERE tenant_id = t AND id = obj;
+        PERFORM recall_rebuild_worker_head(t, wkr);
+    END IF;
+END
+$citus$""",
     """CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
 LANGUAGE plpgsql AS $citus$
 DECLARE v_events jsonb; v_owners jsonb;
