@@ -136,6 +136,66 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
 # table is pushed to the worker whole, and the rebuild's writes then run nested there (the same error).
 # The same effect as schema.sql's.
 CITUS_FUNCTIONS = (
+    # Checkpoint retention tenant by tenant (Citus pushes down no LIMIT in a lateral subquery that reads
+    # the tenants reference table): the same rule, one query per tenant with a policy.
+    """CREATE OR REPLACE FUNCTION recall_checkpoint_retention(batch integer) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE p record; v_threads text[]; n integer := 0;
+BEGIN
+    FOR p IN SELECT id, checkpoint_keep_latest AS keep, checkpoint_max_age AS age FROM tenants
+              WHERE checkpoint_keep_latest IS NOT NULL OR checkpoint_max_age IS NOT NULL
+    LOOP
+        SELECT array_agg(DISTINCT c.thread_id) INTO v_threads FROM (
+            SELECT x.thread_id FROM checkpoints x
+             WHERE x.tenant_id = p.id
+             GROUP BY x.tenant_id, x.thread_id, x.checkpoint_ns
+            HAVING count(*) > coalesce(p.keep, 2147483647)
+                OR (p.age IS NOT NULL AND count(*) > 1 AND min(x.created_at) < now() - p.age)
+             LIMIT batch) c;
+        IF v_threads IS NOT NULL THEN
+            n := n + recall_prune_checkpoints(p.id, v_threads, coalesce(p.keep, 2147483647), p.age);
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$citus$""",
+    # The trace flush and retention, each statement one Citus plans: a read filed row by row (an
+    # INSERT ... SELECT from no distributed table is sent as a COPY, which row-level security refuses),
+    # and each table's expired rows deleted in one statement per table, not in batches (Citus refuses a
+    # DELETE by ctid across shards; the sweep calls it until it comes back short, as before).
+    """CREATE OR REPLACE FUNCTION recall_record_reads(batch jsonb, accept interval) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE v record; n integer := 0;
+BEGIN
+    FOR v IN
+        SELECT k.tenant_id, x.* FROM (
+            SELECT e->>0 AS key_id, decode(e->>1, 'base64') AS sha, (e->>2)::bigint AS tick, e->>3 AS run,
+                   timestamptz 'epoch' + (e->>4)::bigint * interval '1 microsecond' AS at, e->>5 AS obj,
+                   e->>6 AS route, (e->>7)::integer AS status, (e->>8)::bigint AS size, e->>9 AS rid
+              FROM jsonb_array_elements(batch) e) x
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+    LOOP
+        INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
+        VALUES (v.tenant_id, v.tick, v.run, v.at, greatest(v.at, clock_timestamp() - accept), v.obj, v.route, v.status,
+                v.size, v.key_id, v.rid)
+        ON CONFLICT DO NOTHING;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_purge_retained(reads_keep interval, deliveries_keep interval, batch integer)
+RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE v_reads timestamptz := now() - reads_keep; v_deliveries timestamptz := now() - deliveries_keep;
+    reads integer; deliveries integer;
+BEGIN
+    DELETE FROM trace_reads WHERE at < v_reads;
+    GET DIAGNOSTICS reads = ROW_COUNT;
+    DELETE FROM hook_deliveries WHERE received_at < v_deliveries;
+    GET DIAGNOSTICS deliveries = ROW_COUNT;
+    RETURN greatest(reads, deliveries);
+END
+$citus$""",
     """CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $citus$
 DECLARE thr text; wkr text;
