@@ -62,7 +62,24 @@ CITUS_TIER = {
     "test_search.py", "test_http_semantics.py", "test_webhooks.py", "test_trace.py", "test_edge.py",
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
-CITUS_FAILS: dict[str, str] = {}
+_SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"
+CITUS_FAILS: dict[str, str] = {
+    "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
+        "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
+    "tests/test_memories.py::test_a_delete_racing_writers_of_its_pair_leaves_no_chain_built_on_an_erased_version":
+        "a delete racing writers of its pair: 503 (a distributed deadlock) instead of waiting",
+    "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
+        "the test watches pg_locks on the coordinator; the wait happens on a worker",
+    "tests/test_search.py::test_every_filter_narrows": _SEARCH_NESTED,
+    "tests/test_search.py::test_search_finds_a_memory_by_its_value_summary_key_and_namespace": _SEARCH_NESTED,
+    "tests/test_search.py::test_another_tenants_memories_never_appear": _SEARCH_NESTED,
+    "tests/test_search.py::test_backlink_paging_is_exactly_once_under_concurrent_writes":
+        "GET /ids/{id}/backlinks: 'complex joins are only supported when all distributed tables are co-located'",
+    "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
+        "the test reads index statistics on the coordinator; the scans happen on the workers",
+    "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
+        "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -72,7 +89,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.name not in CITUS_TIER:
             item.add_marker(pytest.mark.skip(reason="not in the Citus tier (conftest.CITUS_TIER)"))
         elif (why := CITUS_FAILS.get(item.nodeid.split("[")[0])) is not None:
-            item.add_marker(pytest.mark.xfail(reason=f"on Citus: {why}", strict=False))
+            item.add_marker(pytest.mark.xfail(reason=f"on Citus: {why}", strict=False))  # some only at times
 
 
 @pytest.fixture(scope="session")
