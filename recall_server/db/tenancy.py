@@ -200,11 +200,16 @@ async def hook_session(db: Database, hook_id: str, source: str, body: bytes, sig
 CITUS_KEY_CHECK = "SELECT a.tenant_id, a.scope FROM recall_authenticate($1, $2) a"
 
 
-def _citus_binding(tenant: str) -> str:
-    """The tenant bound for the transaction, on the coordinator and on each worker connection it opens.
-    SET takes no parameters: the tenant is a quoted literal (standard_conforming_strings, the default)."""
-    literal = "'" + tenant.replace("'", "''") + "'"
-    return f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL app.tenant_id = {literal}"
+def _literal(text: str) -> str:
+    """A quoted SQL literal: SET takes no parameters (standard_conforming_strings, the default)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _citus_binding(tenant: str, access: str | None = None) -> str:
+    """The tenant (and the key's access: its scope, then its grants) bound for the transaction, on the
+    coordinator and on each worker connection it opens."""
+    bind = f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL app.tenant_id = {_literal(tenant)}"
+    return bind if access is None else f"{bind}; SET LOCAL app.access = {_literal(access)}"
 
 
 @functools.cache
@@ -218,7 +223,8 @@ def _citus_shape(sql: str) -> tuple[str, str, frozenset[str]]:
         # The batched hot writes: Citus plans neither a data-modifying CTE of INSERT ... SELECT FROM unnest
         # nor a call of a distributed function in a CTE; the caller's transaction writes each one instead.
         return "write", "", frozenset()
-    if (gate := re.search(r"gate AS MATERIALIZED \(SELECT tenant FROM auth WHERE scope IN \(([^)]*)\)\),", sql)):
+    if (gate := re.search(r"gate AS MATERIALIZED \(SELECT tenant FROM auth WHERE split_part\(scope, E'\\n', 1\)"
+                          r" IN \(([^)]*)\)\),", sql)):
         write = sql[gate.end():sql.rindex("SELECT auth.tenant AS bound_tenant")]
         return "write", (f"WITH gate AS (SELECT $1::text AS tenant), {write.replace('gate.tenant', '$1::text')}"
                          " SELECT $1::text AS bound_tenant, $2::text AS bound_scope, d.* FROM done d"), \
@@ -246,11 +252,11 @@ async def _run_on_citus(conn: asyncpg.Connection, cred: Credential, sql: str, ar
     tenant, scope = bound
     if shape == "check":
         if conn.is_in_transaction():
-            await conn.execute(_citus_binding(tenant))
+            await conn.execute(_citus_binding(tenant, scope))
         return [bound]
-    if shape == "write" and (scope not in may_write or not statement):
+    if shape == "write" and (scope.partition("\n")[0] not in may_write or not statement):
         return [(tenant, scope, None)]  # write_many answers 403; or the caller's transaction writes it
     async with conn.transaction():
-        await conn.execute(_citus_binding(tenant))
+        await conn.execute(_citus_binding(tenant, scope))
         rows = await conn.fetch(statement, tenant, scope, *args)
     return rows if rows else [(tenant, scope, None)]
