@@ -163,6 +163,17 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION recall_store_external(regclass, name) FROM PUBLIC;
+-- A column with a CHECK, added only when missing: a Citus coordinator refuses ADD COLUMN with a CHECK on a
+-- distributed or reference table even when the column exists (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) THEN
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col, definition);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text) FROM PUBLIC;
 SELECT recall_store_external('triggers', 'payload');
 -- A webhook delivered twice (same source, same delivery GUID) is one trigger.
 CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
@@ -272,9 +283,9 @@ CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at
 -- with read or write access, as written (`grants`) and resolved for the subject (`grant_lines`, what the key
 -- check binds). No grants: the key reaches its whole tenant. last_used_at is written by each server process
 -- every few seconds at most (recall_keys_used), never by the request itself.
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS subject text
-    CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$');
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grants jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array');
+SELECT recall_add_column('api_keys', 'subject',
+                         $$text CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$')$$);
+SELECT recall_add_column('api_keys', 'grants', $$jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array')$$);
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grant_lines text NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 
@@ -347,17 +358,6 @@ DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the i
 CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
--- Through recall_add_column: a Citus coordinator refuses ADD COLUMN with a CHECK on a distributed or
--- reference table even when the column exists (docs/scaling.md).
-CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) THEN
-        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col, definition);
-    END IF;
-END
-$$;
-REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text) FROM PUBLIC;
 SELECT recall_add_column('tenants', 'memory_scratchpad_ttl',
                          $$interval DEFAULT interval '7 days' CHECK (memory_scratchpad_ttl > interval '0')$$);
 SELECT recall_add_column('tenants', 'memory_state_ttl', $$interval CHECK (memory_state_ttl > interval '0')$$);

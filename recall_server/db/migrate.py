@@ -75,7 +75,7 @@ async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes, on_citus: bo
         if on_citus:
             await citus_db.prepare(conn)
             for statement in citus_db.statements(sql):
-                await conn.execute(statement)
+                await conn.execute(citus_db.replacement(statement))
             await citus_db.adapt(conn)
             if distribute:
                 await citus_db.distribute(conn)
