@@ -435,13 +435,13 @@ async def _thread_expiry(conn: asyncpg.Connection, tenant: str, thread_id: str |
 async def _insert_report(conn: asyncpg.Connection, tenant: str, report_id: str, worker_id: str, thread_id: str,
                          *rest: Any) -> Any:
     """reports._INSERT_REPORT: the report (its expiry capped by its thread's), counted on its worker."""
-    *columns, expires_at = rest
+    *columns, expires_at, namespace = rest
     expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
     made = await conn.fetchval(
         "INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body, body_sha256,"
-        " request_hash, app_id, agent_id, run_id, expires_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT DO NOTHING RETURNING true",
-        tenant, report_id, worker_id, thread_id, *columns, expires_at)
+        " request_hash, app_id, agent_id, run_id, expires_at, namespace)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING RETURNING true",
+        tenant, report_id, worker_id, thread_id, *columns, expires_at, namespace)
     if made is None:
         return None
     return await conn.fetchrow("UPDATE workers SET reports_total = reports_total + 1"
@@ -451,17 +451,17 @@ async def _insert_report(conn: asyncpg.Connection, tenant: str, report_id: str, 
 async def _file_trigger(conn: asyncpg.Connection, tenant: str, trigger_id: str, source: str, thread_id: str | None,
                         summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
                         occurred_at: Any, app_id: Any, agent_id: Any, run_id: Any, external_id: Any,
-                        expires_at: Any) -> Any:
+                        expires_at: Any, namespace: str) -> Any:
     """triggers._FILE_TRIGGER: the trigger (its expiry capped by its thread's), and on its thread the
     trigger_filed event; nothing when the ID or the delivery is taken."""
     expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
     made = await conn.fetchrow(
         "INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,"
-        " request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15)"
+        " request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at, namespace)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15, $16)"
         " ON CONFLICT DO NOTHING RETURNING expires_at",
         tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
-        app_id, agent_id, run_id, external_id, expires_at)
+        app_id, agent_id, run_id, external_id, expires_at, namespace)
     if made is None:
         return None
     if thread_id is not None:
