@@ -59,7 +59,7 @@ def _one_tls_context() -> None:
 CITUS_TIER = {
     "test_citus.py", "test_tenancy.py", "test_contract_misses.py", "test_contract_stable_ids.py",
     "test_contract_cursors.py", "test_memories.py", "test_lifecycle.py", "test_recall_story.py",
-    "test_search.py", "test_http_semantics.py", "test_webhooks.py", "test_trace.py", "test_edge.py",
+    "test_search.py", "test_http_semantics.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py",
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
 _SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"

@@ -66,7 +66,8 @@ def test_migrate_and_migrate_citus_run_again_on_a_distributed_store(database_url
 def test_tenants_land_on_every_worker(database_url: str, base_url: str) -> None:
     tenants = [f"spread-{uid('t')[-8:]}-{n}" for n in range(12)]
     for tenant in tenants:
-        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {create_key(database_url, tenant, 'write')}"}) as c:
+        key = create_key(database_url, tenant, "write")
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as c:
             Graph(c).thread()
     rows = query(database_url, """
         SELECT DISTINCT s.nodeport FROM unnest($1::text[]) t(tenant)
@@ -83,5 +84,6 @@ def test_a_tenant_bound_with_set_config_alone_reaches_no_worker(database_url: st
     """Why tenancy.py binds with SET LOCAL on Citus: set_config binds the coordinator only, and the shard
     query on the worker sees no tenant (so no rows: fails closed)."""
     Graph(client).thread()
-    assert query(as_app_role(database_url), "SELECT set_config('app.tenant_id', 'default', true), id FROM threads") == []
+    bound_here_only = "SELECT set_config('app.tenant_id', 'default', true), id FROM threads"
+    assert query(as_app_role(database_url), bound_here_only) == []
     assert query(as_app_role(database_url), "SELECT id FROM threads", tenant="default") != []

@@ -301,7 +301,8 @@ def test_schema_sql_splits_into_its_statements_at_semicolons_outside_quotes_and_
     assert "".join(parts).strip() == sql.strip()
     assert all(p.count("$$") % 2 == 0 for p in parts)  # no function body cut in two
     assert len([p for p in parts if "CREATE OR REPLACE FUNCTION" in p]) == sql.count("CREATE OR REPLACE FUNCTION")
-    assert citus.statements("SELECT ';'; -- a; comment\nSELECT $x$ ; $x$;") == ["SELECT ';';", " -- a; comment\nSELECT $x$ ; $x$;"]
+    assert citus.statements("SELECT ';'; -- a; comment\nSELECT $x$ ; $x$;") == [
+        "SELECT ';';", " -- a; comment\nSELECT $x$ ; $x$;"]
 
 
 def test_migrate_citus_is_refused_where_citus_is_not_installed(store: str) -> None:

@@ -213,7 +213,8 @@ BEGIN
                    timestamptz 'epoch' + (e->>4)::bigint * interval '1 microsecond' AS at, e->>5 AS obj,
                    e->>6 AS route, (e->>7)::integer AS status, (e->>8)::bigint AS size, e->>9 AS rid
               FROM jsonb_array_elements(batch) e) x
-          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
+                         AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
     LOOP
         INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
         VALUES (v.tenant_id, v.tick, v.run, v.at, greatest(v.at, clock_timestamp() - accept), v.obj, v.route, v.status,
@@ -378,7 +379,8 @@ def _steps() -> dict[str, Step]:
     """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
     from recall_server.db.queries import events, memories, reports, threads, triggers
 
-    return {events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread, reports._INSERT_REPORT: _insert_report,
+    return {events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
+            reports._INSERT_REPORT: _insert_report,
             triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
             reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
             triggers._INSERT_NEIGHBOURS: _positions("trigger_neighbours", "trigger_id", "neighbour_id"),
@@ -510,7 +512,8 @@ async def _update_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, 
     expires_at = old["expires_at"]
     if new[2] in ("closed", "merged") and old["status"] not in ("closed", "merged"):
         capped = await conn.fetchrow(
-            "SELECT least(coalesce($2::timestamptz, 'infinity'), $3::timestamptz + closed_thread_retention) FROM tenants"
+            "SELECT least(coalesce($2::timestamptz, 'infinity'), $3::timestamptz + closed_thread_retention)"
+            " FROM tenants"
             " WHERE id = $1 AND closed_thread_retention IS NOT NULL", tenant, expires_at, old["at"])
         if capped is not None:
             expires_at = capped[0]
