@@ -63,6 +63,8 @@ CITUS_TIER = {
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
 _SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"
+_CHECKPOINTS = ("LangGraph checkpoints: 'Distributed queries with outer joins and pseudoconstant quals are not"
+                " supported in PG15 and PG16' (GET /checkpoints/tuple)")
 CITUS_FAILS: dict[str, str] = {
     "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
         "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
@@ -77,6 +79,15 @@ CITUS_FAILS: dict[str, str] = {
         "GET /ids/{id}/backlinks: 'complex joins are only supported when all distributed tables are co-located'",
     "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
         "the test reads index statistics on the coordinator; the scans happen on the workers",
+    "tests/test_tenancy.py::test_a_pooled_connection_never_carries_one_tenants_session_into_the_next":
+        "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
+    "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
+        "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
+    "tests/test_grants.py::test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures": _SEARCH_NESTED,
+    "tests/test_grants.py::test_idempotency_keys_of_a_key_with_grants_are_its_own":
+        "a second key with grants replaying the first's Idempotency-Key gets 422, not its own 201",
+    "tests/test_grants.py::test_resuming_another_subjects_langgraph_thread_is_refused": _CHECKPOINTS,
+    "tests/test_grants.py::test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespace": _CHECKPOINTS,
     "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
         "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
 }
