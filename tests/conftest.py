@@ -63,8 +63,8 @@ CITUS_TIER = {
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
 _SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"
-_CHECKPOINTS = ("LangGraph checkpoints: 'Distributed queries with outer joins and pseudoconstant quals are not"
-                " supported in PG15 and PG16' (GET /checkpoints/tuple)")
+_CHECKPOINTS = ("LangGraph checkpoints: a put, 'correlated subqueries are not supported when the FROM clause"
+                " contains a CTE or subquery'")
 CITUS_FAILS: dict[str, str] = {
     "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
         "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
@@ -75,8 +75,6 @@ CITUS_FAILS: dict[str, str] = {
     "tests/test_search.py::test_every_filter_narrows": _SEARCH_NESTED,
     "tests/test_search.py::test_search_finds_a_memory_by_its_value_summary_key_and_namespace": _SEARCH_NESTED,
     "tests/test_search.py::test_another_tenants_memories_never_appear": _SEARCH_NESTED,
-    "tests/test_search.py::test_backlink_paging_is_exactly_once_under_concurrent_writes":
-        "GET /ids/{id}/backlinks: 'complex joins are only supported when all distributed tables are co-located'",
     "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
         "the test reads index statistics on the coordinator; the scans happen on the workers",
     "tests/test_tenancy.py::test_a_pooled_connection_never_carries_one_tenants_session_into_the_next":
