@@ -474,7 +474,7 @@ async def _file_trigger(conn: asyncpg.Connection, tenant: str, trigger_id: str, 
 async def _insert_memory(conn: asyncpg.Connection, tenant: str, memory_id: str, namespace: str, key: str,
                          pair: bytes, kind: str, summary: str, content_type: str, value: bytes, sha: bytes,
                          tags: str, confirmed: str, app_id: Any, agent_id: Any, run_id: Any, req_hash: bytes,
-                         expires_at: Any) -> Any:
+                         expires_at: Any, embed: bool) -> Any:
     """memories._INSERT_MEMORY: the pair's current version closed (superseded unless gone), the new one."""
     old = await conn.fetchrow(
         "SELECT id, chain, version, recall_is_gone(deleted_at, expires_at) AS gone FROM memories"
@@ -489,12 +489,12 @@ async def _insert_memory(conn: asyncpg.Connection, tenant: str, memory_id: str, 
             " WHEN 'state' THEN memory_state_ttl END FROM tenants WHERE id = $1", tenant, kind)
     return await conn.fetchrow(
         "INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,"
-        " tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current, supersedes, expires_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16, $17, $18, true, $19,"
-        " $20) RETURNING version",
+        " tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current, supersedes, expires_at,"
+        " embed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16, $17, $18, true,"
+        " $19, $20, $21) RETURNING version",
         tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
         app_id, agent_id, run_id, req_hash, memory_id if prev is None else prev["chain"],
-        1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at)
+        1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at, embed)
 
 
 async def _update_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, title: str | None,
