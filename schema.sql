@@ -153,7 +153,30 @@ CREATE TABLE IF NOT EXISTS triggers (
     PRIMARY KEY (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
-ALTER TABLE triggers ALTER COLUMN payload SET STORAGE EXTERNAL;
+-- Large values stored uncompressed out of line (SET STORAGE EXTERNAL), only when a column is not yet: on a
+-- Citus coordinator ALTER TABLE ... SET STORAGE is refused once the table is distributed, and a store
+-- that has it needs nothing (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_store_external(tbl regclass, col name) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT attstorage FROM pg_attribute WHERE attrelid = tbl AND attname = col) <> 'e' THEN
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET STORAGE EXTERNAL', tbl, col);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_store_external(regclass, name) FROM PUBLIC;
+-- A column with a CHECK, added only when missing: a Citus coordinator refuses ADD COLUMN with a CHECK on a
+-- distributed or reference table even when the column exists (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) THEN
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col, definition);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text) FROM PUBLIC;
+SELECT recall_store_external('triggers', 'payload');
 -- A webhook delivered twice (same source, same delivery GUID) is one trigger.
 CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
     WHERE external_id IS NOT NULL;
@@ -188,7 +211,7 @@ CREATE TABLE IF NOT EXISTS reports (
     FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
 );
-ALTER TABLE reports ALTER COLUMN body SET STORAGE EXTERNAL;
+SELECT recall_store_external('reports', 'body');
 CREATE INDEX IF NOT EXISTS reports_by_worker ON reports (tenant_id, worker_id, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS reports_by_thread ON reports (tenant_id, thread_id, created_at DESC, id DESC);
 
@@ -262,9 +285,9 @@ CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at
 -- with read or write access, as written (`grants`) and resolved for the subject (`grant_lines`, what the key
 -- check binds). No grants: the key reaches its whole tenant. last_used_at is written by each server process
 -- every few seconds at most (recall_keys_used), never by the request itself.
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS subject text
-    CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$');
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grants jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array');
+SELECT recall_add_column('api_keys', 'subject',
+                         $$text CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$')$$);
+SELECT recall_add_column('api_keys', 'grants', $$jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array')$$);
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grant_lines text NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 
@@ -308,7 +331,7 @@ CREATE TABLE IF NOT EXISTS memories (
     -- set on the old version in the statement that inserts the new one, before it exists
     FOREIGN KEY (tenant_id, superseded_by) REFERENCES memories (tenant_id, id) DEFERRABLE INITIALLY DEFERRED
 );
-ALTER TABLE memories ALTER COLUMN value SET STORAGE EXTERNAL;
+SELECT recall_store_external('memories', 'value');
 -- exactly one current version per (namespace, key): the invariant concurrent writers cannot break
 CREATE UNIQUE INDEX IF NOT EXISTS memories_current ON memories (tenant_id, namespace, key) WHERE current;
 -- GET /memories?agent_id= (app_id, run_id): a label's current memories in (namespace, key) order
@@ -337,9 +360,9 @@ DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the i
 CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_scratchpad_ttl interval DEFAULT interval '7 days'
-    CHECK (memory_scratchpad_ttl > interval '0');
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS memory_state_ttl interval CHECK (memory_state_ttl > interval '0');
+SELECT recall_add_column('tenants', 'memory_scratchpad_ttl',
+                         $$interval DEFAULT interval '7 days' CHECK (memory_scratchpad_ttl > interval '0')$$);
+SELECT recall_add_column('tenants', 'memory_state_ttl', $$interval CHECK (memory_state_ttl > interval '0')$$);
 
 
 -- ---- isolation ---------------------------------------------------------------------------
@@ -510,14 +533,18 @@ $$;
 
 -- How a view shows an event: the log is append-only, so an event whose target is gone stays,
 -- marked ref_deleted, and a summary copied from that target is not shown.
-CREATE OR REPLACE FUNCTION recall_event(e thread_events) RETURNS json
+-- Called with the event's columns, not its row: a Citus shard's rows are of the shard's own type, which a
+-- function on thread_events does not take (docs/scaling.md).
+CREATE OR REPLACE FUNCTION recall_event(seq bigint, type text, at timestamptz, summary text, ref text,
+                                        ref_gone_at timestamptz) RETURNS json
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN e.ref_gone_at <= now()
-        THEN json_build_object('seq', e.seq, 'type', e.type, 'at', e.at,
-                               'summary', CASE WHEN e.type IN ('trigger_filed', 'report_filed') THEN '' ELSE e.summary END,
-                               'ref', e.ref, 'ref_deleted', true)
-        ELSE json_build_object('seq', e.seq, 'type', e.type, 'at', e.at, 'summary', e.summary, 'ref', e.ref) END
+    SELECT CASE WHEN ref_gone_at <= now()
+        THEN json_build_object('seq', seq, 'type', type, 'at', at,
+                               'summary', CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END,
+                               'ref', ref, 'ref_deleted', true)
+        ELSE json_build_object('seq', seq, 'type', type, 'at', at, 'summary', summary, 'ref', ref) END
 $$;
+DROP FUNCTION IF EXISTS recall_event(thread_events);
 
 -- How many newest events a thread's head holds: spill.RECENT, the default view's (tests/test_thread_head.py).
 CREATE OR REPLACE FUNCTION recall_head_size() RETURNS integer
@@ -770,13 +797,14 @@ $$;
 -- versions one by one; deleting a memory erases every version of its pair (recall_erase).
 CREATE OR REPLACE FUNCTION recall_erase_memory_version(t text, mem text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
     UPDATE memories SET namespace = '', key = '', summary = '', value = '\x', value_sha256 = sha256('\x'),
            tags = '{}', request_hash = '\x', app_id = NULL, agent_id = NULL, run_id = NULL, current = false,
-           deleted_at = coalesce(deleted_at, now())
+           deleted_at = coalesce(deleted_at, v_now)
      WHERE tenant_id = t AND id = mem;
     DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
-    UPDATE thread_events SET ref_gone_at = least(ref_gone_at, now()) WHERE tenant_id = t AND ref = mem;
+    UPDATE thread_events SET ref_gone_at = least(ref_gone_at, v_now) WHERE tenant_id = t AND ref = mem;
     PERFORM recall_rebuild_heads_showing(t, mem);
     UPDATE idempotency_keys SET body = NULL WHERE tenant_id = t AND body IS NOT NULL AND shows @> ARRAY[mem];
     DELETE FROM embeddings WHERE tenant_id = t AND object_id = mem;
@@ -833,6 +861,7 @@ $$;
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE child text; ns text; k text;
+    v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
     IF left(obj, 4) = 'mem_' THEN
         -- The pair's lock first, as its writers take it: a write is then committed before the versions are
@@ -859,15 +888,15 @@ BEGIN
     WHEN 'trg_' THEN
         UPDATE triggers SET summary = '', payload = '\x', payload_sha256 = sha256('\x'), request_hash = '\x',
                external_id = NULL, app_id = NULL, agent_id = NULL, run_id = NULL,
-               deleted_at = coalesce(deleted_at, now())
+               deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'rpt_' THEN
         UPDATE reports SET summary = '', body = '\x', body_sha256 = sha256('\x'), request_hash = '\x',
-               app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, now())
+               app_id = NULL, agent_id = NULL, run_id = NULL, deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'wkr_' THEN  -- the threads it owns (their heads show it) are locked first, by recall_lock_erasure
         UPDATE workers SET name = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_threads = '[]', head_reports = '[]', deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'thr_' THEN
         -- Its row is locked (recall_lock_erasure): a trigger or report being filed on it concurrently is
@@ -880,7 +909,7 @@ BEGIN
         END LOOP;
         DELETE FROM thread_events WHERE tenant_id = t AND thread_id = obj;
         UPDATE threads SET title = '', summary = '', request_hash = '\x', app_id = NULL, agent_id = NULL,
-               run_id = NULL, head_events = '[]', head_owners = '[]', deleted_at = coalesce(deleted_at, now())
+               run_id = NULL, head_events = '[]', head_owners = '[]', deleted_at = coalesce(deleted_at, v_now)
          WHERE tenant_id = t AND id = obj;
     WHEN 'mem_' THEN
         -- Every version of the pair, in every chain it had; deleting an already deleted version is a no-op
@@ -892,7 +921,7 @@ BEGIN
     END CASE;
     -- Events pointing at it: marked gone, and summaries copied from it dropped.
     UPDATE thread_events
-       SET ref_gone_at = least(ref_gone_at, now()),
+       SET ref_gone_at = least(ref_gone_at, v_now),
            summary = CASE WHEN type IN ('trigger_filed', 'report_filed') THEN '' ELSE summary END
      WHERE tenant_id = t AND ref = obj;
     -- Thread heads that show it (its events, or it as an owner) follow.
@@ -2108,7 +2137,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, checkpoint_id),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
 );
-ALTER TABLE checkpoints ALTER COLUMN checkpoint SET STORAGE EXTERNAL;
+SELECT recall_store_external('checkpoints', 'checkpoint');
 CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (tenant_id, run_id) WHERE run_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (tenant_id, checkpoint_id DESC, thread_id, checkpoint_ns);
 CREATE TABLE IF NOT EXISTS checkpoint_blobs (
@@ -2122,7 +2151,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_blobs (
     PRIMARY KEY (tenant_id, thread_id, checkpoint_ns, channel, version),
     FOREIGN KEY (tenant_id, thread_id) REFERENCES checkpoint_threads (tenant_id, thread_id)
 );
-ALTER TABLE checkpoint_blobs ALTER COLUMN blob SET STORAGE EXTERNAL;
+SELECT recall_store_external('checkpoint_blobs', 'blob');
 -- A write of a task of the step after a checkpoint; (task_id, idx) once: a retried put_writes lands once
 -- (idx < 0, LangGraph's special channels: error, interrupt, resume, are replaced instead, as its savers do).
 CREATE TABLE IF NOT EXISTS checkpoint_writes (
@@ -2141,8 +2170,8 @@ CREATE TABLE IF NOT EXISTS checkpoint_writes (
 );
 -- Retention per tenant, applied by the sweep (NULL: none): keep the newest N checkpoints of each
 -- (thread, namespace), and drop checkpoints older than an age; the newest of each is always kept.
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_keep_latest integer CHECK (checkpoint_keep_latest >= 1);
-ALTER TABLE tenants ADD COLUMN IF NOT EXISTS checkpoint_max_age interval CHECK (checkpoint_max_age > interval '0');
+SELECT recall_add_column('tenants', 'checkpoint_keep_latest', 'integer CHECK (checkpoint_keep_latest >= 1)');
+SELECT recall_add_column('tenants', 'checkpoint_max_age', $$interval CHECK (checkpoint_max_age > interval '0')$$);
 
 GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
 GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;

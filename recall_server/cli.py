@@ -165,13 +165,18 @@ def _granian(settings: Settings, logging: dict[str, object]) -> object:
 
 @main.command("migrate")
 @data_dir_option
-def migrate_command(data_dir: Path | None) -> None:
+@click.option("--citus", is_flag=True, default=False,
+              help="Then distribute the tables and functions by tenant_id (on a Citus coordinator; docs/scaling.md).")
+def migrate_command(data_dir: Path | None, citus: bool) -> None:
     """Apply schema.sql (idempotent, even when this file was applied before) and print the schema version."""
     from recall_server.db import queries as q
     from recall_server.db.migrate import migrate
 
     settings = _settings(data_dir=data_dir)
-    version = asyncio.run(migrate(_dsn(settings), again=True))
+    try:
+        version = asyncio.run(migrate(_dsn(settings), again=True, citus=citus))
+    except RuntimeError as exc:  # --citus on a database without the extension
+        raise click.ClickException(str(exc)) from None
     click.echo(f"schema version {version}")
     if not _owner(settings, q.vectors_available):
         click.echo("pgvector is not in this database, so search is lexical only. To search by meaning: install "

@@ -14,10 +14,13 @@ import hypothesis
 import httpx
 import pytest
 from helpers import (
+    CITUS_URL,
     Graph,
     ServerProcess,
+    citus_database,
     cli_process,
     create_key,
+    drop_citus_database,
     expire as run_expire,
     run_script,
     run_sql,
@@ -50,9 +53,63 @@ def _one_tls_context() -> None:
     default.create_ssl_context = create_ssl_context
 
 
+# The Citus tier: with RECALL_TEST_CITUS_URL these modules run on the Citus cluster (the server and its
+# contracts); the others are about one PostgreSQL server (plans, dump/restore, the embedded cluster,
+# fault injection) or about no database, and are skipped there.
+CITUS_TIER = {
+    "test_citus.py", "test_tenancy.py", "test_contract_misses.py", "test_contract_stable_ids.py",
+    "test_contract_cursors.py", "test_memories.py", "test_lifecycle.py", "test_recall_story.py",
+    "test_search.py", "test_http_semantics.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py",
+}
+# Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
+_SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"
+_CHECKPOINTS = ("LangGraph checkpoints: a put, 'correlated subqueries are not supported when the FROM clause"
+                " contains a CTE or subquery'")
+CITUS_FAILS: dict[str, str] = {
+    "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
+        "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
+    "tests/test_memories.py::test_a_delete_racing_writers_of_its_pair_leaves_no_chain_built_on_an_erased_version":
+        "a delete racing writers of its pair: 503 (a distributed deadlock) instead of waiting",
+    "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
+        "the test watches pg_locks on the coordinator; the wait happens on a worker",
+    "tests/test_search.py::test_every_filter_narrows": _SEARCH_NESTED,
+    "tests/test_search.py::test_search_finds_a_memory_by_its_value_summary_key_and_namespace": _SEARCH_NESTED,
+    "tests/test_search.py::test_another_tenants_memories_never_appear": _SEARCH_NESTED,
+    "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
+        "the test reads index statistics on the coordinator; the scans happen on the workers",
+    "tests/test_tenancy.py::test_a_pooled_connection_never_carries_one_tenants_session_into_the_next":
+        "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
+    "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
+        "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
+    "tests/test_grants.py::test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures": _SEARCH_NESTED,
+    "tests/test_grants.py::test_idempotency_keys_of_a_key_with_grants_are_its_own":
+        "a second key with grants replaying the first's Idempotency-Key gets 422, not its own 201",
+    "tests/test_grants.py::test_resuming_another_subjects_langgraph_thread_is_refused": _CHECKPOINTS,
+    "tests/test_grants.py::test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespace": _CHECKPOINTS,
+    "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
+        "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not CITUS_URL:
+        return
+    for item in items:
+        if item.path.name not in CITUS_TIER:
+            item.add_marker(pytest.mark.skip(reason="not in the Citus tier (conftest.CITUS_TIER)"))
+        elif (why := CITUS_FAILS.get(item.nodeid.split("[")[0])) is not None:
+            item.add_marker(pytest.mark.xfail(reason=f"on Citus: {why}", strict=False))  # some only at times
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh, empty database: on DATABASE_URL's server when set, else in an embedded cluster."""
+    """A fresh, empty database: on RECALL_TEST_CITUS_URL's Citus cluster when set (migrated with
+    `migrate --citus`), else on DATABASE_URL's server when set, else in an embedded cluster."""
+    if CITUS_URL:
+        name = f"recall_test_{uuid.uuid4().hex[:12]}"
+        yield citus_database(CITUS_URL, name)
+        drop_citus_database(CITUS_URL, name)
+        return
     server_url = os.environ.get("DATABASE_URL")
     if not server_url:
         from recall_server.db import embedded

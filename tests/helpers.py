@@ -37,6 +37,57 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
+CITUS_URL = os.environ.get("RECALL_TEST_CITUS_URL")  # a Citus coordinator: the suite's Citus tier (tests/test_citus.py)
+
+
+def citus_database(coordinator_url: str, name: str) -> str:
+    """A new database `name` on the Citus cluster of `coordinator_url` (the coordinator and every worker its
+    pg_dist_node lists, each with the citus extension, the workers added), migrated with `migrate --citus`;
+    its URL on the coordinator."""
+    async def go() -> None:
+        conn = await asyncpg.connect(coordinator_url)
+        try:
+            nodes = await conn.fetch("SELECT nodename, nodeport, groupid = 0 AS coordinator FROM pg_dist_node")
+        finally:
+            await conn.close()
+        coordinator = urlsplit(coordinator_url)
+        for host, port, _ in nodes:
+            node = urlunsplit(coordinator._replace(netloc=f"{coordinator.username}@{host}:{port}"))
+            await _script(node, f'CREATE DATABASE "{name}"')
+            await _script(with_database(node, name), "CREATE EXTENSION citus")
+        conn = await asyncpg.connect(with_database(coordinator_url, name))
+        try:
+            for host, port, is_coordinator in nodes:
+                if is_coordinator:
+                    await conn.execute("SELECT citus_set_coordinator_host($1, $2)", host, port)
+                else:
+                    await conn.execute("SELECT citus_add_node($1, $2)", host, port)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+    url = with_database(coordinator_url, name)
+    cli(url, "migrate", "--citus")
+    return url
+
+
+def drop_citus_database(coordinator_url: str, name: str) -> None:
+    """Drop `name` from every node of the cluster (citus_database's)."""
+    nodes = run_sql(coordinator_url, "SELECT nodename, nodeport FROM pg_dist_node")
+    coordinator = urlsplit(coordinator_url)
+    for host, port in nodes:
+        node = urlunsplit(coordinator._replace(netloc=f"{coordinator.username}@{host}:{port}"))
+        run_script(node, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _script(dsn: str, script: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(script)
+    finally:
+        await conn.close()
+
+
 def run_sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
     """One query's rows, on its own connection."""
     async def go() -> list[asyncpg.Record]:

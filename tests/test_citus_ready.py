@@ -1,14 +1,17 @@
 """The schema and the queries obey the rules a Citus deployment distributing every tenant table by tenant_id needs.
 
-Citus is not installed here: this reads the live schema from PostgreSQL's catalog after migration
-(and the SQL in recall_server/db/queries/) and checks the rules themselves, so this test is the
-proof behind README.md's "Scaling out":
+On one PostgreSQL server, no Citus needed: this reads the live schema from PostgreSQL's catalog after
+migration (and the SQL in recall_server/db/queries/) and checks the rules themselves, so a change that
+would break the distribution fails here, in every run. tests/test_citus.py and the Citus tier
+(RECALL_TEST_CITUS_URL, tests/conftest.py) run the store on a real cluster.
 
 - every tenant table has a text tenant_id, and all of them are co-located on it;
 - every primary key and unique constraint or index of a tenant table includes tenant_id;
 - every foreign key between tenant tables includes tenant_id, matched to tenant_id; tenant tables
   point otherwise only at reference tables, and nothing else points at a tenant table;
-- the tables without a tenant distribution are exactly the ones named below, each with its role;
+- the tables without a tenant distribution are exactly the ones named below, each with its role, and
+  `migrate --citus` (recall_server/db/citus.py) distributes exactly the tenant tables, each after
+  the tables it references;
 - no statement in db/queries/ touches two tenants (each tenant table it reads or writes is pinned
   to the one tenant parameter $1, or joined on tenant_id to a pinned row), except the operator
   statements listed in ALL_TENANTS, which say why.
@@ -29,8 +32,8 @@ from types import ModuleType
 import pytest
 from helpers import run_script, run_sql, with_database
 
-from recall_server.db import queries
-from recall_server.db.migrate import migrate
+from recall_server.db import citus, queries
+from recall_server.db.migrate import migrate, schema_path
 
 # Not distributed by tenant_id. Reference tables are replicated to every node; coordinator tables
 # stay local to the coordinator (only the coordinator reads them).
@@ -272,12 +275,38 @@ def test_the_static_check_catches_a_statement_without_its_tenant() -> None:
     assert spans_tenants("SELECT id FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1", distributed, set())
 
 
-def test_the_readme_distributes_exactly_the_tenant_tables_and_every_tenant_function(store: str) -> None:
-    """docs/scaling.md's statements are the ones to run: no tenant table or tenant-first function left out."""
-    readme = (Path(__file__).resolve().parent.parent / "docs" / "scaling.md").read_text()
-    distributed = set(re.findall(r"create_distributed_table\('(\w+)', 'tenant_id'", readme))
-    assert distributed == tenant_tables(store)
+def test_migrate_citus_distributes_exactly_the_tenant_tables_and_every_tenant_function(store: str) -> None:
+    assert set(citus.REFERENCE_TABLES) == set(REFERENCE_TABLES)
+    assert set(citus.DISTRIBUTED_TABLES) == tenant_tables(store)
     functions = {r[0] for r in run_sql(store, """
-        SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
-           AND (p.proargnames)[1] IN ('t', 'p_tenant')""")}  # p_tenant: plpgsql, where `t` is an alias
-    assert functions == set(re.findall(r"create_distributed_function\('(\w+)\([^)]*\)', '(?:t|p_tenant)'", readme))
+        SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+           AND p.prokind = 'f' AND (p.proargnames)[1] IN ('t', 'p_tenant')""")}  # p_tenant: plpgsql, where `t` is an alias
+    assert functions == set(citus.TENANT_FUNCTIONS)
+    assert {r[0] for r in run_sql(store, "SELECT to_regprocedure(f)::text FROM unnest($1::text[]) f",
+                                  list(citus.SHARD_FUNCTIONS))} == set(citus.SHARD_FUNCTIONS)  # all exist
+
+
+def test_each_table_is_distributed_after_the_tables_it_references(store: str) -> None:
+    order = {table: n for n, table in enumerate(citus.DISTRIBUTED_TABLES)}
+    rows = run_sql(store, """
+        SELECT src.relname AS source, dst.relname AS target FROM pg_constraint c
+          JOIN pg_class src ON src.oid = c.conrelid JOIN pg_class dst ON dst.oid = c.confrelid
+         WHERE c.contype = 'f' AND c.connamespace = 'public'::regnamespace""")
+    pairs = [(r["source"], r["target"]) for r in rows if r["source"] in order and r["target"] in order]
+    assert pairs and [p for p in pairs if p[0] != p[1] and order[p[1]] > order[p[0]]] == []
+
+
+def test_schema_sql_splits_into_its_statements_at_semicolons_outside_quotes_and_bodies() -> None:
+    """A coordinator gets schema.sql one statement at a time (citus.statements)."""
+    sql = schema_path().read_text()
+    parts = citus.statements(sql)
+    assert "".join(parts).strip() == sql.strip()
+    assert all(p.count("$$") % 2 == 0 for p in parts)  # no function body cut in two
+    assert len([p for p in parts if "CREATE OR REPLACE FUNCTION" in p]) == sql.count("CREATE OR REPLACE FUNCTION")
+    assert citus.statements("SELECT ';'; -- a; comment\nSELECT $x$ ; $x$;") == [
+        "SELECT ';';", " -- a; comment\nSELECT $x$ ; $x$;"]
+
+
+def test_migrate_citus_is_refused_where_citus_is_not_installed(store: str) -> None:
+    with pytest.raises(RuntimeError, match="citus extension"):
+        asyncio.run(migrate(store, citus=True))

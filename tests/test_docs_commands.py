@@ -27,6 +27,8 @@ NOT_RUN_HERE = {
     '.venv/bin/python -m pytest -m "not slow and not fault" -q': "the suite itself, a subset of the test command",
     ".venv/bin/python -m pytest contract_tests": "the contract suites against a deployment; the test command runs them locally",
     ".venv/bin/python bench/": "the benchmark: minutes of load; its flags are checked against its --help below",
+    "recall-server migrate --citus": "needs a Citus coordinator: the Citus tier runs it (helpers.citus_database)",
+    "RECALL_TEST_CITUS_URL=": "the Citus tier itself: needs a Citus cluster (tests/test_citus.py)",
 }
 
 

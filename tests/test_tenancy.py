@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
+from helpers import CITUS_URL, Graph, ServerProcess, assert_problem, cli, create_key, uid
 
 from recall_server import auth
 from recall_server.auth import REVOCATION_WINDOW, KeyCache
@@ -345,9 +345,13 @@ def app_role_query(database_url: str, tenant: str | None, sql: str) -> list[asyn
     async def go() -> list[asyncpg.Record]:
         conn = await asyncpg.connect(as_app_role(database_url))
         try:
-            if tenant is not None:
-                await conn.execute("SELECT set_config('app.tenant_id', $1, false)", tenant)
-            return await conn.fetch(sql)
+            async with conn.transaction():
+                if tenant is not None and CITUS_URL:  # a SET the coordinator repeats on the workers (tenancy.py)
+                    await conn.execute(f"SET LOCAL citus.propagate_set_commands = 'local';"
+                                       f" SET LOCAL app.tenant_id = '{tenant}'")
+                elif tenant is not None:
+                    await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
+                return await conn.fetch(sql)
         finally:
             await conn.close()
 

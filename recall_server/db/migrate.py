@@ -9,6 +9,8 @@ from pathlib import Path
 
 import asyncpg
 
+from recall_server.db import citus as citus_db
+
 _LOCK_KEY = 0x7265_6361_6C6C  # "recall": serialises concurrent migrations
 ATTEMPTS = 5
 
@@ -22,7 +24,7 @@ def schema_path() -> Path:
     raise FileNotFoundError("schema.sql not found next to the package or at the repository root")
 
 
-async def migrate(dsn: str, *, again: bool = False) -> int:
+async def migrate(dsn: str, *, again: bool = False, citus: bool = False) -> int:
     """Apply the schema and make sure a cursor secret exists; return the schema version.
 
     A store that already has this exact schema.sql applied (its SHA-256 in schema_applied) is left
@@ -34,19 +36,26 @@ async def migrate(dsn: str, *, again: bool = False) -> int:
     table whose catalog row a GRANT had just updated. PostgreSQL then undoes one of the two; when it
     is the migration, nothing of it was applied, and it is tried again (up to ATTEMPTS times) rather
     than failing the server's start.
+
+    On a Citus coordinator the schema is sent one statement at a time (citus.statements), and with
+    `citus` the tables and functions are then distributed by tenant_id (citus.distribute), in the same
+    transaction; a second run finds them distributed and leaves them.
     """
     sql = schema_path().read_text()
     digest = hashlib.sha256(sql.encode()).digest()
     conn = await asyncpg.connect(dsn)
     try:
-        if not again and (version := await _applied(conn, digest)) is not None:
+        if not again and not citus and (version := await _applied(conn, digest)) is not None:
             return version
+        on_citus = await citus_db.present(conn)
+        if citus and not on_citus:
+            raise RuntimeError("--citus: the citus extension is not installed in this database")
         for attempt in range(1, ATTEMPTS):
             try:
-                return await _apply(conn, sql, digest)
+                return await _apply(conn, sql, digest, on_citus, citus)
             except asyncpg.DeadlockDetectedError:  # the transaction is undone; the connection stays usable
                 await asyncio.sleep(0.1 * attempt)
-        return await _apply(conn, sql, digest)
+        return await _apply(conn, sql, digest, on_citus, citus)
     finally:
         await conn.close()
 
@@ -59,10 +68,19 @@ async def _applied(conn: asyncpg.Connection, digest: bytes) -> int | None:
                                " FROM schema_applied WHERE sha256 = $1", digest)
 
 
-async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes) -> int:
+async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes, on_citus: bool = False,
+                 distribute: bool = False) -> int:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-        await conn.execute(sql)
+        if on_citus:
+            await citus_db.prepare(conn)
+            for statement in citus_db.statements(sql):
+                await conn.execute(citus_db.replacement(statement))
+            await citus_db.adapt(conn)
+            if distribute:
+                await citus_db.distribute(conn)
+        else:
+            await conn.execute(sql)
         await conn.execute(
             "INSERT INTO server_secrets (name, value) VALUES ('cursor', $1) ON CONFLICT DO NOTHING",
             secrets.token_bytes(32),

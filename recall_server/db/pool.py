@@ -48,6 +48,13 @@ async def _reset(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
+class Connection(asyncpg.Connection):
+    """The pool's connections: whether they reach a Citus coordinator (read through the pool's proxy by
+    tenancy, which then binds the tenant so that it reaches the workers; citus.CitusConnection)."""
+
+    citus = False
+
+
 def _closed(conn: asyncpg.Connection) -> bool:
     """Whether the connection is closed; a proxy asyncpg already released (closing it) counts as closed."""
     try:
@@ -78,11 +85,20 @@ class Database:
     async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int,
                    queue_wait: float, name: str = "recall-server") -> Database:
         """`name`: the connections' application_name, as pg_stat_activity shows it."""
+        # A Citus coordinator is recognised once, here: its connections say so (tenancy._run).
+        probe = await asyncpg.connect(dsn, timeout=timeout)
+        try:
+            on_citus = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+        finally:
+            await probe.close()
+        from recall_server.db.citus import CitusConnection
+
         # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
         # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
             max_inactive_connection_lifetime=60, reset=_reset, server_settings={**SESSION, "application_name": name},
+            connection_class=CitusConnection if on_citus else Connection,
         )
         return cls(pool, timeout, queue_limit, queue_wait)
 

@@ -25,7 +25,14 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an
   unknown or revoked hook, 401 for a wrong signature; either way the transaction writes nothing.
 
-The binding is transaction-local (`is_local`), so a pooled connection never carries one
+On a Citus coordinator (the pool's connections say so, pool.CitusConnection) set_config would bind
+the coordinator alone: the shard queries run on the workers, where row-level security is checked.
+There the key check is a statement of its own, and the tenant is bound with `SET LOCAL app.tenant_id`
+and `citus.propagate_set_commands = 'local'` in the request's transaction, which Citus repeats on
+every worker connection of the transaction. The same reads and writes then run with the tenant as
+$1 in place of `auth.tenant` and `gate.tenant` (_citus_shape). The section at the end of this file.
+
+The binding is transaction-local (`is_local`, SET LOCAL), so a pooled connection never carries one
 request's tenant into the next.
 
 A key this process checked within the last auth.REVOCATION_WINDOW (its Credential's KeyCache says
@@ -39,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -65,6 +73,8 @@ async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple
                many: bool = False) -> list[asyncpg.Record]:
     """A statement behind the key check, or behind BOUND for a key the process checked within the
     window. Its rows start with the tenant and the scope; a check that found the key is remembered."""
+    if getattr(conn, "citus", False):  # pool.CitusConnection
+        return await _run_on_citus(conn, cred, sql, args, many)
     run = conn.fetch if many else conn.fetchrow
     if cred.keys is not None and (bound := cred.keys.get(cred)) is not None:
         cred.access = bound[1]
@@ -180,4 +190,77 @@ async def hook_session(db: Database, hook_id: str, source: str, body: bytes, sig
         # constant time: how much of a forged signature is right must not show in the response time
         if not hmac.compare_digest(found[2], signature):
             raise bad_signature()
+        if getattr(conn, "citus", False):
+            await conn.execute(_citus_binding(found[0]))
         yield conn, found[0]
+
+
+# ---- Citus -------------------------------------------------------------------------------------
+
+CITUS_KEY_CHECK = "SELECT a.tenant_id, a.scope FROM recall_authenticate($1, $2) a"
+
+
+def _literal(text: str) -> str:
+    """A quoted SQL literal: SET takes no parameters (standard_conforming_strings, the default)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _citus_binding(tenant: str, access: str | None = None) -> str:
+    """The tenant (and the key's access: its scope, then its grants) bound for the transaction, on the
+    coordinator and on each worker connection it opens."""
+    bind = f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL app.tenant_id = {_literal(tenant)}"
+    return bind if access is None else f"{bind}; SET LOCAL app.access = {_literal(access)}"
+
+
+@functools.cache
+def _citus_shape(sql: str) -> tuple[str, str, frozenset[str]]:
+    """A statement of this module (KEY_CHECK, `keyed`, `keyed_write`) as Citus runs it once the tenant is
+    bound: ("check", "", {}), ("read", the read, {}) or ("write", the write, the scopes that may write).
+    The tenant is $1 and the scope $2; the read's or write's own parameters keep their numbers."""
+    if sql == KEY_CHECK:
+        return "check", "", frozenset()
+    if "recall_append_notes(" in sql or "recall_file_on_threads(" in sql or "INSERT INTO triggers" in sql:
+        # The batched hot writes: Citus plans neither a data-modifying CTE of INSERT ... SELECT FROM unnest
+        # nor a call of a distributed function in a CTE; the caller's transaction writes each one instead.
+        return "write", "", frozenset()
+    if (gate := re.search(r"gate AS MATERIALIZED \(SELECT tenant FROM auth WHERE split_part\(scope, E'\\n', 1\)"
+                          r" IN \(([^)]*)\)\),", sql)):
+        write = sql[gate.end():sql.rindex("SELECT auth.tenant AS bound_tenant")]
+        return "write", (f"WITH gate AS (SELECT $1::text AS tenant), {write.replace('gate.tenant', '$1::text')}"
+                         " SELECT $1::text AS bound_tenant, $2::text AS bound_scope, d.* FROM done d"), \
+            frozenset(re.findall(r"'(\w+)'", gate.group(1)))
+    read = sql[sql.index("LEFT JOIN LATERAL (") + len("LEFT JOIN LATERAL ("):sql.rindex(" OFFSET 0) v ON true")]
+    # No OFFSET 0 here: it makes the read a subplan Citus runs on every shard, not on the tenant's one. And
+    # a correlated subquery's `c.tenant_id = t.tenant_id` compares both with the tenant itself (the same
+    # rows: every row a read touches is the tenant's), or Citus sends the read to all shards (~150 ms).
+    read = re.sub(r"\b(\w+)\.tenant_id = (\w+)\.tenant_id\b", r"\1.tenant_id = $1::text AND \2.tenant_id = $1::text",
+                  read.replace("auth.tenant", "$1::text"))
+    return "read", f"SELECT $1::text AS bound_tenant, $2::text AS bound_scope, v.* FROM ({read}) v", frozenset()
+
+
+async def _run_on_citus(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple[object, ...],
+                        many: bool) -> list[asyncpg.Record]:
+    """_run on a Citus coordinator: the key check (unless remembered), then the binding, then the statement,
+    in one transaction (the caller's, if it has one). Rows as _run's: the tenant and scope first, and a row
+    of them alone when the statement found or wrote nothing."""
+    shape, statement, may_write = _citus_shape(sql)
+    bound = cred.keys.get(cred) if cred.keys is not None else None
+    if bound is None:
+        sent = cred.keys.clock() if cred.keys is not None else 0.0
+        found = await conn.fetchrow(CITUS_KEY_CHECK, cred.key_id, cred.secret_sha256)
+        if found is None:
+            raise unknown_key()
+        bound = (found[0], found[1])
+        if cred.keys is not None:
+            cred.keys.put(cred, sent, *bound)
+    tenant, scope = bound
+    if shape == "check":
+        if conn.is_in_transaction():
+            await conn.execute(_citus_binding(tenant, scope))
+        return [bound]
+    if shape == "write" and (scope.partition("\n")[0] not in may_write or not statement):
+        return [(tenant, scope, None)]  # write_many answers 403; or the caller's transaction writes it
+    async with conn.transaction():
+        await conn.execute(_citus_binding(tenant, scope))
+        rows = await conn.fetch(statement, tenant, scope, *args)
+    return rows if rows else [(tenant, scope, None)]

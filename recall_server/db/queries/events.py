@@ -20,7 +20,7 @@ _event = msgspec.json.Decoder(Event)
 # execution (tests/test_plans.py).
 _EVENTS = keyed("""
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-           (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq), '[]') FROM thread_events e
+           (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq), '[]') FROM thread_events e
              WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
                AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
@@ -89,7 +89,7 @@ async def note_many(conn: Conn, cred: Credential, notes: list[NewNote]) -> list[
 
 async def event_at(conn: Conn, tenant: str, thread_id: str, seq: int) -> Event | None:
     row = await conn.fetchval(
-        "SELECT recall_event(e) FROM thread_events e WHERE tenant_id = $1 AND thread_id = $2 AND seq = $3",
+        "SELECT recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) FROM thread_events e WHERE tenant_id = $1 AND thread_id = $2 AND seq = $3",
         tenant, thread_id, seq,
     )
     return None if row is None else _event.decode(row)

@@ -33,10 +33,11 @@ async def list_hooks(conn: Conn, tenant: str | None) -> list[HookView]:
 
 
 async def revoke_hook(conn: Conn, hook_id: str, tenant: str | None) -> HookView | None:
-    """Revoke (idempotently); None when no such hook (in that tenant, when one is given)."""
+    """Revoke (idempotently); None when no such hook (in that tenant, when one is given). The time comes from
+    a subquery: Citus refuses a volatile function in the SET of an UPDATE (docs/scaling.md)."""
     row = await conn.fetchrow(
         f"""
-        UPDATE hooks SET revoked_at = coalesce(revoked_at, clock_timestamp())
+        UPDATE hooks SET revoked_at = coalesce(revoked_at, n.at) FROM (SELECT clock_timestamp() AS at) n
         WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) RETURNING {_HOOK_COLUMNS}
         """,
         hook_id, tenant,

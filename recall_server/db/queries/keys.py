@@ -59,10 +59,11 @@ async def own_key(conn: Conn, cred: Credential) -> KeyView:
 
 
 async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
-    """Revoke (idempotently); None when no such key (in that tenant, when one is given)."""
+    """Revoke (idempotently); None when no such key (in that tenant, when one is given). The time comes from a
+    subquery: Citus refuses a volatile function in the SET of an UPDATE (docs/scaling.md)."""
     row = await conn.fetchrow(
         f"""
-        UPDATE api_keys SET revoked_at = coalesce(revoked_at, clock_timestamp())
+        UPDATE api_keys SET revoked_at = coalesce(revoked_at, n.at) FROM (SELECT clock_timestamp() AS at) n
         WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
         RETURNING {_COLUMNS}
         """,

@@ -224,19 +224,7 @@ async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) ->
     await conn.execute("SELECT recall_lock_memory_pair($1, $2, $3)", tenant, namespace, key)  # as deletes take it
 
 
-async def insert_memory(
-    conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes, kind: str, summary: str,
-    content_type: str, value: bytes, sha: bytes, tags: str, confirmed: str, labels: Labels, req_hash: bytes,
-    expires_at: datetime | None, embed: bool = True,
-) -> int:
-    """Insert the pair's new current version, superseding the current one in the same statement; its version.
-
-    A current version that is gone (expired) is closed, not superseded: the new one starts a new chain.
-    Without `expires_at`, scratchpad and state memories take their tenant's default lifetime.
-    The caller holds the pair's lock, so the chain stays gap-free.
-    """
-    return await conn.fetchval(
-        """
+_INSERT_MEMORY = """
         WITH old AS (
           UPDATE memories m SET current = false,
                  superseded_by = CASE WHEN recall_is_gone(m.deleted_at, m.expires_at) THEN NULL ELSE $2 END
@@ -253,17 +241,35 @@ async def insert_memory(
                                                    FROM tenants t WHERE t.id = $1)), $18
           FROM (SELECT 1) one LEFT JOIN prev ON true
         RETURNING version
-        """,
+        """
+
+
+async def insert_memory(
+    conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes, kind: str, summary: str,
+    content_type: str, value: bytes, sha: bytes, tags: str, confirmed: str, labels: Labels, req_hash: bytes,
+    expires_at: datetime | None, embed: bool = True,
+) -> int:
+    """Insert the pair's new current version, superseding the current one in the same statement; its version.
+
+    A current version that is gone (expired) is closed, not superseded: the new one starts a new chain.
+    Without `expires_at`, scratchpad and state memories take their tenant's default lifetime.
+    The caller holds the pair's lock, so the chain stays gap-free.
+    """
+    return await conn.fetchval(
+        _INSERT_MEMORY,
         tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
         labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at, embed,
     )
 
 
-async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
-    await conn.execute(
-        """
+_INSERT_SOURCES = """
         INSERT INTO memory_sources (tenant_id, memory_id, position, source_id)
         SELECT $1, $2, s.position, s.id FROM unnest($3::text[]) WITH ORDINALITY AS s(id, position)
-        """,
+        """
+
+
+async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
+    await conn.execute(
+        _INSERT_SOURCES,
         tenant, memory_id, sources,
     )

@@ -89,12 +89,7 @@ class _ReportKey(msgspec.Struct):
 _report_keys = msgspec.json.Decoder(list[_ReportKey])
 
 
-async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
-                        content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes,
-                        expires_at: datetime | None) -> bool:
-    """Insert (counted on the worker row); False when the ID exists."""
-    return await conn.fetchval(
-        """
+_INSERT_REPORT = """
         WITH new AS (
           INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body,
                                body_sha256, request_hash, app_id, agent_id, run_id, expires_at, namespace)
@@ -103,17 +98,28 @@ async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str,
           ON CONFLICT DO NOTHING RETURNING worker_id)
         UPDATE workers w SET reports_total = reports_total + 1 FROM new
          WHERE w.tenant_id = $1 AND w.id = new.worker_id RETURNING true
-        """,
+        """
+
+
+async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str, summary: str,
+                        content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes,
+                        expires_at: datetime | None) -> bool:
+    """Insert (counted on the worker row); False when the ID exists."""
+    return await conn.fetchval(
+        _INSERT_REPORT,
         tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
         labels.app_id, labels.agent_id, labels.run_id, expires_at, labels.namespace,
     ) is not None
 
 
-async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
-    await conn.execute(
-        """
+_INSERT_REFS = """
         INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
         SELECT $1, $2, r.position, r.id FROM unnest($3::text[]) WITH ORDINALITY AS r(id, position)
-        """,
+        """
+
+
+async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
+    await conn.execute(
+        _INSERT_REFS,
         tenant, report_id, refs,
     )

@@ -50,7 +50,7 @@ _THREAD_LOG = keyed("""
                                 ORDER BY o.assigned_at, w.id), '[]')
          FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
         WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
-      (SELECT coalesce(json_agg(recall_event(e) ORDER BY e.seq DESC), '[]') FROM thread_events e
+      (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
         WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
@@ -184,15 +184,7 @@ async def insert_thread(conn: Conn, tenant: str, thread_id: str, title: str, sum
     ) is not None
 
 
-async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
-                        status: str | None) -> tuple[str, str] | None:
-    """Apply the given fields under the row lock, touching updated_at only on a real change.
-
-    Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
-    Returns (old status, new status), or None when the thread does not exist.
-    """
-    row = await conn.fetchrow(
-        """
+_UPDATE_THREAD = """
         WITH old AS (
           SELECT title, summary, status, expires_at FROM threads WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE),
         retention AS (SELECT closed_thread_retention AS keep FROM tenants WHERE id = $1),
@@ -210,7 +202,18 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
                  IS DISTINCT FROM (coalesce($3, old.title), coalesce($4, old.summary), coalesce($5, old.status))
           RETURNING t.status)
         SELECT old.status, coalesce((SELECT status FROM upd), old.status) FROM old
-        """,
+        """
+
+
+async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
+                        status: str | None) -> tuple[str, str] | None:
+    """Apply the given fields under the row lock, touching updated_at only on a real change.
+
+    Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
+    Returns (old status, new status), or None when the thread does not exist.
+    """
+    row = await conn.fetchrow(
+        _UPDATE_THREAD,
         tenant, thread_id, title, summary, status,
     )
     return None if row is None else (row[0], row[1])

@@ -55,12 +55,15 @@ async def payload_sha(conn: Conn, tenant: str, trigger_id: str) -> bytes | None:
                                tenant, trigger_id)
 
 
-async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
-    await conn.execute(
-        """
+_INSERT_NEIGHBOURS = """
         INSERT INTO trigger_neighbours (tenant_id, trigger_id, position, neighbour_id)
         SELECT $1, $2, n.position, n.id FROM unnest($3::text[]) WITH ORDINALITY AS n(id, position)
-        """,
+        """
+
+
+async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
+    await conn.execute(
+        _INSERT_NEIGHBOURS,
         tenant, trigger_id, neighbours,
     )
 
@@ -175,7 +178,7 @@ async def ingest_many(conn: Conn, cred: Credential, triggers: list[NewTrigger]
     except asyncpg.UniqueViolationError:  # the statement is undone: nothing was written
         return [None] * len(triggers)
     written = {row["id"]: (row["occurred_at"], row["created_at"], row["expires_at"]) for row in rows}
-    return [written[t.id] for t in triggers]
+    return [written.get(t.id) for t in triggers]  # on Citus none: each is then filed on its own
 
 
 # Plain notes of one key, appended together (coalesce.py; recall_append_notes): one statement, one commit.

@@ -1,0 +1,526 @@
+"""Citus: whether a store is a Citus coordinator, and distributing the migrated schema by tenant_id.
+
+Everything Citus-specific the schema needs is here (docs/scaling.md). `distribute()` runs after
+schema.sql, on the coordinator, only when the citus extension exists; each step is skipped when it
+is already done, so `recall-server migrate --citus` can be run again.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from recall_server.db.pool import Connection
+
+# Replicated to every node: looked up before a tenant is known (a key, a hook), or referenced by
+# every tenant table (tenants).
+REFERENCE_TABLES = ("tenants", "api_keys", "hooks")
+
+# Distributed by tenant_id, all co-located with threads; each after the tables its foreign keys name.
+DISTRIBUTED_TABLES = (
+    "threads", "workers", "triggers", "thread_owners", "trigger_neighbours", "reports", "report_refs",
+    "thread_events", "idempotency_keys", "memories", "memory_sources", "hook_deliveries", "github_threads",
+    "trace_reads", "embeddings", "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
+    "checkpoint_writes", "thread_messages", "message_retractions",
+)
+
+# Functions whose first argument is the tenant. Created on every node, not delegated to the tenant's node
+# (no distribution argument): the server calls them inside its request's transaction, after the binding
+# and other statements, and a delegated call there failed ("the backend has already been assigned a
+# transaction id"). Run on the coordinator, each of their statements names the tenant, so goes to its
+# shard. Signatures as regprocedure spells them.
+TENANT_FUNCTIONS = (
+    "recall_erase(text,text)",
+    "recall_lock_erasure(text,text)",
+    "recall_lock_memory_pair(text,text,text)",
+    "recall_cap_expiry(text,text)",
+    "recall_lookup(text,text)",
+    "recall_expiry(text,text)",
+    "recall_link_of(text,text)",
+    "recall_erase_memory_version(text,text)",
+    "recall_head_events(text,text)",
+    "recall_head_owners(text,text)",
+    "recall_rebuild_head(text,text)",
+    "recall_rebuild_heads_showing(text,text)",
+    "recall_worker_head_threads(text,text)",
+    "recall_worker_head_reports(text,text)",
+    "recall_rebuild_worker_head(text,text)",
+    "recall_rebuild_owner_heads(text,text)",
+    "recall_embedding_text(text,text,text)",
+    "recall_prune_checkpoints(text,text[],integer,interval)",
+    "recall_message_retracted(text,text,bigint)",
+    "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)",
+    "recall_append_notes(text,text[],text[],text[])",
+    "recall_file_on_threads(text,text[],text[],text[],text[],text[],bytea[],bytea[],bytea[],"
+    "timestamp with time zone[],text[],text[],text[],text[],timestamp with time zone[])",
+)
+
+# Functions a shard query or a trigger on a shard calls: created on every node, not delegated.
+SHARD_FUNCTIONS = (
+    "recall_is_gone(timestamp with time zone,timestamp with time zone)",
+    "recall_scoped(text,tsvector)",
+    "recall_scoped(text,tsquery)",
+    "recall_search_text(text,bytea,integer)",
+    "recall_link(text,text,boolean)",
+    "recall_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
+    "recall_head_size()",
+    "recall_head_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
+    "recall_head_with(jsonb,jsonb)",
+    "recall_owners_limit()",
+    "recall_queue_embedding()",
+    "recall_search_must(text,text)",
+    "recall_message_ref(text,bigint)",
+    "recall_queue_message_embedding()",
+    "recall_forget_message_embedding()",
+)
+
+
+# recall_app's settings in the store's database (Citus passes them to every node):
+ROLE_SETTINGS = (
+    # Writing api_keys (a reference table pointing at tenants) makes Citus lock the tenants table's shards
+    # on every node, which it allows only to a role that may write tenants; recall_app may not, and needs
+    # only to skip that permission check (the lock is taken either way).
+    "citus.skip_advisory_lock_permission_checks",
+    # A shard query that calls a function reading tenant tables (recall_link_of, recall_lookup: a memory's
+    # links, a thread's owners) runs that function's statements on the worker. Each names the same
+    # tenant as the query, so they go to a co-located shard on the same node, which is the case Citus's
+    # default refuses for fear it is not.
+    "citus.allow_nested_distributed_execution",
+)
+
+
+async def present(conn: asyncpg.Connection) -> bool:
+    """Whether the store is a Citus coordinator (the citus extension exists in its database)."""
+    return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"))
+
+
+async def prepare(conn: asyncpg.Connection) -> None:
+    """The settings schema.sql and distribute() need on a coordinator, for the migration's transaction."""
+    # Without this, create_reference_table('tenants') turns every table with a foreign key to it into a
+    # coordinator-local table, which then cannot be distributed.
+    await conn.execute("SET LOCAL citus.enable_local_reference_table_foreign_keys = off")
+    # Triggers on distributed tables: each reads and writes only its own row's tenant (thread_owners'
+    # recall_owners_limit, the embedding queue's recall_queue_embedding), so on its own shard.
+    await conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
+
+
+_TABLE_READ = r"(FROM|JOIN)\s+(" + "|".join(DISTRIBUTED_TABLES) + r")\M"
+
+
+# schema.sql functions a coordinator defines differently, at the point schema.sql defines them (so the
+# statements after it that call one call this version): name -> its definition on Citus.
+OVERRIDES = {
+    # The tenant policy of the tables whose rows have a namespace (and trace_reads, `via`) without the
+    # InitPlans schema.sql's has: Citus refuses a policy with a subquery on a distributed table. The same
+    # test, as a call per row (recall_granted) and an inline comparison.
+    "recall_isolate": r"""CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true,
+                                          granted boolean DEFAULT false, via text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $citus$
+DECLARE
+    mine constant text := 'tenant_id = current_setting(''app.tenant_id'', true)';
+    ungranted constant text := 'strpos(coalesce(current_setting(''app.access'', true), ''''), E''\n'') = 0';
+    tombstones constant boolean := EXISTS (SELECT 1 FROM pg_attribute
+                                            WHERE attrelid = tbl::regclass AND attname = 'deleted_at');
+BEGIN
+    EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', tbl);
+    EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', tbl, CASE WHEN forced THEN 'FORCE' ELSE 'NO FORCE' END);
+    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', tbl);
+    EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
+    EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
+    EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
+                   mine || CASE WHEN granted THEN ' AND recall_granted(namespace, false)'
+                                WHEN via IS NOT NULL THEN ' AND (' || ungranted || ' OR ' || via || ')' ELSE '' END,
+                   mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
+                                                  ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
+                                WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
+END
+$citus$""",
+}
+
+_DEFINES = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE OR REPLACE FUNCTION (\w+)\(")
+
+
+def replacement(statement: str) -> str:
+    """The statement of schema.sql to send to a coordinator: itself, or the Citus definition of the
+    function it defines (OVERRIDES)."""
+    defined = _DEFINES.match(statement)
+    return OVERRIDES.get(defined.group(1), statement) if defined else statement
+
+
+async def adapt(conn: asyncpg.Connection) -> list[str]:
+    """After schema.sql, on a coordinator: each SQL-language function that reads a tenant table and returns
+    one value again as PL/pgSQL, same body. Citus plans the statements of a SQL function with parameters
+    on no distributed table ("parameters in SQL functions"); a PL/pgSQL function's are planned with its
+    arguments bound. (schema.sql keeps them SQL: on one node PostgreSQL inlines them into their callers.)"""
+    readers = await conn.fetch(
+        """SELECT p.proname, pg_get_function_arguments(p.oid) AS args, pg_get_function_result(p.oid) AS result,
+                  p.prosrc, p.provolatile
+             FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+            WHERE p.pronamespace = 'public'::regnamespace AND l.lanname = 'sql' AND NOT p.proretset
+              AND p.provolatile <> 'v' AND p.proconfig IS NULL AND p.prosrc ~ $1""", _TABLE_READ)
+    for r in readers:
+        volatility = "IMMUTABLE" if r["provolatile"] == "i" else "STABLE"
+        await conn.execute(
+            f"CREATE OR REPLACE FUNCTION {r['proname']}({r['args']}) RETURNS {r['result']} LANGUAGE plpgsql"
+            f" {volatility} PARALLEL SAFE AS $citus$\n#variable_conflict use_column\n"
+            f"BEGIN\n    RETURN ({r['prosrc'].strip().rstrip(';')});\nEND\n$citus$")
+    for body in CITUS_FUNCTIONS:
+        await conn.execute(body)
+    return [f"{r['proname']} as PL/pgSQL" for r in readers]
+
+
+# The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
+# worker calls recall_head_events (...), which query other shards from there, inside a write, and Citus
+# refuses ("the backend has already been assigned a transaction id"). recall_rebuild_heads_showing looks
+# a report's worker up before the call, not in its argument: a call with a subquery on a distributed
+# table is pushed to the worker whole, and the rebuild's writes then run nested there (the same error).
+# The same effect as schema.sql's.
+CITUS_FUNCTIONS = (
+    # Checkpoint retention tenant by tenant (Citus pushes down no LIMIT in a lateral subquery that reads
+    # the tenants reference table): the same rule, one query per tenant with a policy.
+    """CREATE OR REPLACE FUNCTION recall_checkpoint_retention(batch integer) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE p record; v_threads text[]; n integer := 0;
+BEGIN
+    FOR p IN SELECT id, checkpoint_keep_latest AS keep, checkpoint_max_age AS age FROM tenants
+              WHERE checkpoint_keep_latest IS NOT NULL OR checkpoint_max_age IS NOT NULL
+    LOOP
+        SELECT array_agg(DISTINCT c.thread_id) INTO v_threads FROM (
+            SELECT x.thread_id FROM checkpoints x
+             WHERE x.tenant_id = p.id
+             GROUP BY x.tenant_id, x.thread_id, x.checkpoint_ns
+            HAVING count(*) > coalesce(p.keep, 2147483647)
+                OR (p.age IS NOT NULL AND count(*) > 1 AND min(x.created_at) < now() - p.age)
+             LIMIT batch) c;
+        IF v_threads IS NOT NULL THEN
+            n := n + recall_prune_checkpoints(p.id, v_threads, coalesce(p.keep, 2147483647), p.age);
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$citus$""",
+    # The trace flush and retention, each statement one Citus plans: a read filed row by row (an
+    # INSERT ... SELECT from no distributed table is sent as a COPY, which row-level security refuses),
+    # and each table's expired rows deleted in one statement per table, not in batches (Citus refuses a
+    # DELETE by ctid across shards; the sweep calls it until it comes back short, as before).
+    """CREATE OR REPLACE FUNCTION recall_record_reads(batch jsonb, accept interval) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE v record; n integer := 0;
+BEGIN
+    FOR v IN
+        SELECT k.tenant_id, x.* FROM (
+            SELECT e->>0 AS key_id, decode(e->>1, 'base64') AS sha, (e->>2)::bigint AS tick, e->>3 AS run,
+                   timestamptz 'epoch' + (e->>4)::bigint * interval '1 microsecond' AS at, e->>5 AS obj,
+                   e->>6 AS route, (e->>7)::integer AS status, (e->>8)::bigint AS size, e->>9 AS rid
+              FROM jsonb_array_elements(batch) e) x
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
+                         AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+    LOOP
+        INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
+        VALUES (v.tenant_id, v.tick, v.run, v.at, greatest(v.at, clock_timestamp() - accept), v.obj, v.route, v.status,
+                v.size, v.key_id, v.rid)
+        ON CONFLICT DO NOTHING;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_purge_retained(reads_keep interval, deliveries_keep interval, batch integer)
+RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE v_reads timestamptz := now() - reads_keep; v_deliveries timestamptz := now() - deliveries_keep;
+    reads integer; deliveries integer;
+BEGIN
+    DELETE FROM trace_reads WHERE at < v_reads;
+    GET DIAGNOSTICS reads = ROW_COUNT;
+    DELETE FROM hook_deliveries WHERE received_at < v_deliveries;
+    GET DIAGNOSTICS deliveries = ROW_COUNT;
+    RETURN greatest(reads, deliveries);
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE thr text; wkr text;
+BEGIN
+    FOR thr IN
+        SELECT thread_id FROM thread_events WHERE tenant_id = t AND ref = obj
+        UNION SELECT thread_id FROM thread_owners WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND worker_id = obj
+        ORDER BY 1
+    LOOP
+        PERFORM recall_rebuild_head(t, thr);
+    END LOOP;
+    IF left(obj, 4) = 'thr_' THEN
+        PERFORM recall_rebuild_owner_heads(t, obj);
+    ELSIF left(obj, 4) = 'rpt_' THEN
+        SELECT worker_id INTO wkr FROM reports WHERE tenant_id = t AND id = obj;
+        PERFORM recall_rebuild_worker_head(t, wkr);
+    END IF;
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE v_events jsonb; v_owners jsonb;
+BEGIN
+    PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
+    v_events := recall_head_events(t, thr);
+    v_owners := recall_head_owners(t, thr);
+    UPDATE threads SET head_events = v_events, head_owners = v_owners
+     WHERE tenant_id = t AND id = thr AND deleted_at IS NULL;
+END
+$citus$""",
+    """CREATE OR REPLACE FUNCTION recall_rebuild_worker_head(t text, wkr text) RETURNS void
+LANGUAGE plpgsql AS $citus$
+DECLARE v_threads jsonb; v_reports jsonb;
+BEGIN
+    PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
+    v_threads := recall_worker_head_threads(t, wkr);
+    v_reports := recall_worker_head_reports(t, wkr);
+    UPDATE workers SET head_threads = v_threads, head_reports = v_reports
+     WHERE tenant_id = t AND id = wkr AND deleted_at IS NULL;
+END
+$citus$""",
+)
+
+
+async def distribute(conn: asyncpg.Connection) -> list[str]:
+    """Make the reference tables, distribute the tenant tables by tenant_id co-located with threads, and
+    distribute the functions; return what it did (nothing when all of it was done before)."""
+    done: list[str] = []
+    placed = {r[0]: r[1] for r in await conn.fetch(
+        "SELECT logicalrelid::regclass::text, partmethod FROM pg_dist_partition")}
+    for table in REFERENCE_TABLES:
+        if table not in placed:
+            await conn.execute("SELECT create_reference_table($1)", table)
+            done.append(f"reference table {table}")
+    for table in DISTRIBUTED_TABLES:
+        if table not in placed:
+            await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
+                               table, "default" if table == "threads" else "threads")
+            done.append(f"distributed table {table}")
+    database = await conn.fetchval("SELECT quote_ident(current_database())")
+    for setting in ROLE_SETTINGS:
+        if not await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting WHERE setrole = 'recall_app'::regrole"
+                " AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND $1 = ANY (setconfig))", f"{setting}=on"):
+            await conn.execute(f"ALTER ROLE recall_app IN DATABASE {database} SET {setting} = on")
+            done.append(f"recall_app: {setting}")
+    distributed = {r[0]: r[1] for r in await conn.fetch(
+        "SELECT objid::regprocedure::text, distribution_argument_index FROM pg_dist_object"
+        " WHERE classid = 'pg_proc'::regclass")}
+    for signature in (*TENANT_FUNCTIONS, *SHARD_FUNCTIONS):
+        if signature not in distributed and await _exists(conn, signature):
+            await conn.execute("SELECT create_distributed_function($1)", signature)
+            done.append(f"function {signature} on every node")
+    return done
+
+
+async def _exists(conn: asyncpg.Connection, signature: str) -> bool:
+    return await conn.fetchval("SELECT to_regprocedure($1) IS NOT NULL", signature)
+
+
+_TOKEN = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_]*\$)|;")
+
+
+def statements(script: str) -> list[str]:
+    """schema.sql as its statements, one by one. A Citus coordinator passes some DDL (ALTER INDEX ... SET,
+    DROP POLICY, ALTER TABLE ... ENABLE ROW LEVEL SECURITY) to the workers as the text of the query it
+    came in: a script sent whole reaches them as several commands, which they refuse. Splits at the
+    semicolons outside comments, quotes and dollar quotes."""
+    found, start, at = [], 0, 0
+    while (m := _TOKEN.search(script, at)) is not None:
+        at = m.end()
+        if m.group(1):  # a dollar quote: skip to its end
+            at = script.index(m.group(1), at) + len(m.group(1))
+        elif m.group(0) == ";":
+            found.append(script[start:at])
+            start = at
+    found.append(script[start:])
+    return [s for s in found if _TOKEN.sub(lambda t: "" if t.group(0).startswith("--") else t.group(0), s).strip()]
+
+
+class CitusConnection(Connection):
+    """A pool connection to a Citus coordinator. The statements Citus's planner refuses (a STABLE function of
+    a column, or any non-IMMUTABLE function in a CASE or COALESCE, in an UPDATE; a subquery in an INSERT's
+    VALUES; a data-modifying CTE in front of an INSERT) run as the steps in STEPS instead: the same
+    effect and result, each step a statement Citus routes to the tenant's shard. Every other statement
+    runs as it is."""
+
+    citus = True
+
+    async def execute(self, query: str, *args: object, **kw: Any) -> str:
+        if args and (step := _steps().get(query)) is not None:
+            await step(self, *args)
+            return ""
+        return await super().execute(query, *args, **kw)
+
+    async def fetch(self, query: str, *args: object, **kw: Any) -> list[Any]:
+        if (step := _steps().get(query)) is not None:
+            found = await step(self, *args)
+            return [] if found is None else [found]
+        return await super().fetch(query, *args, **kw)
+
+    async def fetchrow(self, query: str, *args: object, **kw: Any) -> Any:
+        if (step := _steps().get(query)) is not None:
+            return await step(self, *args)
+        return await super().fetchrow(query, *args, **kw)
+
+    async def fetchval(self, query: str, *args: object, column: int = 0, **kw: Any) -> Any:
+        if (step := _steps().get(query)) is not None:
+            found = await step(self, *args)
+            return None if found is None else found[column]
+        return await super().fetchval(query, *args, column=column, **kw)
+
+
+Step = Callable[..., Awaitable[Any]]
+
+
+@functools.cache
+def _steps() -> dict[str, Step]:
+    """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
+    from recall_server.db.queries import events, memories, reports, threads, triggers
+
+    return {events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
+            reports._INSERT_REPORT: _insert_report,
+            triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
+            reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
+            triggers._INSERT_NEIGHBOURS: _positions("trigger_neighbours", "trigger_id", "neighbour_id"),
+            memories._INSERT_SOURCES: _positions("memory_sources", "memory_id", "source_id")}
+
+
+def _positions(table: str, owner: str, item: str) -> Step:
+    """An INSERT ... SELECT FROM unnest($3) WITH ORDINALITY of (tenant, owner, position, item) rows, as rows
+    of VALUES: Citus sends an INSERT ... SELECT from no distributed table as a COPY, which row-level
+    security refuses."""
+    sql = f"INSERT INTO {table} (tenant_id, {owner}, position, {item}) VALUES ($1, $2, $3, $4)"
+
+    async def insert(conn: asyncpg.Connection, tenant: str, owner_id: str, items: list[str]) -> None:
+        await conn.executemany(sql, [(tenant, owner_id, n, x) for n, x in enumerate(items, 1)])
+
+    return insert
+
+
+_UNSET: Any = object()
+
+
+async def _append_event(conn: asyncpg.Connection, tenant: str, thread_id: str, type_: str, summary: str,
+                        ref: str | None, gone_at: Any = _UNSET) -> Any:
+    """events._APPEND: the thread's next seq under its row lock, its head, the event."""
+    row = await conn.fetchrow("SELECT last_seq, clock_timestamp() AS at, head_events::text AS head FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if row is None:
+        return None
+    if gone_at is _UNSET:
+        gone_at = None if ref is None else await conn.fetchval("SELECT recall_expiry($1, $2)", tenant, ref)
+    seq = row["last_seq"] + 1
+    head = await conn.fetchval("SELECT recall_head_with(jsonb_build_array(recall_head_event($1, $2, $3, $4, $5, $6)),"
+                               " $7::jsonb)::text", seq, type_, row["at"], summary, ref, gone_at, row["head"])
+    await conn.execute("UPDATE threads SET last_seq = $3, updated_at = $4, head_events = $5::jsonb"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, seq, row["at"], head)
+    return await conn.fetchrow(
+        "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq, type, at, summary, ref",
+        tenant, thread_id, seq, type_, row["at"], summary, ref, gone_at)
+
+
+def _least(*times: Any) -> Any:
+    """least() as PostgreSQL has it: NULLs ignored."""
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
+
+
+async def _thread_expiry(conn: asyncpg.Connection, tenant: str, thread_id: str | None) -> Any:
+    if thread_id is None:
+        return None
+    return await conn.fetchval("SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $2", tenant, thread_id)
+
+
+async def _insert_report(conn: asyncpg.Connection, tenant: str, report_id: str, worker_id: str, thread_id: str,
+                         *rest: Any) -> Any:
+    """reports._INSERT_REPORT: the report (its expiry capped by its thread's), counted on its worker."""
+    *columns, expires_at, namespace = rest
+    expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchval(
+        "INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body, body_sha256,"
+        " request_hash, app_id, agent_id, run_id, expires_at, namespace)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING RETURNING true",
+        tenant, report_id, worker_id, thread_id, *columns, expires_at, namespace)
+    if made is None:
+        return None
+    return await conn.fetchrow("UPDATE workers SET reports_total = reports_total + 1"
+                               " WHERE tenant_id = $1 AND id = $2 RETURNING true", tenant, worker_id)
+
+
+async def _file_trigger(conn: asyncpg.Connection, tenant: str, trigger_id: str, source: str, thread_id: str | None,
+                        summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
+                        occurred_at: Any, app_id: Any, agent_id: Any, run_id: Any, external_id: Any,
+                        expires_at: Any, namespace: str) -> Any:
+    """triggers._FILE_TRIGGER: the trigger (its expiry capped by its thread's), and on its thread the
+    trigger_filed event; nothing when the ID or the delivery is taken."""
+    expires_at = _least(expires_at, await _thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchrow(
+        "INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,"
+        " request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at, namespace)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15, $16)"
+        " ON CONFLICT DO NOTHING RETURNING expires_at",
+        tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+        app_id, agent_id, run_id, external_id, expires_at, namespace)
+    if made is None:
+        return None
+    if thread_id is not None:
+        await _append_event(conn, tenant, thread_id, "trigger_filed", summary, trigger_id, made["expires_at"])
+    return (True,)
+
+
+async def _insert_memory(conn: asyncpg.Connection, tenant: str, memory_id: str, namespace: str, key: str,
+                         pair: bytes, kind: str, summary: str, content_type: str, value: bytes, sha: bytes,
+                         tags: str, confirmed: str, app_id: Any, agent_id: Any, run_id: Any, req_hash: bytes,
+                         expires_at: Any, embed: bool) -> Any:
+    """memories._INSERT_MEMORY: the pair's current version closed (superseded unless gone), the new one."""
+    old = await conn.fetchrow(
+        "SELECT id, chain, version, recall_is_gone(deleted_at, expires_at) AS gone FROM memories"
+        " WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND current", tenant, namespace, key)
+    if old is not None:
+        await conn.execute("UPDATE memories SET current = false, superseded_by = $3 WHERE tenant_id = $1 AND id = $2",
+                           tenant, old["id"], None if old["gone"] else memory_id)
+    prev = None if old is None or old["gone"] else old
+    if expires_at is None:
+        expires_at = await conn.fetchval(
+            "SELECT clock_timestamp() + CASE $2 WHEN 'scratchpad' THEN memory_scratchpad_ttl"
+            " WHEN 'state' THEN memory_state_ttl END FROM tenants WHERE id = $1", tenant, kind)
+    return await conn.fetchrow(
+        "INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,"
+        " tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current, supersedes, expires_at,"
+        " embed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16, $17, $18, true,"
+        " $19, $20, $21) RETURNING version",
+        tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
+        app_id, agent_id, run_id, req_hash, memory_id if prev is None else prev["chain"],
+        1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at, embed)
+
+
+async def _update_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, title: str | None,
+                         summary: str | None, status: str | None) -> Any:
+    """threads._UPDATE_THREAD: the given fields under the row lock, updated_at only on a real change, and a
+    close or merge starting the tenant's closed-thread retention; (old status, new status)."""
+    old = await conn.fetchrow("SELECT title, summary, status, expires_at, clock_timestamp() AS at FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if old is None:
+        return None
+    new = (old["title"] if title is None else title, old["summary"] if summary is None else summary,
+           old["status"] if status is None else status)
+    if new == (old["title"], old["summary"], old["status"]):
+        return (old["status"], old["status"])
+    expires_at = old["expires_at"]
+    if new[2] in ("closed", "merged") and old["status"] not in ("closed", "merged"):
+        capped = await conn.fetchrow(
+            "SELECT least(coalesce($2::timestamptz, 'infinity'), $3::timestamptz + closed_thread_retention)"
+            " FROM tenants"
+            " WHERE id = $1 AND closed_thread_retention IS NOT NULL", tenant, expires_at, old["at"])
+        if capped is not None:
+            expires_at = capped[0]
+    await conn.execute("UPDATE threads SET title = $3, summary = $4, status = $5, updated_at = $6, expires_at = $7"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, *new, old["at"], expires_at)
+    return (old["status"], new[2])
