@@ -1282,7 +1282,7 @@ CREATE TABLE IF NOT EXISTS thread_messages (
     PRIMARY KEY (tenant_id, thread_id, seq),
     FOREIGN KEY (tenant_id, thread_id, seq) REFERENCES thread_events (tenant_id, thread_id, seq) ON DELETE CASCADE
 );
-ALTER TABLE thread_messages ALTER COLUMN content SET STORAGE EXTERNAL;
+SELECT recall_store_external('thread_messages', 'content');
 
 -- A retraction takes messages out of a conversation without rewriting the log: an event of its own (type
 -- 'messages_retracted') and a row here per retracted range of seqs. Replays skip a message inside a range
