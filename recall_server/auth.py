@@ -64,6 +64,12 @@ class KeyCache:
         used, self.used = self.used, {}
         return used
 
+    def keep_used(self, used: dict[str, float]) -> None:
+        """Put back uses that could not be recorded (a newer use of a key wins)."""
+        for key_id, at in used.items():
+            if len(self.used) < self.size and self.used.get(key_id, 0.0) < at:
+                self.used[key_id] = at
+
 
 class Credential:
     """A syntactically valid key from the Authorization header; not yet checked against the database.

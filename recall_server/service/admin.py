@@ -54,8 +54,10 @@ class Admin:
                 try:
                     async with self.db.connection() as conn:
                         await q.record_key_use(conn, {k: datetime.fromtimestamp(t, UTC) for k, t in used.items()})
-                except Exception:  # a database outage: the next interval's uses are recorded then
-                    log.warning("recording when keys were last used failed", exc_info=True)
+                except Exception as exc:  # a database outage (a 503 for requests): kept for the next interval
+                    keys.keep_used(used)
+                    log.warning("recording when keys were last used failed (%s); kept for the next interval",
+                                type(exc).__name__)
 
     async def list_keys(self, cred: Credential) -> KeyList:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
