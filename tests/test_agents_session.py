@@ -266,6 +266,7 @@ def test_session_ids_name_threads_by_a_fixed_rule() -> None:
     assert to_message({"role": "user", "content": "hi"}).content == "hi"
 
 
+@pytest.mark.slow
 def test_a_conversation_resumes_in_another_process(base_url: str, api_key: str) -> None:
     session_id = f"resume-{uuid.uuid4().hex[:10]}"
 

@@ -251,6 +251,7 @@ def test_search_backlinks_and_grep_through_the_client(recall: RecallClient, base
         recall.grep_payload("trg_8f21", "(", regex=True)
 
 
+@pytest.mark.slow
 def test_the_trace_pages_through_the_client(base_url: str, api_key: str) -> None:
     demo.load(base_url, api_key)
     run = f"client-{uid('thr')[4:]}"
@@ -561,6 +562,7 @@ def test_an_id_reaches_only_the_route_its_method_names(base_url: str, database_u
 # ---- a server that is down, or restarting ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stopped_server_is_unreachable_naming_the_url_and_the_fix(database_url: str, api_key: str,
                                                                      tmp_path: Path) -> None:
     server = ServerProcess(database_url, tmp_path / "server.log", RECALL_SWEEP_INTERVAL="0").start()
@@ -623,6 +625,7 @@ class Front:
             dst.shutdown(socket.SHUT_WR)
 
 
+@pytest.mark.slow
 def test_the_default_retries_ride_out_a_server_restart(database_url: str, api_key: str, tmp_path: Path) -> None:
     """Reads and writes made while the server at the client's URL restarts land once it is back: the first
     server process stops (its connections drop), the address refuses connections for 2.5 s, then a fresh

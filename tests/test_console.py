@@ -188,6 +188,7 @@ def test_a_key_revoked_in_use_signs_the_tab_out(tab: Tab, base_url: str, tenant:
     assert tab.page.evaluate("() => sessionStorage.length") == 0
 
 
+@pytest.mark.slow
 def test_the_pr_412_story_walked_by_clicking(tab: Tab, base_url: str, tenant: dict[str, str]) -> None:
     demo.load(base_url, tenant["write"])
     tab.sign_in(tenant["read"])
@@ -260,6 +261,7 @@ def test_search_leads_to_objects(tab: Tab, writer: httpx.Client, tenant: dict[st
     tab.page.wait_for_selector(f"#object-id:text('{thread}')")
 
 
+@pytest.mark.slow
 def test_a_runs_recall_is_a_timeline_of_hops_with_their_state_now(tab: Tab, writer: httpx.Client,
                                                                     tenant: dict[str, str]) -> None:
     run = "console-" + uuid.uuid4().hex[:8]
@@ -314,6 +316,7 @@ def test_a_memorys_versions_side_by_side(tab: Tab, writer: httpx.Client, tenant:
     assert "value 2" in middle.locator("pre.content").text_content()
 
 
+@pytest.mark.slow
 def test_a_read_key_sees_no_write_controls(tab: Tab, browser: Any, base_url: str, writer: httpx.Client,
                                            tenant: dict[str, str]) -> None:
     thread = Graph(writer).thread()["id"]
@@ -339,6 +342,7 @@ def test_a_read_key_sees_no_write_controls(tab: Tab, browser: Any, base_url: str
         other.context.close()
 
 
+@pytest.mark.slow
 def test_an_admin_key_manages_keys_and_hooks(tab: Tab, base_url: str, tenant: dict[str, str]) -> None:
     tab.sign_in(tenant["admin"])
     tab.page.click("#nav-admin")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 from helpers import Graph, ServerProcess, assert_problem, uid
 
 
@@ -24,6 +25,7 @@ def test_server_generated_ids_have_the_kind_prefix_and_sort_by_creation(client: 
     assert len(set(made)) == 3
 
 
+@pytest.mark.slow
 def test_objects_survive_a_server_restart_unchanged(database_url: str, tmp_path, graph: Graph) -> None:
     worker = graph.worker()
     thread = graph.thread()

@@ -80,6 +80,7 @@ def shell(docs_server: tuple[ServerProcess, str], tmp_path_factory: pytest.TempP
 RUNNABLE = [(page, block) for page, block in blocks() if reason_not_run(block) is None and " serve\n" not in block]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page,block", RUNNABLE, ids=[f"{p}:{i}" for i, (p, _) in enumerate(RUNNABLE)])
 def test_every_docs_command_runs(shell, page: str, block: str) -> None:
     out = shell(block)
@@ -95,6 +96,7 @@ def test_the_readme_recall_reaches_the_payment_timeout_line(shell) -> None:
     assert "trg_8f21" in [hit["id"] for hit in hits]
 
 
+@pytest.mark.slow
 def test_the_readme_serve_command_serves(tmp_path: Path) -> None:
     [block] = [b for _, b in blocks() if b.rstrip().endswith(" serve")]
     command = block.rstrip().rsplit("&& ", 1)[1].split()  # after the venv is made and the package installed
@@ -112,6 +114,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert block.strip() in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.slow
 def test_the_benchmark_commands_use_only_flags_the_benchmarks_take() -> None:
     for _, block in blocks():
         for script, args in re.findall(r"bench/(\w+\.py)([^\n]*(?:\\\n[^\n]*)*)", block):

@@ -42,6 +42,7 @@ def read_key(database_url: str, server: ServerProcess) -> str:
 # ---- the key before the body, the pattern, anything the request asks for ---------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/threads", "/triggers", "/workers", "/memories"])
 def test_a_forged_key_is_401_before_its_body_is_read(base_url: str, path: str) -> None:
     """Malformed JSON and a body over the item bound would be a 400 and a 413 if parsed: the key comes first."""
@@ -100,6 +101,7 @@ def test_mcp_refuses_a_foreign_origin_and_allows_loopback_and_none(base_url: str
         assert r.status_code == 200, (origin, r.text)
 
 
+@pytest.mark.slow
 def test_mcp_allowed_origins_are_a_setting(database_url: str, tmp_path, read_key: str) -> None:
     server = ServerProcess(database_url, tmp_path / "server.log", RECALL_SWEEP_INTERVAL="0",
                            RECALL_MCP_ALLOWED_ORIGINS="https://app.example, https://other.example").start()

@@ -192,6 +192,7 @@ def test_openai_client_4xx_is_rejected_without_retrying(embed_server: str) -> No
         asyncio.run(embed_once(client(embed_server, "status-400", retries=2), ["x"]))
 
 
+@pytest.mark.slow
 def test_openai_client_5xx_and_429_are_unavailable_after_bounded_retries(embed_server: str) -> None:
     for status in (503, 429):
         with pytest.raises(EmbedUnavailable, match=rf"answered {status}: .*\(request 3\)"):

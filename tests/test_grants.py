@@ -206,6 +206,7 @@ def test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures(
 # ---- changing grants, and revoking, hold on the next request --------------------------------------------
 
 
+@pytest.mark.slow
 def test_narrowed_grants_and_revocation_hold_on_the_next_request_in_every_worker_process(
     database_url: str, tenant: dict[str, str], issue, tmp_path: Path
 ) -> None:
@@ -245,6 +246,7 @@ def test_a_key_shows_its_caller_its_subject_and_grants(issue, as_key) -> None:
         subject, SELF_AND_PAYMENTS, "read", "triage agent")
 
 
+@pytest.mark.slow
 def test_keys_are_listed_with_when_they_were_last_used(tenant: dict[str, str], issue, as_key) -> None:
     key = issue("user:lister", [])
     key_id = key.split(".")[0].removeprefix("rk_")
@@ -367,6 +369,7 @@ def test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespa
             chat_graph(s).invoke({"said": ["hi"]}, {"configurable": {"thread_id": uid("conversation")}})
 
 
+@pytest.mark.slow
 def test_the_trace_shows_a_key_with_grants_only_the_reads_of_objects_it_sees(tenant: dict[str, str], issue,
                                                                               as_key) -> None:
     service = as_key(tenant["service"])

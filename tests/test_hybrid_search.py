@@ -253,6 +253,7 @@ def test_another_tenants_data_changes_neither_my_hits_nor_their_scores(
     assert after == before
 
 
+@pytest.mark.slow
 def test_a_word_only_another_tenant_uses_reads_no_more_than_an_absent_word(base_url: str, database_url: str) -> None:
     """The GIN lookup reads the caller's postings only: another tenant with 10x the data, all of it holding a
     word, leaves the cost of searching that word (in buffers touched) at the cost of a word no one uses.
@@ -331,6 +332,7 @@ def test_without_an_embedder_search_is_lexical_and_says_so(database_url: str, tm
         assert_problem(c.get("/search", params={"q": "export", "mode": "semantic"}), 400, "mode")
 
 
+@pytest.mark.slow
 def test_a_store_without_pgvector_serves_lexical_search(fresh_database: str, tmp_path: Path) -> None:
     cli(fresh_database, "migrate")
     run_script(fresh_database, "DROP EXTENSION vector CASCADE")  # as on a PostgreSQL without pgvector
@@ -345,6 +347,7 @@ def test_a_store_without_pgvector_serves_lexical_search(fresh_database: str, tmp
         assert c.delete(f"/threads/{thread['id']}").status_code == 204  # erasure works without the vectors
 
 
+@pytest.mark.slow
 def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
     fresh_database: str, tmp_path: Path
 ) -> None:
@@ -367,6 +370,7 @@ def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
         assert 'recall_embedding_failures_total{reason="unavailable"}' in metrics
 
 
+@pytest.mark.slow
 def test_reindex_embeds_what_has_no_vector_and_reports_progress(database_url: str, mine: httpx.Client) -> None:
     g = Graph(mine)
     made = [g.thread(summary=f"release train {i} departed")["id"] for i in range(5)]

@@ -283,6 +283,7 @@ def compiled(node: Any, store: BaseStore) -> Any:
     return graph.compile(store=store)
 
 
+@pytest.mark.slow
 def test_a_graph_remembers_across_runs_and_a_server_restart(database_url: str, api_key: str, tmp_path: Path) -> None:
     user = fresh_root()
     first = ServerProcess(database_url, tmp_path / "first.log", RECALL_SWEEP_INTERVAL="0").start()
@@ -348,6 +349,7 @@ def test_keys_recall_cannot_hold_round_trip_exactly(store: RecallStore) -> None:
     assert asyncio.run(store.aget((root, "u"), "two\nlines")).key == "two\nlines"
 
 
+@pytest.mark.slow
 def test_thousands_of_gathered_async_calls_complete_with_a_pools_worth_in_flight(base_url: str,
                                                                                  api_key: str) -> None:
     """All at once through asyncio.gather: the async client keeps at most its pool's worth of requests in

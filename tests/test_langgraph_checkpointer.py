@@ -97,6 +97,7 @@ def approval_graph(saver: RecallSaver) -> Any:
     return builder.compile(checkpointer=saver, interrupt_before=["send"])
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_with_its_state_after_the_server_is_killed(
         database_url: str, api_key: str, tmp_path: Path) -> None:
     config = {"configurable": {"thread_id": fresh("approval")}}

@@ -754,6 +754,7 @@ def test_batch_allows_empty_search_prefix_and_listing_wildcards(
     assert listed == [("foo", "bar")]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_large_batches_async(store: RecallStore) -> None:
     """Test processing large batch operations asynchronously."""
@@ -954,6 +955,7 @@ async def test_batch_list_namespaces_ops_async(store: RecallStore) -> None:
         assert ("test", "namespace2") in results[0]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_basic_store_ops_async(
     fake_embeddings: CharacterEmbeddings,

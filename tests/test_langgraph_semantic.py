@@ -764,6 +764,7 @@ async def test_embed_with_path_async(fake_embeddings: UnusedEmbeddings) -> None:
         assert len(results) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_search_sorting_async(fake_embeddings: UnusedEmbeddings) -> None:
     """One item near the query among 200 far from it, in three namespaces under the prefix."""

@@ -154,6 +154,7 @@ def test_replaying_the_create_of_a_deleted_object_is_410_not_its_old_content(cli
     assert "private words" not in replay.text
 
 
+@pytest.mark.slow
 def test_a_deleted_id_is_retired_forever(client: httpx.Client, graph: Graph, database_url: str, tmp_path: Path,
                                          api_key: str) -> None:
     thread = graph.thread(title="original")
@@ -335,6 +336,7 @@ def test_the_sweep_works_off_a_backlog_in_batches(graph: Graph, sql, database_ur
     assert sql("SELECT count(*) FROM triggers WHERE id = ANY($1) AND deleted_at IS NULL", made)[0][0] == 0
 
 
+@pytest.mark.slow
 def test_serve_sweeps_expired_content_by_itself(database_url: str, api_key: str, tmp_path: Path, sql,
                                                 expire) -> None:
     server = ServerProcess(database_url, tmp_path / "log", RECALL_SWEEP_INTERVAL="0.5").start()
@@ -408,6 +410,7 @@ def _created_with_marker(client: httpx.Client, graph: Graph, kind: str, marker: 
                          "summary": f"memory {marker}", "tags": {"topic": marker}}, "memories"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["trg", "thr", "wkr", "rpt", "mem"])
 def test_an_erased_object_of_every_kind_leaves_its_content_in_no_table(
         kind: str, client: httpx.Client, graph: Graph, sql, database_url: str) -> None:
@@ -442,6 +445,7 @@ def test_an_erased_object_of_every_kind_leaves_its_content_in_no_table(
     assert again.status_code == 410 and marker not in again.text
 
 
+@pytest.mark.slow
 def test_concurrent_erasures_of_cross_linked_threads_never_deadlock(
         base_url: str, api_key: str, client: httpx.Client, graph: Graph) -> None:
     """Erasing a thread renders again the heads of the threads whose events point at it or at what was filed

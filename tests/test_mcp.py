@@ -26,7 +26,8 @@ READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "r
               "recall_backlinks", "recall_messages"}
 WRITE_TOOLS = {"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign", "recall_set_status",
                "recall_remember", "recall_say"}
-TRANSPORTS = ["stdio", "http"]
+# stdio starts `recall-server mcp` for each session (over a second): the development loop takes http.
+TRANSPORTS = [pytest.param("stdio", marks=pytest.mark.slow), "http"]
 
 @asynccontextmanager
 async def session(transport: str, base_url: str, key: str | None, *, run: str | None = None,
@@ -416,6 +417,7 @@ def test_the_session_run_is_sent_on_reads(base_url: str, api_key: str, server: S
     assert [r.headers.get("x-recall-run") for r in sent] == ["run-7"]
 
 
+@pytest.mark.slow
 def test_mcp_works_on_a_two_worker_server(database_url: str, api_key: str, tmp_path: Path, story: None) -> None:
     server = ServerProcess(database_url, tmp_path / "server.log", RECALL_WORKERS="2",
                            RECALL_SWEEP_INTERVAL="0").start()
@@ -479,6 +481,7 @@ def test_an_id_a_model_wrote_reaches_only_the_tools_own_route(transport: str, ba
         assert "recall_http_requests_total" not in text(answer), what
 
 
+@pytest.mark.slow
 def test_recall_server_mcp_says_what_is_wrong_and_what_to_do(base_url: str, api_key: str, tmp_path: Path) -> None:
     """`recall-server mcp` initialises without a server (a client may start it first), so tools/list is where
     an unreachable URL, or a named server without a key, must say what is wrong and what to do."""

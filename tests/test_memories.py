@@ -251,6 +251,7 @@ def test_deleting_a_memory_erases_every_version_of_its_pair_and_a_new_write_star
     assert current(client, space, "secret").json()["id"] == fresh["id"]
 
 
+@pytest.mark.slow
 def test_verify_erasure_finds_nothing_after_a_delete_and_after_expiry_and_sweep(
     client: httpx.Client, database_url: str, sql, expire
 ) -> None:

@@ -45,6 +45,7 @@ def version_1_store(database_url: str) -> Iterator[str]:
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
     assert cli(version_1_store, "migrate").strip() == "schema version 8"
     assert cli(version_1_store, "migrate").strip() == "schema version 8"  # and again: nothing changes
@@ -89,6 +90,7 @@ def version_2_store(database_url: str) -> Iterator[str]:
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
     assert cli(version_2_store, "migrate").strip() == "schema version 8"
     assert cli(version_2_store, "migrate").strip() == "schema version 8"
@@ -119,6 +121,7 @@ def test_a_store_with_a_row_over_a_limit_fails_to_migrate_naming_the_limit(versi
     assert run_sql(version_2_store, "SELECT max(version) FROM schema_migrations")[0][0] == 2  # nothing applied
 
 
+@pytest.mark.slow
 def test_a_migration_undone_by_a_deadlock_is_applied_again(database_url: str) -> None:
     """A transaction holds a lock the migration's DDL needs (as autovacuum did on thread_events) and then
     waits for the migration: PostgreSQL undoes the migration, which is tried again once that transaction
@@ -168,6 +171,7 @@ def test_a_migration_undone_by_a_deadlock_is_applied_again(database_url: str) ->
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 def test_a_server_start_on_a_current_store_takes_no_table_lock(database_url: str) -> None:
     """With a read running on triggers, a start's migration returns at once (this schema.sql is applied);
     applying it again would wait for the table's exclusive lock, and every request after it with it."""

@@ -108,6 +108,7 @@ def test_problem_bodies_carry_the_request_id_of_their_response(base_url: str, cl
 ACCESS_FIELDS = {"ts", "level", "logger", "message", "request_id", "method", "path", "route", "status", "duration_ms"}
 
 
+@pytest.mark.slow
 def test_one_json_access_line_per_request_without_keys_or_bodies(
     database_url: str, api_key: str, tmp_path: Path
 ) -> None:
@@ -150,6 +151,7 @@ def test_one_json_access_line_per_request_without_keys_or_bodies(
     assert secret_body not in text, "a request body leaked into the log"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["info", "debug"])
 def test_search_terms_patterns_and_memory_keys_never_reach_the_log(
     database_url: str, api_key: str, tmp_path: Path, level: str
@@ -243,6 +245,7 @@ def test_metrics_add_up_request_counts_latency_and_pool_gauges_over_worker_proce
     wait_for_pool(url, idle=4)  # 2 workers x 2 connections, all idle once the load is over
 
 
+@pytest.mark.slow
 def test_workers_replaced_on_reload_leave_the_pool_gauges_but_keep_their_request_counts(
     two_workers: PlainServerProcess, api_key: str
 ) -> None:
@@ -290,6 +293,7 @@ def test_a_database_outage_is_counted_by_reason(database_url: str, api_key: str,
         proxy.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_serve_wipes_a_given_metrics_directory_and_removes_the_one_it_made(database_url: str, tmp_path: Path,
                                                                            workers: str) -> None:

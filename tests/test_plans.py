@@ -35,6 +35,7 @@ from recall_server.rows import Labels
 from recall_server.service import Service
 
 
+@pytest.mark.slow
 def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: Graph, sql) -> None:
     worker, thread = graph.worker(), graph.thread()
     add_events(sql, thread["id"], 100_000)  # the planner's choice depends on table statistics

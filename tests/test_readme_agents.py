@@ -46,6 +46,7 @@ def test_the_python_client_snippet_reaches_the_payment_timeout(base_url: str, ap
     assert "payment timeout after 30s" in run_snippet(code, base_url, api_key)
 
 
+@pytest.mark.slow
 def test_the_langgraph_snippet_loads_the_tools_and_invokes_one(base_url: str, api_key: str, story: None) -> None:
     out = run_snippet(snippet("MultiServerMCPClient"), base_url, api_key)
     assert '"id":"thr_pr_412"' in out and "wkr_77a0" in out

@@ -211,6 +211,7 @@ def test_worst_case_worker_view_fits_the_budget(budget: int) -> None:
     assert size(spill.worker_view(worst_worker(), budget)) <= budget
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content_size", [100, 400, 512, 5_000])
 def test_views_fit_every_budget_byte_by_byte(content_size: int) -> None:
     """Each budget at which one more summary just fits leaves zero bytes spare: the tightest case."""

@@ -111,6 +111,7 @@ def test_a_key_revoked_with_the_cli_is_refused_on_the_next_request(database_url:
     assert key_id in listed and key.split(".", 1)[1] not in listed
 
 
+@pytest.mark.slow
 def test_revocation_reaches_every_worker_process(database_url: str, tmp_path: Path) -> None:
     key = create_key(database_url, "tenant-a", "write")
     server = ServerProcess(database_url, tmp_path / "log", RECALL_WORKERS="2").start()
@@ -321,6 +322,7 @@ def test_a_cursor_from_another_tenant_is_refused(as_key) -> None:
     assert_problem(a.get(f"/threads/{shared}/events", params={"cursor": cursor}), 400)
 
 
+@pytest.mark.slow
 def test_a_pooled_connection_never_carries_one_tenants_session_into_the_next(
     database_url: str, tenant_keys: dict[str, str], tmp_path: Path
 ) -> None:
@@ -403,6 +405,7 @@ def test_the_app_role_is_no_superuser_has_no_bypassrls_and_owns_nothing(database
         app_role_query(database_url, "tenant-a", "SET row_security = off; SELECT * FROM threads")
 
 
+@pytest.mark.slow
 def test_no_key_or_payload_reaches_the_logs(database_url: str, tmp_path: Path) -> None:
     key = create_key(database_url, "tenant-a", "write")
     server = ServerProcess(database_url, tmp_path / "log", RECALL_LOG_LEVEL="debug").start()

@@ -167,6 +167,7 @@ def assert_head_matches_log(dsn: str, key: str, world: World, when: str) -> None
         assert head_view == log_view
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(ops=operations, short_worker=st.booleans())

@@ -107,6 +107,7 @@ def one_connection_per_worker(url: str, key: str) -> list[httpx.Client]:
     return list(by_process.values())
 
 
+@pytest.mark.slow
 def test_a_runs_reads_come_back_in_the_order_made_across_two_workers(ours: httpx.Client, keys: dict[str, str]) -> None:
     graph = Graph(ours)
     worker = graph.worker()
@@ -145,6 +146,7 @@ def test_a_runs_reads_come_back_in_the_order_made_across_two_workers(ours: httpx
     assert len({r["request_id"][:16] for r in reads}) == 2, "reads from both worker processes"
 
 
+@pytest.mark.slow
 def test_another_tenant_sees_nothing_of_a_run_or_of_our_ids(ours: httpx.Client, theirs: httpx.Client) -> None:
     thread = Graph(ours).thread()
     run = uid("run")
@@ -164,6 +166,7 @@ def test_another_tenant_sees_nothing_of_a_run_or_of_our_ids(ours: httpx.Client, 
     assert_problem(theirs.get(f"/ids/{thread['id']}/reads"), 404, thread["id"])
 
 
+@pytest.mark.slow
 def test_an_objects_reads_name_their_runs_and_outlive_its_deletion(ours: httpx.Client) -> None:
     trigger = Graph(ours).trigger()
     runs = [uid("run"), uid("run")]
@@ -185,6 +188,7 @@ def test_an_objects_reads_name_their_runs_and_outlive_its_deletion(ours: httpx.C
     assert_problem(ours.get("/ids/nope/reads"), 404, "not a recall ID")
 
 
+@pytest.mark.slow
 def test_a_malformed_run_header_is_a_400_problem_and_records_nothing(ours: httpx.Client) -> None:
     thread = Graph(ours).thread()
     for bad in ["has space", "x" * 129, "", "é"]:
@@ -197,6 +201,7 @@ def test_a_malformed_run_header_is_a_400_problem_and_records_nothing(ours: httpx
     assert settled(ours, f"/ids/{thread['id']}/reads", 0, timeout=0) == []
 
 
+@pytest.mark.slow
 def test_a_path_id_no_database_text_can_hold_is_recorded_storable_and_holds_up_no_other_read(
         ours: httpx.Client) -> None:
     """PostgreSQL text holds no NUL: a read of /threads/thr_a%00b once failed its whole batch, which was kept and
@@ -211,6 +216,7 @@ def test_a_path_id_no_database_text_can_hold_is_recorded_storable_and_holds_up_n
     assert reads[0]["object_id"] == "thr_a\ufffdb" and reads[-1]["object_id"] == thread["id"]
 
 
+@pytest.mark.slow
 def test_a_refused_key_is_401_and_traces_nothing(trace_server: ServerProcess, ours: httpx.Client,
                                                  database_url: str) -> None:
     thread = Graph(ours).thread()
@@ -275,6 +281,7 @@ def test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one(server: Se
     assert len(ours) == 1 and "recall_record_reads" in ours[0], counts["written"]
 
 
+@pytest.mark.slow
 def test_a_sigkilled_server_keeps_every_read_made_a_flush_interval_before(server: ServerProcess, database_url: str,
                                                                           tmp_path: Path) -> None:
     key = create_key(database_url, "default", "write")
@@ -361,6 +368,7 @@ def test_a_full_buffer_drops_and_counts_what_it_cannot_hold() -> None:
     assert DROPPED.labels("buffer_full")._value.get() == before + 3
 
 
+@pytest.mark.slow
 def test_the_sweep_purges_trace_reads_older_than_the_ttl(ours: httpx.Client, database_url: str, sql: Any) -> None:
     run = uid("run")
     assert traced(ours, "/threads", run).status_code == 200

@@ -315,6 +315,7 @@ def test_a_delivery_over_the_limit_is_413_and_writes_nothing(hook: Hook, databas
     assert written(database_url, TENANT) == before
 
 
+@pytest.mark.slow
 def test_a_10mb_delivery_within_a_raised_limit_is_filed_in_one_piece(
         database_url: str, tmp_path: Path, reader_key: str, hook: Hook) -> None:
     server = ServerProcess(database_url, tmp_path / "server.log", RECALL_SWEEP_INTERVAL="0",

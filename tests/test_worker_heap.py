@@ -11,10 +11,13 @@ import asyncio
 import gc
 from typing import Any
 
+import pytest
+
 from recall_server import config
 from recall_server.app import create_app
 
 
+@pytest.mark.slow
 def test_the_started_app_has_frozen_what_its_start_up_built(database_url: str, server: Any) -> None:
     gc.unfreeze()  # what another test's app froze in this process
     app = create_app(config.Settings(database_url=database_url, pool_min=1, pool_max=1, sweep_interval=0))

@@ -257,6 +257,7 @@ def test_plain_notes_append_together_each_thread_in_submission_order(database_ur
     assert [e.summary for e in rendered[0][0].events] == [f"n{i}" for i in range(14, 4, -1)]
 
 
+@pytest.mark.slow
 def test_notes_that_lose_a_deadlock_are_all_left_to_their_own_paths(database_url: str, api_key: str,
                                                                     graph: Graph, sql) -> None:
     """The batch locks its threads in ID order; a transaction that locks them the other way round (as a
