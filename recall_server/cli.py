@@ -1,4 +1,7 @@
-"""The one entry point: serve, migrate, openapi, demo."""
+"""The one entry point: serve, migrate, openapi, demo, and the operator's keys, hooks and erasure commands.
+
+One module although long: the whole command line is one click group, read top to bottom like its --help.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ runs it in the delivery's transaction. A body it cannot read (a missing or misty
 planned as filed raw, its summary naming what could not be read: a verified delivery is always kept.
 Titles and summaries are cleaned to the API's one-line rule (text.one_line). The
 table in README.md ("Ingest from GitHub") is this module in prose; tests/test_github_mapping.py
-checks it against GitHub's published example payloads (tests/data/github/).
+checks it against GitHub's published example payloads (tests/data/github/). One module although long:
+it is that table, one planner per event, read beside the README's prose.
 
 Thread IDs are computed, so an agent that knows a repository and a number can compute them too:
 
