@@ -425,6 +425,12 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
         OR recall_grants_cover(current_setting('app.access', true), ns, write)
 $$;
 
+-- The bound key's read grants as LIKE patterns, or NULL when it has none (it reads its whole tenant).
+CREATE OR REPLACE FUNCTION recall_reads() RETURNS text[] LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN strpos(coalesce(current_setting('app.access', true), ''), E'\n') > 0
+                THEN recall_grant_patterns(current_setting('app.access', true), false) END
+$$;
+
 -- A tenant table's row-level security, the one spelling every section uses: the tenant policy for
 -- recall_app, and a policy for the owner, who runs migrations and the operator CLI (keys, sweeps), never
 -- requests. `forced` unless the owner must read it before a tenant is known (api_keys, hooks). `granted`
@@ -1189,6 +1195,15 @@ CREATE OR REPLACE FUNCTION recall_sees(tenant text, obj text) RETURNS boolean LA
                    UNION ALL SELECT 1 FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = tenant AND id = obj)
 $$;
 
+-- A stored head's links (`[{id, summary, ...}]`: a thread's owners, a worker's threads and reports) as the bound
+-- key may see them: whole for a key without grants; else only the objects it sees, as the log views, which
+-- read those rows under their policies, show them. The heads are kept for every reader alike.
+CREATE OR REPLACE FUNCTION recall_shown(tenant text, links jsonb) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN recall_reads() IS NULL OR links = '[]' THEN links
+                ELSE (SELECT coalesce(jsonb_agg(l ORDER BY n), '[]') FROM jsonb_array_elements(links) WITH ORDINALITY a(l, n)
+                       WHERE recall_sees(tenant, l->>'id')) END
+$$;
+
 -- A key with grants sees the reads of the objects its grants cover, and no other reads (lists, searches).
 SELECT recall_isolate('trace_reads', via => 'recall_sees(tenant_id, object_id)');
 
@@ -1463,12 +1478,6 @@ DROP FUNCTION IF EXISTS recall_searchable_in(text, text);
 CREATE OR REPLACE FUNCTION recall_searchable_in(ns text, p_ns text, reads text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (p_ns IS NULL OR ns = p_ns OR left(ns, length(p_ns) + 1) = p_ns || '/') AND (reads IS NULL OR ns LIKE ANY (reads))
-$$;
-
--- The bound key's read grants as LIKE patterns, or NULL when it has none (it reads its whole tenant).
-CREATE OR REPLACE FUNCTION recall_reads() RETURNS text[] LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN strpos(coalesce(current_setting('app.access', true), ''), E'\n') > 0
-                THEN recall_grant_patterns(current_setting('app.access', true), false) END
 $$;
 
 -- The newest objects first, for a search whose every word is common (recall_lexical_hits): an ordered scan

@@ -398,3 +398,35 @@ def test_an_objects_view_shows_its_namespace(issue, as_key) -> None:
     for made in (thread, worker, trigger, report):
         assert made["namespace"] == home
         assert me.get(made["links"]["self"]).json()["namespace"] == home
+
+
+def test_views_show_no_linked_object_outside_the_grants(tenant: dict[str, str], issue, as_key) -> None:
+    """A thread's owners and a worker's threads and reports are linked with their summaries; a key sees only
+    those its grants cover, from the stored head (the default budget) as from the log (a large one)."""
+    one, two = uid("u"), uid("u")
+    service, alice = as_key(tenant["service"]), as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    bob = as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    shared = service.post("/threads", json={"title": "refund queue", "namespace": ["teams", "payments"]}).json()
+    private = service.post("/threads", json={"title": "alice's", "summary": "alice's private plans",
+                                             "namespace": ["users", one]}).json()
+    helper = service.post("/workers", json={"name": "alice-helper", "summary": "reads alice's mail",
+                                            "namespace": ["users", one]}).json()
+    team = service.post("/workers", json={"name": "team-bot", "namespace": ["teams", "payments"]}).json()
+    for thread, worker in ((shared, helper), (shared, team), (private, team)):
+        assert service.post(f"/threads/{thread['id']}/owners", json={"worker_id": worker["id"]}).status_code == 201
+    report = service.post(f"/workers/{team['id']}/reports", json={
+        "thread_id": private["id"], "summary": "alice's refund is approved", "namespace": ["users", one]}).json()
+    assert report.get("id"), report
+
+    for budget in (4096, 1_048_576):
+        params = {"budget": budget}
+        owners = {o["id"] for o in alice.get(f"/threads/{shared['id']}", params=params).json()["owner_workers"]}
+        assert owners == {helper["id"], team["id"]}, budget
+        shown = bob.get(f"/threads/{shared['id']}", params=params)
+        assert shown.status_code == 200 and [o["id"] for o in shown.json()["owner_workers"]] == [team["id"]], budget
+        assert "alice" not in json.dumps(shown.json()["owner_workers"]), budget
+        theirs, ours = bob.get(f"/workers/{team['id']}", params=params), alice.get(f"/workers/{team['id']}", params=params)
+        assert {t["id"] for t in ours.json()["threads"]} == {shared["id"], private["id"]}, budget
+        assert [t["id"] for t in theirs.json()["threads"]] == [shared["id"]], budget
+        assert [r["id"] for r in ours.json()["reports"]] == [report["id"]], budget
+        assert theirs.json()["reports"] == [] and "alice" not in theirs.text, budget

@@ -34,7 +34,7 @@ from recall_server.rows import Labels, ThreadRow
 _THREAD_HEAD = keyed("""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-      t.head_owners::text AS owners, t.head_events::text AS events, now() AS now,
+      recall_shown(t.tenant_id, t.head_owners)::text AS owners, t.head_events::text AS events, now() AS now,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3

@@ -23,8 +23,9 @@ from recall_server.rows import Labels, WorkerRow
 # The default view reads the worker's head (workers.head_threads, head_reports), like a thread's.
 _WORKER_HEAD = keyed("""
     SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at, w.namespace,
-      recall_is_gone(w.deleted_at, w.expires_at) AS gone, w.threads_total, w.head_threads::text AS threads,
-      w.reports_total, w.head_reports::text AS reports, now() AS now
+      recall_is_gone(w.deleted_at, w.expires_at) AS gone, w.threads_total,
+      recall_shown(w.tenant_id, w.head_threads)::text AS threads, w.reports_total,
+      recall_shown(w.tenant_id, w.head_reports)::text AS reports, now() AS now
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """)
 
