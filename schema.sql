@@ -572,13 +572,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
       FROM jsonb_array_elements(coalesce(fresh, '[]') || head) WITH ORDINALITY a(e, o) WHERE o <= recall_head_size()
 $$;
 
--- A thread's head rendered from the log and the owners table (see threads.head_events).
+-- A thread's head rendered from the log and the owners table (see threads.head_events): its newest
+-- recall_head_size() events but the messages a retraction took out (plpgsql, so it may name the messages
+-- section's recall_message_retracted, defined below). A retraction renders the head again.
 CREATE OR REPLACE FUNCTION recall_head_events(t text, thr text) RETURNS jsonb
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce(jsonb_agg(recall_head_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)
-                              ORDER BY e.seq DESC), '[]')
-      FROM threads x JOIN thread_events e ON e.tenant_id = x.tenant_id AND e.thread_id = x.id
-     WHERE x.tenant_id = t AND x.id = thr AND e.seq > x.last_seq - recall_head_size()
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(recall_head_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)
+                                      ORDER BY e.seq DESC), '[]')
+              FROM threads x JOIN thread_events e ON e.tenant_id = x.tenant_id AND e.thread_id = x.id
+             WHERE x.tenant_id = t AND x.id = thr AND e.seq > x.last_seq - recall_head_size()
+               AND NOT (e.type = 'message' AND recall_message_retracted(t, thr, e.seq)));
+END
 $$;
 
 CREATE OR REPLACE FUNCTION recall_head_owners(t text, thr text) RETURNS jsonb
@@ -1261,20 +1266,6 @@ $$;
 REVOKE ALL ON FUNCTION recall_purge_retained(interval, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_purge_retained(interval, interval, integer) TO recall_app;
 
--- Version 4: the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
--- head_reports), filled once for rows written before them. Stop version-3 servers before migrating: they append without keeping the head.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 4) THEN
-        UPDATE threads SET head_events = recall_head_events(tenant_id, id), head_owners = recall_head_owners(tenant_id, id)
-         WHERE deleted_at IS NULL;
-        UPDATE workers SET head_threads = recall_worker_head_threads(tenant_id, id),
-                           head_reports = recall_worker_head_reports(tenant_id, id)
-         WHERE deleted_at IS NULL;
-        INSERT INTO schema_migrations (version) VALUES (4);
-    END IF;
-END $$;
-
 -- ---- messages ---------------------------------------------------------------------------------
 -- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type
 -- 'message', its summary a one-line preview, its seq taken like every event's under the thread's row lock)
@@ -1323,6 +1314,21 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT EXISTS (SELECT 1 FROM message_retractions r
                     WHERE r.tenant_id = t AND r.thread_id = thr AND r.to_seq >= s AND r.from_seq <= s)
 $$;
+
+-- Version 4: the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
+-- head_reports), filled once for rows written before them (after the messages section: a head skips
+-- retracted messages). Stop version-3 servers before migrating: they append without keeping the head.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 4) THEN
+        UPDATE threads SET head_events = recall_head_events(tenant_id, id), head_owners = recall_head_owners(tenant_id, id)
+         WHERE deleted_at IS NULL;
+        UPDATE workers SET head_threads = recall_worker_head_threads(tenant_id, id),
+                           head_reports = recall_worker_head_reports(tenant_id, id)
+         WHERE deleted_at IS NULL;
+        INSERT INTO schema_migrations (version) VALUES (4);
+    END IF;
+END $$;
 
 -- ---- search and backlinks --------------------------------------------------------------------
 -- Full-text search: each object keeps a STORED generated tsvector of its own columns, so every

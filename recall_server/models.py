@@ -200,6 +200,7 @@ class Event(Struct, omit_defaults=True):
     summary: str
     ref: AnyId | None
     ref_deleted: bool = False  # the event stays; its target is gone
+    retracted: bool = False  # a message a retraction took out (the log keeps it; views and replays skip it)
 
 
 class Spill(Struct):

@@ -209,6 +209,26 @@ def test_retracting_appends_and_replays_skip_unless_asked(client: httpx.Client, 
     assert nothing.status_code == 200 and nothing.json()["count"] == 0  # already retracted: no new event
 
 
+def test_views_skip_retracted_messages_and_the_log_marks_them(client: httpx.Client, graph: Graph) -> None:
+    """The thread's view (its stored head at the default budget, its log at a large one) previews only the
+    messages still in the conversation; /events keeps every event once and marks the retracted ones."""
+    thread = graph.thread()["id"]
+    say(client, thread, *({"role": "user", "content": f"keep {i}"} for i in range(3)),
+        {"role": "assistant", "content": "a secret said by mistake"})
+    assert any("secret" in e["summary"] for e in client.get(f"/threads/{thread}").json()["events"])
+    assert client.post(f"/threads/{thread}/messages/retractions", json={"newest": 1}).status_code == 201
+    say(client, thread, {"role": "assistant", "content": "said again, better"})
+    for budget in (4096, 1_048_576):
+        view = client.get(f"/threads/{thread}", params={"budget": budget}).json()
+        shown = [e["summary"] for e in view["events"] if e["type"] == "message"]
+        assert shown == ["user: keep 0", "user: keep 1", "user: keep 2", "assistant: said again, better"], budget
+        assert view["events_total"] == 6, budget  # the log still holds all six events
+    events = client.get(f"/threads/{thread}/events").json()["data"]
+    assert [(e["seq"], e["type"], e.get("retracted", False)) for e in events] == [
+        (1, "message", False), (2, "message", False), (3, "message", False), (4, "message", True),
+        (5, "messages_retracted", False), (6, "message", False)]
+
+
 def test_a_retraction_names_one_target_of_messages(client: httpx.Client, graph: Graph) -> None:
     thread = graph.thread()["id"]
     graph.note(thread, "not a message")

@@ -15,12 +15,16 @@ from recall_server.models import Event
 _event = msgspec.json.Decoder(Event)
 
 
+# The log as it was appended: a message a retraction took out is there, marked `retracted`.
 # A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's last_seq
 # rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages on every
 # execution (tests/test_plans.py).
 _EVENTS = keyed("""
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-           (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq), '[]') FROM thread_events e
+           (SELECT coalesce(json_agg(CASE WHEN e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq)
+                   THEN (recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)::jsonb || '{"retracted": true}')::json
+                   ELSE recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) END ORDER BY e.seq), '[]')
+              FROM thread_events e
              WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
                AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3

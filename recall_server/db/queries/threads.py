@@ -40,7 +40,8 @@ _THREAD_HEAD = keyed("""
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
-# Bigger budgets show more events than the head holds: rendered from the log. The newest events by
+# Bigger budgets show more events than the head holds: rendered from the log, as the head is (messages a
+# retraction took out are skipped; recall_head_events). The newest events by
 # seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the LIMIT, PostgreSQL re-planned
 # this statement on every execution (tests/test_plans.py).
 _THREAD_LOG = keyed("""
@@ -51,7 +52,8 @@ _THREAD_LOG = keyed("""
          FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
         WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
       (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
-        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4) AS events,
+        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4
+          AND NOT (e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq))) AS events,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
