@@ -221,6 +221,8 @@ ALTER TABLE threads ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL
 ALTER TABLE workers ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE triggers ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE reports ADD COLUMN IF NOT EXISTS namespace text COLLATE "C" NOT NULL DEFAULT '';
+-- GET /threads?namespace=: a namespace and those under it are a range of it (queries/_common.under).
+CREATE INDEX IF NOT EXISTS threads_by_namespace ON threads (tenant_id, namespace, created_at DESC, id DESC);
 
 CREATE TABLE IF NOT EXISTS report_refs (
     tenant_id  text NOT NULL,

@@ -460,10 +460,12 @@ class _Operations:
         return self._run(_Call("DELETE", ("threads", thread_id), None))
 
     def list_threads(self, *, status: str | None = None, owner: str | None = None, app_id: str | None = None,
-                     agent_id: str | None = None, run_id: str | None = None, cursor: str | None = None,
+                     agent_id: str | None = None, run_id: str | None = None,
+                     namespace: str | list[str] | tuple[str, ...] | None = None, cursor: str | None = None,
                      limit: int | None = None, run: str | None = None) -> ThreadPage:
-        params = _query(status=status, owner=owner, app_id=app_id, agent_id=agent_id, run_id=run_id, cursor=cursor,
-                        limit=limit)
+        """A page of live threads, newest first; `namespace`: only threads in it or under it."""
+        params = _query(status=status, owner=owner, app_id=app_id, agent_id=agent_id, run_id=run_id,
+                        namespace=_namespace(namespace), cursor=cursor, limit=limit)
         return self._run(_Call("GET", ("threads",), ThreadPage, params, run=run))
 
     def list_events(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,

@@ -22,6 +22,7 @@ from test_trace import settled
 from langgraph.graph import END, START, StateGraph
 
 from recall_server import ids
+from recall_server.client import RecallClient
 from recall_server.db import tenancy
 from recall_server.db.pool import as_app_role
 from recall_server.db.queries import events as event_queries
@@ -430,3 +431,30 @@ def test_views_show_no_linked_object_outside_the_grants(tenant: dict[str, str], 
         assert [t["id"] for t in theirs.json()["threads"]] == [shared["id"]], budget
         assert [r["id"] for r in ours.json()["reports"]] == [report["id"]], budget
         assert theirs.json()["reports"] == [] and "alice" not in theirs.text, budget
+
+
+def test_threads_are_listed_by_namespace_and_only_where_the_grants_reach(tenant: dict[str, str], issue, as_key,
+                                                                          base_url: str) -> None:
+    one, tag = uid("u"), uid("t")
+    service, alice = as_key(tenant["service"]), as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    made = {ns: service.post("/threads", json={"title": ns, "namespace": ns.split("/")}).json()["id"]
+            for ns in (f"users/{one}", f"users/{one}/chats", f"users/{one}-x", f"teams/payments/{tag}",
+                       f"teams/ops/{tag}")}
+
+    def listed(c: httpx.Client, namespace: str) -> set[str]:
+        page = c.get("/threads", params={"namespace": namespace, "limit": 500})
+        assert page.status_code == 200, page.text
+        return {t["id"] for t in page.json()["data"]}
+
+    assert listed(service, f"users/{one}") == {made[f"users/{one}"], made[f"users/{one}/chats"]}  # not {one}-x
+    assert listed(service, "teams") >= {made[f"teams/payments/{tag}"], made[f"teams/ops/{tag}"]}
+    teams = listed(alice, "teams")  # teams/ops is outside alice's grants
+    assert made[f"teams/payments/{tag}"] in teams and made[f"teams/ops/{tag}"] not in teams
+    assert listed(alice, f"users/{one}-x") == set()
+    everything = {t["id"] for t in alice.get("/threads", params={"limit": 500}).json()["data"]}
+    assert everything >= {made[f"users/{one}"], made[f"teams/payments/{tag}"]}
+    assert made[f"teams/ops/{tag}"] not in everything
+    assert_problem(alice.get("/threads", params={"namespace": "users//x"}), 400, "namespace")
+    with RecallClient(base_url, tenant["service"]) as client:
+        assert {t.id for t in client.list_threads(namespace=["users", one], limit=500).data} == {
+            made[f"users/{one}"], made[f"users/{one}/chats"]}

@@ -104,9 +104,11 @@ def big_store(database_url: str) -> Iterator[tuple[str, Credential]]:
         asyncio.run(migrate(store))
         cred = auth.parse(f"Bearer {create_key(store, 'big', 'read')}")
         run_script(store, """
-            INSERT INTO threads (tenant_id, id, title, summary, status, run_id, request_hash, created_at)
+            INSERT INTO threads (tenant_id, id, title, summary, status, run_id, request_hash, created_at, namespace)
             SELECT 'big', 'thr_bulk' || g, 't', 's', CASE WHEN g % 500 = 7 THEN 'closed' ELSE 'open' END,
-                   CASE WHEN g % 500 = 3 THEN 'run-few' END, '\\x', now() - g * interval '1 second'
+                   CASE WHEN g % 500 = 3 THEN 'run-few' END, '\\x', now() - g * interval '1 second',
+                   CASE g % 500 WHEN 11 THEN 'teams/few' WHEN 13 THEN 'teams/few/sub' WHEN 17 THEN 'teams/few-other'
+                                ELSE '' END
               FROM generate_series(1, 5000) g;
             INSERT INTO workers (tenant_id, id, name, summary, request_hash)
             SELECT 'big', w, 'w', 's', '\\x' FROM unnest(ARRAY['wkr_few', 'wkr_a', 'wkr_b', 'wkr_c']) w;
@@ -194,7 +196,7 @@ def test_a_workers_threads_are_read_from_what_it_owns_not_from_every_thread(big_
     thread of the tenant to find a few (8 ms on the bench store's 11,500 for 20 owned)."""
     store, cred = big_store
     (_, page), nodes = generic_plan(store, lambda conn: queries.list_threads(conn, cred, None, "wkr_few", Labels(),
-                                                                             None, 51))
+                                                                             None, None, 51))
     assert [entry.id for entry, _ in page] == [f"thr_bulk{g}" for g in range(500, 5001, 500)]  # newest first
     reads = {node.get("Index Name", node["Node Type"]) for node in nodes if node.get("Relation Name") == "threads"}
     assert reads == {"threads_pkey"}, f"threads read through {reads}, not only by primary key"
@@ -206,9 +208,9 @@ def test_a_workers_threads_are_read_from_what_it_owns_not_from_every_thread(big_
 # and so did every page deep in a long list. Each case: the table, the page of 6 as IDs (a run's reads
 # as ticks), and a plain query for the same page.
 def _threads(cred: Credential, status: str | None = None, labels: Labels = Labels(),
-             after: tuple[datetime, str] | None = None) -> Read:
+             after: tuple[datetime, str] | None = None, namespace: str | None = None) -> Read:
     async def read(conn: Any) -> list[Any]:
-        _, page = await queries.list_threads(conn, cred, status, None, labels, after, 6)
+        _, page = await queries.list_threads(conn, cred, status, None, labels, namespace, after, 6)
         return [entry.id for entry, _ in page]
     return read
 
@@ -251,6 +253,9 @@ MEMORIES = "SELECT id FROM memories WHERE tenant_id = 'big' AND current AND {} O
 LISTS: dict[str, Callable[[str, Credential], tuple[str, Read, str]]] = {
     "threads of a run": lambda store, cred: (
         "threads", _threads(cred, labels=Labels(run_id="run-few")), THREADS.format("run_id = 'run-few'")),
+    "threads in a namespace and under it": lambda store, cred: (
+        "threads", _threads(cred, namespace="teams/few"),
+        THREADS.format("(namespace = 'teams/few' OR namespace LIKE 'teams/few/%')")),
     "closed threads": lambda store, cred: (
         "threads", _threads(cred, status="closed"), THREADS.format("status = 'closed'")),
     "threads past a cursor deep in the list": lambda store, cred: (
@@ -283,7 +288,11 @@ LISTS: dict[str, Callable[[str, Credential], tuple[str, Read, str]]] = {
 # Backlinks take the DISTINCT of each relation with an incremental sort, which reads 32 rows at least, and
 # join the linking reports with a merge join, which passes over the reports citing other triggers (3 of
 # 4 here): 33 report_refs and 133 reports for the page; before the bound on x.id, 3,804 reports.
-READ_AHEAD = {"a trigger's citing reports past a cursor deep in the list": 150}
+# A namespace and those under it is a range of threads_by_namespace whose threads are then sorted by time:
+# the range's 30 here (teams/few, teams/few/sub, and teams/few-other, which the range holds and its filter
+# drops), not the tenant's 5,000.
+READ_AHEAD = {"a trigger's citing reports past a cursor deep in the list": 150,
+              "threads in a namespace and under it": 32}
 
 
 @pytest.mark.parametrize("case", LISTS)

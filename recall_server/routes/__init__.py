@@ -35,6 +35,8 @@ Cursor = Annotated[
 ]
 
 _LABEL = r"^(\*|[A-Za-z0-9._:-]{1,64})\Z"
+# A namespace in a URL: 1-8 segments joined by '/'.
+NAMESPACE = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}\Z"
 
 _DESCRIPTIONS = {
     400: "Malformed JSON, wrong field types, a bad cursor, or an out-of-range parameter.",

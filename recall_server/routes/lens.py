@@ -9,8 +9,7 @@ from litestar.params import FromPath, Parameter, QueryParameter
 
 from recall_server import grep
 from recall_server.models import BacklinkPage, GrepResult, SearchPage
-from recall_server.routes import Caller, Cursor, LabelFilter, Limit, paged, problems
-from recall_server.routes.memories import NAMESPACE
+from recall_server.routes import NAMESPACE, Caller, Cursor, LabelFilter, Limit, paged, problems
 
 Kind = Literal["trigger", "thread", "worker", "report", "memory", "message"]
 Mode = Literal["hybrid", "lexical", "semantic", "exact"]

@@ -22,6 +22,7 @@ from recall_server.routes import (
     Caller,
     Cursor,
     IdempotencyKey,
+    NAMESPACE,
     LabelFilter,
     Limit,
     paged,
@@ -30,7 +31,6 @@ from recall_server.routes import (
     serve_content,
 )
 
-NAMESPACE = r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64}){0,7}\Z"
 NamespaceParam = Annotated[str, Parameter(
     pattern=NAMESPACE, max_length=520, description="A namespace as its segments joined by '/', e.g. users/u1.")]
 Prefix = Annotated[str | None, Parameter(

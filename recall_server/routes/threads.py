@@ -8,6 +8,7 @@ from litestar import Response, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, Parameter
 
 from recall_server import spill
+from recall_server.service.memories import namespace_param
 from recall_server.models import (
     AssignOwner,
     CreateNote,
@@ -19,6 +20,7 @@ from recall_server.models import (
     UpdateThread,
 )
 from recall_server.routes import (
+    NAMESPACE,
     Budget,
     Caller,
     Cursor,
@@ -64,10 +66,14 @@ async def list_threads(
     labels: LabelFilter,
     status: Annotated[str | None, Parameter(description="Only threads with this status.")] = None,
     owner: Annotated[str | None, Parameter(description="Only threads this worker owns.")] = None,
+    namespace: Annotated[str | None, Parameter(
+        pattern=NAMESPACE, max_length=520,
+        description="Only threads in this namespace or under it (segments joined by '/').")] = None,
     cursor: Cursor = None,
     limit: Limit = 50,
 ) -> Response[ThreadPage]:
-    return paged(request, await request.service.views.list_threads(request.cred, status, owner, labels, cursor, limit))
+    return paged(request, await request.service.views.list_threads(
+        request.cred, status, owner, labels, namespace_param("namespace", namespace), cursor, limit))
 
 
 @get("/threads/{thread_id:str}/events", responses=problems(400, 401, 404, 410, 503), operation_id="ListEvents")

@@ -136,10 +136,10 @@ class Views:
     # ---- lists -------------------------------------------------------------------------
 
     async def list_threads(self, cred: Credential, status: str | None, owner: str | None, labels: Labels,
-                           cursor: str | None, limit: int) -> ThreadPage:
-        pager = self.cursors.pager(cursor, tuple[datetime, str], "threads", status, owner, labels.key())
+                           namespace: str | None, cursor: str | None, limit: int) -> ThreadPage:
+        pager = self.cursors.pager(cursor, tuple[datetime, str], "threads", status, owner, labels.key(), namespace)
         async with self.db.connection() as conn:
-            tenant, rows = await q.list_threads(conn, cred, status, owner, labels, pager.after, limit + 1)
+            tenant, rows = await q.list_threads(conn, cred, status, owner, labels, namespace, pager.after, limit + 1)
         shown, next_cursor, has_more = pager.page(tenant, rows, limit, _newest_first)
         return ThreadPage([entry for entry, _ in shown], next_cursor, has_more)
 

@@ -63,6 +63,14 @@ def given(labels: Labels) -> tuple[bool, bool, bool]:
     return labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None
 
 
+def under(column: str, param: str) -> str:
+    """`column`, a namespace (segments joined by '/', COLLATE "C"), is `param` or under it: [p, p || '0') in "C"
+    order holds the namespaces that start with p, and the filter keeps those where it ends a segment (p, p/...),
+    not p-... ('-' sorts before '/'). A range on an index led by the namespace."""
+    return (f"{column} >= {param} AND {column} < {param} || '0' "
+            f"AND substr({column}, char_length({param}) + 1, 1) IN ('', '/')")
+
+
 def label_filters(alias: str, first: int, given: tuple[bool, bool, bool]) -> str:
     """The filters on the labels given, app_id, agent_id and run_id from parameter $`first` on."""
     return " AND ".join(equal(f"{alias}.{name}", f"${first + n}", on)

@@ -10,7 +10,7 @@ import msgspec
 
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import Conn, given, label_filters, labels_of, links_json
+from recall_server.db.queries._common import Conn, given, label_filters, labels_of, links_json, under
 from recall_server.db.tenancy import keyed
 from recall_server.ids import State
 from recall_server.models import Link
@@ -130,17 +130,13 @@ _VALUE = (r"CASE WHEN position('\x5c7530303030'::bytea IN m.value) > 0 OR ($14 A
           "THEN " + _NUL_FREE.format("convert_from(m.value, 'UTF8')") + "::jsonb "
           "ELSE convert_from(m.value, 'UTF8')::jsonb END")
 _FILTER = f"(CASE WHEN $14 THEN {_NUL_FREE.format('$9')} ELSE $9 END)::jsonb"  # once a statement: (SELECT ...)
-# A namespace and those under it: [$3, $3 || '0') in "C" order holds the namespaces that start with $3, and
-# the filter keeps those where it ends a segment ($3, $3/...), not $3-... ('-' sorts before '/').
-_UNDER = ("m.namespace >= $3 AND m.namespace < $3 || '0' "
-          "AND substr(m.namespace, char_length($3) + 1, 1) IN ('', '/')")
 
 
 @functools.cache
 def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
     """The statement listing current memories with these filters given: along memories_current (or
     memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
-    return keyed(_MEMORIES.format(namespace=_UNDER if namespace else "$3::text IS NULL",
+    return keyed(_MEMORIES.format(namespace=under("m.namespace", "$3") if namespace else "$3::text IS NULL",
                                   labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER))
 
 
@@ -208,7 +204,7 @@ _NAMESPACES = """
 
 @functools.cache
 def _namespaces(prefix: bool) -> str:
-    return keyed(_NAMESPACES.format(namespace=_UNDER if prefix else "$3::text IS NULL"))
+    return keyed(_NAMESPACES.format(namespace=under("m.namespace", "$3") if prefix else "$3::text IS NULL"))
 
 
 async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | None, suffix: str | None,

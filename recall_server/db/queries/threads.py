@@ -21,6 +21,7 @@ from recall_server.db.queries._common import (
     label_filters,
     labels_of,
     links_json,
+    under,
 )
 from recall_server.db.tenancy import keyed
 from recall_server.ids import State
@@ -123,35 +124,37 @@ _THREADS_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS threads FROM (
       SELECT t.id, t.title, t.status, t.summary, t.updated_at, t.created_at FROM {threads}
       WHERE t.tenant_id = auth.tenant AND t.deleted_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-        AND {owner} AND {status} AND {labels}
+        AND {owner} AND {status} AND {labels} AND {namespace}
         AND (t.created_at, t.id) < ($5, $6)
       ORDER BY t.created_at DESC, t.id DESC LIMIT $7) x
 """
 
 
 @functools.cache
-def _threads(owned: bool, status: bool, labels: tuple[bool, bool, bool]) -> str:
+def _threads(owned: bool, status: bool, labels: tuple[bool, bool, bool], namespace: bool) -> str:
     """The statement listing threads with these filters given. The tenant's threads are read newest first
     along threads_by_created (threads_by_status, threads_by_app ... for a status or a label), from the
     cursor on. One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With
     the owner as a filter on the walk along threads_by_created, a worker owning 20 threads of the bench
-    store's 11,500 cost a scan of all of them (8 ms; tests/test_plans.py)."""
+    store's 11,500 cost a scan of all of them (8 ms; tests/test_plans.py). A namespace is a range of
+    threads_by_namespace, its threads sorted (a page of the namespace, not a walk of the tenant)."""
     return keyed(_THREADS_PAGE.format(
         threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id"
         if owned else "threads t",
         owner="o.tenant_id = auth.tenant AND o.worker_id = $4" if owned else "$4::text IS NULL",
-        status=equal("t.status", "$3", status), labels=label_filters("t", 8, labels)))
+        status=equal("t.status", "$3", status), labels=label_filters("t", 8, labels),
+        namespace=under("t.namespace", "$11") if namespace else "$11::text IS NULL"))
 
 
 async def list_threads(
-    conn: Conn, cred: Credential, status: str | None, owner: str | None, labels: Labels,
+    conn: Conn, cred: Credential, status: str | None, owner: str | None, labels: Labels, namespace: str | None,
     after: tuple[datetime, str] | None, limit: int,
 ) -> tuple[str, list[tuple[ThreadIndexEntry, datetime]]]:
     """The key's tenant, and its live threads newest first, keyset on (created_at, id); each entry
     with its sort key."""
     tenant, row = await tenancy.fetch(
-        conn, cred, _threads(owner is not None, status is not None, given(labels)), status, owner,
-        *(after or NEWEST), limit, labels.app_id, labels.agent_id, labels.run_id,
+        conn, cred, _threads(owner is not None, status is not None, given(labels), namespace is not None), status,
+        owner, *(after or NEWEST), limit, labels.app_id, labels.agent_id, labels.run_id, namespace,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, [
