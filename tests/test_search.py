@@ -49,6 +49,19 @@ def test_search_finds_words_of_a_summary_a_payload_and_a_report_body(client: htt
     assert f"**{b}**" in hit["snippet"] and "\n" not in hit["snippet"]
 
 
+def test_a_snippet_is_cut_from_the_summary_when_it_holds_the_words_else_from_the_content(
+        client: httpx.Client, graph: Graph) -> None:
+    """What a page of hits costs is mostly its snippets: the content (up to 64 KiB) is parsed only for a hit
+    whose summary does not hold the query's words."""
+    a, b = word(), word()
+    payload = f"{a} appears here too, far down\n".rjust(30_000, ".") + f"and {b} only in the payload\n"
+    trigger = graph.trigger(summary=f"deploy {a} finished", content_type="text/plain", payload=payload)
+    in_summary, in_payload = hits(client, q=a)[0], hits(client, q=b)[0]
+    assert in_summary["id"] == in_payload["id"] == trigger["id"]
+    assert f"**{a}**" in in_summary["snippet"] and "far down" not in in_summary["snippet"]
+    assert f"**{b}**" in in_payload["snippet"] and "only in the payload" in in_payload["snippet"]
+
+
 def test_search_ranks_the_best_match_first(client: httpx.Client, graph: Graph) -> None:
     w = word()
     in_content = graph.trigger(summary="unrelated", content_type="text/plain", payload=f"{w} once\n")

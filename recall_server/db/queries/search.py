@@ -28,6 +28,15 @@ SEARCH_PREFIX = 65536  # bytes of a payload or body that are indexed (recall_sea
 _HEADLINE = ("ts_headline('simple', {text}, websearch_to_tsquery('simple', $3), "
              "'MaxWords=16, MinWords=6, MaxFragments=1, StartSel=**, StopSel=**')")
 
+
+def _snippet(short: str, content: str) -> str:
+    """The snippet from an object's short fields when the query's words are there, else from them and its
+    content: parsing up to 64 KiB of content for each hit is most of a page's time when a common word is
+    in every summary, and a summary that holds the words is the snippet an agent wants."""
+    whole = short + " || ' — ' || " + content
+    return (f"CASE WHEN to_tsvector('simple', {short}) @@ websearch_to_tsquery('simple', $3) "
+            f"THEN {_HEADLINE.format(text=short)} ELSE {_HEADLINE.format(text=whole)} END")
+
 # Each hit's summary, snippet and thread, read as recall_app under the tenant policy (for the page's rows
 # only: ts_headline reads the row's text again); `h` names the hits (hit_kind, hit_id).
 _HYDRATE = f"""
@@ -38,18 +47,16 @@ _HYDRATE = f"""
       SELECT x.summary, {_HEADLINE.format(text="x.name || ' — ' || x.summary")}, NULL FROM workers x
        WHERE h.hit_kind = 'worker' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
-      SELECT x.summary, {_HEADLINE.format(
-          text=f"x.summary || ' — ' || x.source || ' — ' || recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")},
-             x.thread_id
+      SELECT x.summary, {_snippet("(x.summary || ' — ' || x.source)",
+                                  f"recall_search_text(x.content_type, x.payload, {SEARCH_PREFIX})")}, x.thread_id
         FROM triggers x WHERE h.hit_kind = 'trigger' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
-      SELECT x.summary, {_HEADLINE.format(
-          text=f"x.summary || ' — ' || recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")}, x.thread_id
+      SELECT x.summary, {_snippet("x.summary", f"recall_search_text(x.content_type, x.body, {SEARCH_PREFIX})")},
+             x.thread_id
         FROM reports x WHERE h.hit_kind = 'report' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
-      SELECT x.summary, {_HEADLINE.format(
-          text=f"x.summary || ' — ' || x.key || ' — ' || replace(x.namespace, '/', ' ') || ' — ' "
-               f"|| recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
+      SELECT x.summary, {_snippet("(x.summary || ' — ' || x.key || ' — ' || replace(x.namespace, '/', ' '))",
+                                  f"recall_search_text(x.content_type, x.value, {SEARCH_PREFIX})")}, NULL
         FROM memories x WHERE h.hit_kind = 'memory' AND x.tenant_id = auth.tenant AND x.id = h.hit_id
       UNION ALL
       SELECT e.summary, {_HEADLINE.format(text=f"recall_search_text(x.content_type, x.content, {SEARCH_PREFIX})")},
