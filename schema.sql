@@ -871,6 +871,16 @@ END
 $$;
 
 -- Erase one object's content (and, for a thread, what only it owns) and every copy of it.
+-- The namespace of object `obj` of tenant `t`, by its ID's kind, as the bound key's policies let it be read
+-- (no row: unknown, or outside its grants). What an erasure's grant check and recall_sees ask.
+CREATE OR REPLACE FUNCTION recall_namespace_of(t text, obj text) RETURNS SETOF text LANGUAGE sql STABLE AS $$
+    SELECT namespace FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND id = obj
+    UNION ALL SELECT namespace FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND id = obj
+    UNION ALL SELECT namespace FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
+    UNION ALL SELECT namespace FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
+    UNION ALL SELECT namespace FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj
+$$;
+
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE child text; ns text; k text;
@@ -889,12 +899,7 @@ BEGIN
     IF strpos(coalesce(current_setting('app.access', true), ''), E'\n') > 0 THEN
         -- a key with grants erases only where it may write (recall_grants_cover raises, naming the namespace);
         -- the policies let the tombstone through: an erased memory's namespace is erased with it
-        PERFORM recall_granted(x.namespace, true) FROM (
-            SELECT namespace FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND id = obj
-            UNION ALL SELECT namespace FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND id = obj
-            UNION ALL SELECT namespace FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
-            UNION ALL SELECT namespace FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
-            UNION ALL SELECT namespace FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj) x;
+        PERFORM recall_granted(x.namespace, true) FROM recall_namespace_of(t, obj) x(namespace);
     END IF;
     PERFORM recall_lock_erasure(t, obj);
     CASE left(obj, 4)
@@ -1195,11 +1200,7 @@ GRANT SELECT ON trace_reads TO recall_app;
 -- Whether the bound key sees object `obj` of tenant `tenant` (under the policies: its grants). A policy's
 -- test (trace_reads'), evaluated where the row is; never a statement of its own.
 CREATE OR REPLACE FUNCTION recall_sees(tenant text, obj text) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM threads WHERE left(obj, 4) = 'thr_' AND tenant_id = tenant AND id = obj
-                   UNION ALL SELECT 1 FROM workers WHERE left(obj, 4) = 'wkr_' AND tenant_id = tenant AND id = obj
-                   UNION ALL SELECT 1 FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = tenant AND id = obj
-                   UNION ALL SELECT 1 FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = tenant AND id = obj
-                   UNION ALL SELECT 1 FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = tenant AND id = obj)
+    SELECT EXISTS (SELECT 1 FROM recall_namespace_of(tenant, obj))
 $$;
 
 -- A stored head's links (`[{id, summary, ...}]`: a thread's owners, a worker's threads and reports) as the bound
