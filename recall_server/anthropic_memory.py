@@ -6,6 +6,8 @@
     memory = RecallMemoryTool(root=["claude", "u1"])   # files under namespace claude/u1
     Anthropic().beta.messages.tool_runner(model=..., tools=[memory], messages=[...]).until_done()
 
+AsyncRecallMemoryTool is the same tool for AsyncAnthropic's runner.
+
 A file's path is its memory's address: the directories under /memories are namespace segments after
 `root`, the file name is the key (`/memories/projects/acme/notes.md` is key `notes.md` in namespace
 `<root>/projects/acme`). So a directory name is a namespace segment (1-64 of [A-Za-z0-9_-]) and at most
@@ -25,7 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
+import anyio.to_thread
+from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryTool, ToolError
 from anthropic.types.beta import (
     BetaMemoryTool20250818CreateCommand,
     BetaMemoryTool20250818DeleteCommand,
@@ -279,3 +282,35 @@ class RecallMemoryTool(BetaAbstractMemoryTool):
         if missing_ok:
             return []
         raise ToolError(f"The path {path} does not exist")
+
+
+class AsyncRecallMemoryTool(BetaAsyncAbstractMemoryTool):
+    """RecallMemoryTool for AsyncAnthropic's tool runner: each command is the sync tool's, run in a worker thread
+    (as the SDK's own async file backend runs its file system calls), so the commands are written once and the
+    event loop never waits on HTTP. Takes RecallMemoryTool's arguments."""
+
+    def __init__(self, client: RecallClient | None = None, *, root: list[str] | tuple[str, ...] = ("claude-memory",),
+                 url: str | None = None, key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tool = RecallMemoryTool(client, root=root, url=url, key=key)
+
+    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.view, command)
+
+    async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.create, command)
+
+    async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.str_replace, command)
+
+    async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.insert, command)
+
+    async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.delete, command)
+
+    async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
+        return await anyio.to_thread.run_sync(self.tool.rename, command)
+
+    async def clear_all_memory(self) -> str:
+        return await anyio.to_thread.run_sync(self.tool.clear_all_memory)

@@ -4,14 +4,16 @@ server; no API call."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
+from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryTool, ToolError
 from anthropic.types.beta import BetaMemoryTool20250818ViewCommand
 
-from recall_server.anthropic_memory import RecallMemoryTool
+from recall_server.anthropic_memory import AsyncRecallMemoryTool, RecallMemoryTool
 from recall_server.client import RecallClient
 
 
@@ -111,3 +113,44 @@ def test_files_of_two_roots_are_apart(base_url: str, api_key: str) -> None:
         ada.call({"command": "create", "path": "/memories/me.md", "file_text": "Ada"})
         with pytest.raises(ToolError, match="does not exist"):
             bo.call({"command": "view", "path": "/memories/me.md"})
+
+
+def test_the_async_tool_answers_as_the_sync_one_and_never_blocks_the_loop(base_url: str, api_key: str) -> None:
+    """AsyncRecallMemoryTool (AsyncAnthropic's runner): the same answers, and while its commands wait on the
+    server the event loop keeps running other tasks."""
+    script = [{"command": "create", "path": "/memories/a/notes.md", "file_text": "one\ntwo\n"},
+              {"command": "str_replace", "path": "/memories/a/notes.md", "old_str": "two", "new_str": "three"},
+              {"command": "view", "path": "/memories"},
+              {"command": "rename", "path": "/memories/a/notes.md", "old_path": "/memories/a/notes.md",
+               "new_path": "/memories/b/notes.md"},
+              {"command": "view", "path": "/memories/b/notes.md"},
+              {"command": "delete", "path": "/memories/b"}]
+    with RecallClient(base_url, api_key) as client:
+        sync = RecallMemoryTool(client, root=["claude", f"u{uuid.uuid4().hex[:10]}"])
+        expected = [sync.call(step) for step in script]
+
+        async def run() -> tuple[list[object], int]:
+            tool = AsyncRecallMemoryTool(client, root=["claude", f"u{uuid.uuid4().hex[:10]}"])
+            assert isinstance(tool, BetaAsyncAbstractMemoryTool) and tool.to_dict()["name"] == "memory"
+            ticks, done = 0, False
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while not done:
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+
+            beat = asyncio.create_task(ticker())
+            answers = []
+            for step in script:
+                answers.append(await tool.call(step))
+            done = True
+            await beat
+            with pytest.raises(ToolError, match="does not exist"):
+                await tool.call({"command": "view", "path": "/memories/b/notes.md"})
+            return answers, ticks
+
+        started = time.monotonic()
+        answers, ticks = asyncio.run(run())
+    assert answers == expected
+    assert ticks >= 6, f"the loop ran {ticks} times in {time.monotonic() - started:.2f} s: it was blocked"
