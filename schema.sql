@@ -23,7 +23,8 @@
 --   version 5    the ID, namespace and run CHECKs PostgreSQL matches quickly
 --   checkpoints  LangGraph checkpoints: checkpoint_threads (the erasure tombstones), checkpoints,
 --                checkpoint_blobs (a channel's value once per version), checkpoint_writes; the
---                per-tenant retention the sweep applies (recall_checkpoint_retention)
+--                per-tenant retention the sweep applies (recall_checkpoint_retention), and the writes
+--                without their checkpoint it deletes (recall_checkpoint_orphans)
 --   version 8    grants: a key's subject and grants (api_keys), every object's namespace (threads,
 --                workers, triggers, reports), the policies and searches that apply them
 
@@ -2205,10 +2206,20 @@ ALTER TABLE checkpoint_writes ADD COLUMN IF NOT EXISTS namespace text COLLATE "C
 SELECT recall_isolate(t, granted => true)
   FROM unnest(ARRAY['checkpoint_threads', 'checkpoints', 'checkpoint_blobs', 'checkpoint_writes']) AS t;
 
+-- A pending write without its checkpoint. LangGraph writes a step's writes against the checkpoint the
+-- step started from, in the background, so they may land before that checkpoint's put does (and a
+-- DeltaChannel's writes at a run's end are put before their checkpoint on purpose); and it puts the
+-- checkpoints of a (thread, namespace) in order, each after the one before, with an ID above every one
+-- before. So a write whose checkpoint ID is above the newest checkpoint of its (thread, namespace), or
+-- whose namespace has none yet, is kept: its checkpoint may be on its way. A write of no checkpoint below
+-- the newest can never be read (a tuple reads the writes of its own checkpoint): its checkpoint was
+-- pruned, deleted with its run, or never put; pruning, retention and the sweep delete it.
+
 -- Drop checkpoints of (tenant t, threads) beyond the newest `keep` of each (thread, namespace) (NULL: no
 -- count) and, but for the newest, those created before now() - max_age (NULL: no age); with their
--- writes, and the channel values no checkpoint left names. keep = 0 drops them all. Returns how many
--- checkpoints went. One statement: the values kept are read from the checkpoints that stay.
+-- writes and every write without its checkpoint below the newest (above), and the channel values no
+-- checkpoint left names. keep = 0 drops them all, and every write of the threads. Returns how many
+-- checkpoints went. One statement: the values and writes kept are read from the checkpoints that stay.
 CREATE OR REPLACE FUNCTION recall_prune_checkpoints(t text, threads text[], keep integer, max_age interval)
 RETURNS integer LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
     WITH ranked AS (
@@ -2222,15 +2233,21 @@ RETURNS integer LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
         SELECT r.thread_id, r.checkpoint_ns, r.checkpoint_id FROM ranked r
          WHERE NOT EXISTS (SELECT 1 FROM doomed d WHERE d.thread_id = r.thread_id
                               AND d.checkpoint_ns = r.checkpoint_ns AND d.checkpoint_id = r.checkpoint_id)
+    ), newest AS MATERIALIZED (  -- the newest of each (thread, namespace), kept unless keep = 0
+        SELECT thread_id, checkpoint_ns, checkpoint_id FROM ranked WHERE rank = 1
     ), gone AS (
         DELETE FROM checkpoints c USING doomed d
          WHERE c.tenant_id = t AND c.thread_id = d.thread_id AND c.checkpoint_ns = d.checkpoint_ns
            AND c.checkpoint_id = d.checkpoint_id
         RETURNING 1
-    ), gone_writes AS (
-        DELETE FROM checkpoint_writes w USING doomed d
-         WHERE w.tenant_id = t AND w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
-           AND w.checkpoint_id = d.checkpoint_id
+    ), gone_writes AS (  -- those of the dropped checkpoints are below the newest too
+        DELETE FROM checkpoint_writes w
+         WHERE w.tenant_id = t AND w.thread_id = ANY (threads)
+           AND (keep = 0
+                OR (NOT EXISTS (SELECT 1 FROM kept k WHERE k.thread_id = w.thread_id
+                                   AND k.checkpoint_ns = w.checkpoint_ns AND k.checkpoint_id = w.checkpoint_id)
+                    AND EXISTS (SELECT 1 FROM newest n WHERE n.thread_id = w.thread_id
+                                   AND n.checkpoint_ns = w.checkpoint_ns AND n.checkpoint_id > w.checkpoint_id)))
         RETURNING 1
     ), gone_blobs AS (
         DELETE FROM checkpoint_blobs b
@@ -2273,6 +2290,37 @@ END
 $$;
 REVOKE ALL ON FUNCTION recall_checkpoint_retention(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_checkpoint_retention(integer) TO recall_app;
+
+-- The sweep's pass over the writes without their checkpoint below the newest of its (thread, namespace)
+-- (above), in every tenant: up to `batch` threads holding one, each locked as a prune locks it (puts and
+-- writes of the thread wait) and pruned of them by recall_prune_checkpoints, which keeps every checkpoint.
+-- Returns how many threads it pruned; the sweep calls it again until it returns fewer than `batch`.
+CREATE OR REPLACE FUNCTION recall_checkpoint_orphans(batch integer) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE r record; n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT o.tenant_id, array_agg(o.thread_id ORDER BY o.thread_id) AS threads FROM (
+            SELECT DISTINCT w.tenant_id, w.thread_id FROM checkpoint_writes w
+             WHERE NOT EXISTS (SELECT 1 FROM checkpoints c
+                                WHERE c.tenant_id = w.tenant_id AND c.thread_id = w.thread_id
+                                  AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
+               AND EXISTS (SELECT 1 FROM checkpoints c
+                            WHERE c.tenant_id = w.tenant_id AND c.thread_id = w.thread_id
+                              AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id > w.checkpoint_id)
+             LIMIT batch) o
+         GROUP BY o.tenant_id ORDER BY o.tenant_id
+    LOOP
+        PERFORM 1 FROM checkpoint_threads WHERE tenant_id = r.tenant_id AND thread_id = ANY (r.threads)
+          ORDER BY thread_id FOR UPDATE;
+        PERFORM recall_prune_checkpoints(r.tenant_id, r.threads, 2147483647, NULL);
+        n := n + cardinality(r.threads);
+    END LOOP;
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_checkpoint_orphans(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_checkpoint_orphans(integer) TO recall_app;
 
 -- Version 8: grants. Its columns, policies and search filters are in the sections they belong to (api_keys,
 -- the namespace of threads, workers, triggers and reports, isolation, search).

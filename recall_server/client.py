@@ -628,6 +628,13 @@ class _Operations:
         params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, channel=channel, version=version)
         return self._run(_Call("GET", ("checkpoints", "value"), bytes, params))
 
+    def checkpoint_write_value(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str,
+                               idx: int) -> bytes:
+        """A pending write too large to inline in a tuple (PendingWrite.href): its serialised bytes."""
+        params = _query(thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id,
+                        task_id=task_id, idx=idx)
+        return self._run(_Call("GET", ("checkpoints", "writes", "value"), bytes, params))
+
     def list_checkpoints(self, *, thread_id: str | None = None, checkpoint_ns: str | None = None,
                          before: str | None = None, metadata_contains: dict[str, Any] | str | None = None,
                          cursor: str | None = None, limit: int | None = None) -> CheckpointPage:

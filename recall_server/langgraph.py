@@ -85,10 +85,12 @@ except ImportError:
 from recall_server.client import AsyncRecallClient, Gone, NotFound, RecallClient
 from recall_server.models import (
     ChannelBlob,
+    ChannelValue,
     CheckpointTupleView,
     MemoryIndexEntry,
     MemoryView,
     OneLine,
+    PendingWrite,
     PutCheckpoint,
     PutWrites,
     WriteItem,
@@ -624,11 +626,9 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     # ---- sync ---------------------------------------------------------------------------------------
 
     def _filled(self, view: CheckpointTupleView) -> CheckpointTupleView:
-        """The view with each value too large to come inline (ChannelValue.href) read from its link."""
-        for value in view.channel_values:
-            if value.data is None:
-                value.data = self.client.checkpoint_value(view.thread_id, view.checkpoint_ns, value.channel,
-                                                          value.version)
+        """The view with each value and write too large to come inline read from its link (_spilled)."""
+        for item, read in _spilled(view):
+            item.data = read(self.client)
         return view
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -689,10 +689,8 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     # ---- async --------------------------------------------------------------------------------------
 
     async def _afilled(self, view: CheckpointTupleView) -> CheckpointTupleView:
-        for value in view.channel_values:
-            if value.data is None:
-                value.data = await self.aclient.checkpoint_value(view.thread_id, view.checkpoint_ns, value.channel,
-                                                                 value.version)
+        for item, read in _spilled(view):
+            item.data = await read(self.aclient)
         return view
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -750,6 +748,19 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if thread_ids:
             await self.aclient.prune_checkpoints([str(t) for t in thread_ids], _keep(strategy))
+
+
+def _spilled(view: CheckpointTupleView) -> Iterator[tuple[ChannelValue | PendingWrite, Call]]:
+    """Each channel value and pending write of a tuple that did not come inline (its `href`: above 64 KiB), with
+    the client call that reads its bytes (the sync client's or the async one's)."""
+    for value in view.channel_values:
+        if value.data is None:
+            yield value, lambda c, v=value: c.checkpoint_value(view.thread_id, view.checkpoint_ns, v.channel,
+                                                               v.version)
+    for write in view.pending_writes:
+        if write.data is None:
+            yield write, lambda c, w=write: c.checkpoint_write_value(view.thread_id, view.checkpoint_ns,
+                                                                     view.checkpoint_id, w.task_id, w.idx)
 
 
 def _keep(strategy: str) -> int:

@@ -787,13 +787,17 @@ class ChannelValue(Struct, omit_defaults=True):
     href: str | None = None
 
 
-class PendingWrite(Struct):
+class PendingWrite(Struct, omit_defaults=True):
+    """A task's write after a checkpoint: its bytes inline, or (above 64 KiB) `href` to read them from."""
+
     task_id: str
     channel: str
     type: str
-    data: bytes
+    data: bytes | None
     task_path: str
     idx: int
+    size: int = 0
+    href: str | None = None
 
 
 class CheckpointTupleView(Struct):

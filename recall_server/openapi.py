@@ -63,7 +63,8 @@ _PATH_IDS = {"thread_id": "ThreadId", "worker_id": "WorkerId", "trigger_id": "Tr
 _JSON_TYPE = "^(" + "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in "application/json") + "|.*\\+" \
     + "".join(f"[{c}{c.upper()}]" for c in "json") + ")$"
 _KEY_ID = {"type": "string", "pattern": ids.KEY_ID_PATTERN, "description": "An API key's ID (rk_<id>.<secret>)."}
-_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue", "GetMessageContent", "GetCheckpointValue"}
+_CONTENT = {"GetPayload", "GetBody", "GetMemoryValue", "GetMessageContent", "GetCheckpointValue",
+            "GetCheckpointWriteValue"}
 
 
 def _header(name: str, required: bool) -> dict[str, Any]:

@@ -61,6 +61,7 @@ SPANNING_FUNCTIONS = {
     "recall_embedding_reindex": "`recall-server reindex`: every tenant's objects queued",
     "recall_embedding_index": "the indexer: counts a model's vectors over every tenant to decide on its HNSW index",
     "recall_checkpoint_retention": "the sweep: each tenant's LangGraph checkpoint retention, in every tenant",
+    "recall_checkpoint_orphans": "the sweep: LangGraph pending writes whose checkpoint is gone, in every tenant",
 }
 ALL_TENANTS = {
     "sweep": "recall_sweep purges what expired in every tenant (the sweep, as the owner)",
@@ -79,6 +80,7 @@ ALL_TENANTS = {
     "queue_reindex": "`recall-server reindex` queues every tenant's objects (recall_embedding_reindex)",
     "ensure_vector_index": "the indexer's HNSW index, once a model's vectors in every tenant need it",
     "checkpoint_retention": "the sweep applies every tenant's checkpoint retention (recall_checkpoint_retention)",
+    "checkpoint_orphans": "the sweep deletes every tenant's writes whose checkpoint is gone (recall_checkpoint_orphans)",
 }
 
 

@@ -152,7 +152,9 @@ def test_the_sweep_keeps_the_newest_n_of_each_thread_and_namespace(
         saver: RecallSaver, tenant_key: tuple[str, str], database_url: str, sql: Any) -> None:
     tenant = tenant_key[0]
     a, b = fresh("a"), fresh("b")
+    never = new_id()  # a checkpoint whose writes came and whose put never did
     root = put_chain(saver, a, 5, step="x")
+    saver.put_writes(at(a, never), [("ch", "lost")], "task-lost")
     child = put_chain(saver, a, 3, ns="child:1", step="y")
     only = put_chain(saver, b, 1)
     out = cli(database_url, "tenants", "checkpoint-retention", tenant, "--keep", "2")
@@ -162,7 +164,7 @@ def test_the_sweep_keeps_the_newest_n_of_each_thread_and_namespace(
     assert ids_of(saver, a) == newest(root, 2)
     assert ids_of(saver, a, "child:1") == newest(child, 2)
     assert ids_of(saver, b) == newest(only, 1)
-    # nothing of the dropped ones is left: their writes, and values no kept checkpoint names
+    # nothing of the dropped ones is left: their writes, writes of no checkpoint, values no kept checkpoint names
     kept = {*newest(root, 2), *newest(child, 2), *newest(only, 1)}
     written = sql("SELECT checkpoint_id FROM checkpoint_writes WHERE tenant_id = $1", tenant)
     assert {r[0] for r in written} == kept
@@ -471,3 +473,143 @@ async def test_the_async_saver_reads_a_large_value_from_its_link(base_url: str, 
         assert [t.checkpoint["channel_values"]["big"] for t in listed] == ["y" * 300_000]
     finally:
         await saver.aclose()
+
+
+def test_a_pending_write_above_64_kib_is_read_from_its_link_with_etag_and_range(
+    saver: RecallSaver, base_url: str, tenant_key: tuple[str, str]
+) -> None:
+    """A task's large result stays out of the tuple and the list: it comes as its size and a link, served like a
+    payload, and the saver reads it from there; a small write stays inline."""
+    thread, big = fresh("tool"), "r" * 1_000_000
+    stored = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint(v=1), {}, {"v": 1})
+    saver.put_writes(stored, [("result", big), ("note", "small")], "task-1")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {tenant_key[1]}"}) as c:
+        tuple_ = c.get("/checkpoints/tuple", params={"thread_id": thread})
+        assert tuple_.status_code == 200 and len(tuple_.content) < 10_000
+        writes = {w["channel"]: w for w in tuple_.json()["pending_writes"]}
+        assert writes["note"]["data"] is not None and "href" not in writes["note"]
+        assert writes["result"]["data"] is None and writes["result"]["size"] > 1_000_000
+        listed = c.get("/checkpoints", params={"thread_id": thread})
+        assert listed.status_code == 200 and len(listed.content) < 10_000
+        assert [w["href"] for w in listed.json()["data"][0]["pending_writes"] if "href" in w] == [writes["result"]["href"]]
+        href = writes["result"]["href"]
+        whole = c.get(href)
+        assert whole.status_code == 200 and len(whole.content) == writes["result"]["size"]
+        assert whole.headers["content-type"] == "application/octet-stream"
+        assert c.get(href, headers={"If-None-Match": whole.headers["etag"]}).status_code == 304
+        part = c.get(href, headers={"Range": "bytes=10-19"})
+        assert part.status_code == 206 and part.content == whole.content[10:20]
+        one = {"thread_id": thread, "checkpoint_id": stored["configurable"]["checkpoint_id"], "task_id": "task-1"}
+        assert_problem(c.get("/checkpoints/writes/value", params={**one, "idx": 7}), 404, "task-1")
+        assert_problem(c.get("/checkpoints/writes/value", params={**one, "task_id": "task-2", "idx": 0}), 404)
+        assert_problem(c.get("/checkpoints/writes/value", params={**one, "idx": "first"}), 400)
+    got = saver.get_tuple(stored)
+    assert got is not None and got.pending_writes == [("task-1", "result", big), ("task-1", "note", "small")]
+    assert [t.pending_writes for t in saver.list({"configurable": {"thread_id": thread}})] == [got.pending_writes]
+    saver.delete_thread(thread)
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {tenant_key[1]}"}) as c:
+        assert_problem(c.get(href), 410, thread)
+
+
+async def test_the_async_saver_reads_a_large_pending_write_from_its_link(base_url: str, api_key: str) -> None:
+    saver = RecallSaver(base_url, api_key)
+    try:
+        thread, big = fresh(), {"rows": ["y" * 100] * 3_000}
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "tools:1"}}
+        stored = await saver.aput(config, checkpoint(v=1), {}, {"v": 1})
+        await saver.aput_writes(stored, [("result", big)], "task-a", "~path")
+        got = await saver.aget_tuple(stored)
+        assert got is not None and got.pending_writes == [("task-a", "result", big)]
+        listed = [t async for t in saver.alist({"configurable": {"thread_id": thread, "checkpoint_ns": "tools:1"}})]
+        assert [t.pending_writes for t in listed] == [[("task-a", "result", big)]]
+    finally:
+        await saver.aclose()
+
+
+def test_a_large_pending_write_is_a_404_for_a_key_whose_grants_miss_its_thread(
+        base_url: str, database_url: str, tenant_key: tuple[str, str]) -> None:
+    tenant, key = tenant_key
+    thread = fresh("granted")
+    with RecallSaver(base_url, key, namespace=["users", "ann"]) as writer:
+        stored = writer.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint(v=1), {}, {"v": 1})
+        writer.put_writes(stored, [("result", "z" * 200_000)], "task-1")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {create_key(database_url, tenant, 'admin')}"}) as admin:
+        def reader(namespace: str) -> httpx.Client:
+            made = admin.post("/admin/keys", json={"scope": "read",
+                                                   "grants": [{"namespace": f"{namespace}/**", "access": "read"}]})
+            assert made.status_code == 201, made.text
+            return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {made.json()['key']}"})
+
+        with reader("users/ann") as ann, reader("users/bob") as bob:
+            href = ann.get("/checkpoints/tuple", params={"thread_id": thread}).json()["pending_writes"][0]["href"]
+            assert ann.get(href).status_code == 200 and len(ann.get(href).content) > 200_000
+            assert_problem(bob.get(href), 404, thread)
+            assert_problem(bob.get("/checkpoints/tuple", params={"thread_id": thread}), 404, thread)
+
+
+# ---- pending writes without their checkpoint ------------------------------------------------------------
+
+
+def new_id() -> str:
+    """A checkpoint ID as LangGraph makes them: above every one made before."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    return str(uuid6(clock_seq=-1))
+
+
+def writes_without_checkpoint(sql: Any, tenant: str, thread: str) -> list[str]:
+    """The checkpoint IDs of the thread's pending writes whose checkpoint is not stored (read as the owner)."""
+    rows = sql("""SELECT DISTINCT w.checkpoint_id FROM checkpoint_writes w
+                   WHERE w.tenant_id = $1 AND w.thread_id = $2 AND NOT EXISTS (
+                         SELECT 1 FROM checkpoints c WHERE c.tenant_id = w.tenant_id AND c.thread_id = w.thread_id
+                            AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)
+                   ORDER BY 1""", tenant, thread)
+    return [r[0] for r in rows]
+
+
+def at(thread: str, checkpoint_id: str, ns: str = "") -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+def test_prune_deletes_the_writes_whose_checkpoint_is_gone_and_the_run_resumes(
+        saver: RecallSaver, tenant_key: tuple[str, str], sql: Any) -> None:
+    """keep_latest drops the pruned checkpoints' writes and those put for a checkpoint that never came (below the
+    newest); a write above the newest is kept, as its checkpoint's put may be on its way; the run resumes."""
+    tenant, thread = tenant_key[0], fresh("orphans")
+    config = {"configurable": {"thread_id": thread}}
+    never = new_id()
+    graph = approval_graph(saver)
+    assert graph.invoke({"request": "refund #78"}, config, durability="sync")["drafted"] == "reply to refund #78"
+    saver.put_writes(at(thread, never), [("request", "lost")], "task-never")
+    ahead = new_id()
+    saver.put_writes(at(thread, ahead), [("request", "on its way")], "task-ahead")
+    assert len(ids_of(saver, thread)) > 1 and writes_without_checkpoint(sql, tenant, thread) == [never, ahead]
+
+    saver.prune([thread])
+    assert writes_without_checkpoint(sql, tenant, thread) == [ahead]
+    assert graph.invoke(None, config, durability="sync")["sent"] == "sent: reply to refund #78"
+    saver.prune([thread])  # now below the newest, and no checkpoint has its ID
+    assert writes_without_checkpoint(sql, tenant, thread) == []
+    assert graph.get_state(config).values["sent"] == "sent: reply to refund #78"
+
+    saver.put_writes(at(thread, new_id()), [("request", "on its way")], "task-ahead")
+    saver.prune([thread], strategy="delete")  # every checkpoint, and every write of the thread
+    assert sql("SELECT count(*) FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2",
+               tenant, thread)[0][0] == 0
+
+
+def test_the_sweep_deletes_the_writes_whose_checkpoint_is_gone_without_a_retention_policy(
+        saver: RecallSaver, tenant_key: tuple[str, str], database_url: str, sql: Any) -> None:
+    tenant, thread = tenant_key[0], fresh("late")
+    root = put_chain(saver, thread, 3)
+    child = put_chain(saver, thread, 2, ns="child:1")
+    saver.prune([thread])
+    late = root[0]["configurable"]["checkpoint_id"]
+    saver.put_writes(root[0], [("ch", "landed after the prune")], "task-late")  # a write racing the prune
+    ahead = new_id()
+    saver.put_writes(at(thread, ahead, "child:1"), [("ch", "on its way")], "task-ahead")
+    assert writes_without_checkpoint(sql, tenant, thread) == sorted([late, ahead])
+    cli(database_url, "sweep")
+    assert writes_without_checkpoint(sql, tenant, thread) == [ahead]
+    assert saver.get_tuple(root[-1]).pending_writes == [("task-2", "ch", "write 2")]
+    assert saver.get_tuple(child[-1]).pending_writes == [("task-1", "ch", "write 1")]

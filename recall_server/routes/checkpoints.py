@@ -1,4 +1,5 @@
-"""LangGraph checkpoints: put, pending writes, one tuple, pages, erasing a thread, runs, copies, pruning."""
+"""LangGraph checkpoints: put, pending writes, one tuple (and its large values and writes), pages, erasing a
+thread, runs, copies, pruning."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ ChannelParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_O
 VersionParam = Annotated[str, Parameter(min_length=1, max_length=128, pattern=_ONE_LINE, description="A channel version.")]
 IdParam = Annotated[str | None, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+\Z",
                                           description="A checkpoint ID.")]
+CheckpointIdParam = Annotated[str, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+\Z",
+                                             description="A checkpoint ID.")]
+TaskParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_ONE_LINE, description="A task's ID.")]
+IdxParam = Annotated[int, Parameter(ge=-1000, le=1_000_000, description="The write's index in its task's writes.")]
 
 
 @post("/checkpoints", status_code=201, responses=problems(400, 401, 403, 409, 413, 503), operation_id="PutCheckpoint")
@@ -57,6 +62,15 @@ async def get_checkpoint_value(request: Caller, thread_id: ThreadParam, channel:
     """A channel value too large to inline in a tuple (its `href`): the serialised bytes, with ETag and Range."""
     return serve_content(request, await request.service.checkpoints.get_value(
         request.cred, thread_id, checkpoint_ns, channel, version))
+
+
+@get("/checkpoints/writes/value", responses=problems(400, 401, 404, 410, 416, 503),
+     operation_id="GetCheckpointWriteValue")
+async def get_checkpoint_write_value(request: Caller, thread_id: ThreadParam, checkpoint_id: CheckpointIdParam,
+                                     task_id: TaskParam, idx: IdxParam, checkpoint_ns: NsParam = "") -> Response[bytes]:
+    """A pending write too large to inline in a tuple (its `href`): the serialised bytes, with ETag and Range."""
+    return serve_content(request, await request.service.checkpoints.get_write_value(
+        request.cred, thread_id, checkpoint_ns, checkpoint_id, task_id, idx))
 
 
 @get("/checkpoints", responses=problems(400, 401, 410, 503), operation_id="ListCheckpoints")
@@ -104,5 +118,6 @@ async def prune_checkpoints(data: JSONBody[PruneCheckpoints], request: Caller) -
     return await request.service.checkpoints.prune(request.cred, data)
 
 
-ROUTES: list[Any] = [put_checkpoint, put_checkpoint_writes, get_checkpoint_tuple, get_checkpoint_value, list_checkpoints,
-                     delete_checkpoint_thread, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints]
+ROUTES: list[Any] = [put_checkpoint, put_checkpoint_writes, get_checkpoint_tuple, get_checkpoint_value,
+                     get_checkpoint_write_value, list_checkpoints, delete_checkpoint_thread, delete_checkpoint_runs,
+                     copy_checkpoint_thread, prune_checkpoints]

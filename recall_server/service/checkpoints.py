@@ -75,19 +75,32 @@ def _tuple(row: asyncpg.Record) -> CheckpointTupleView:
         parent_checkpoint_id=row["parent_id"], type=row["type"], checkpoint=row["checkpoint"],
         metadata=_metadata.decode(row["metadata"]),
         channel_values=[ChannelValue(channel=b[0], type=b[1], data=b[2], size=b[3], version=b[4],
-                                     href=None if b[2] is not None else _value_href(row, b[0], b[4]))
+                                     href=_href(row, b[2], "/checkpoints/value", channel=b[0], version=b[4]))
                         for b in row["blobs"]],
-        pending_writes=[PendingWrite(task_id=w[0], channel=w[1], type=w[2], data=w[3], task_path=w[4], idx=w[5])
+        pending_writes=[PendingWrite(task_id=w[0], channel=w[1], type=w[2], data=w[3], task_path=w[4], idx=w[5],
+                                     size=w[6], href=_href(row, w[3], "/checkpoints/writes/value",
+                                                           checkpoint_id=row["checkpoint_id"], task_id=w[0], idx=w[5]))
                         for w in row["writes"]],
         created_at=row["created_at"],
     )
 
 
-def _value_href(row: asyncpg.Record, channel: str, version: str) -> str:
-    """Where a channel value too large to inline is read (GET /checkpoints/value)."""
-    query = urlencode({"thread_id": row["thread_id"], "checkpoint_ns": row["checkpoint_ns"], "channel": channel,
-                       "version": version})
-    return f"/checkpoints/value?{query}"
+def _href(row: asyncpg.Record, inlined: bytes | None, path: str, **which: str | int) -> str | None:
+    """Where a value the tuple does not inline (its bytes None: above q.VALUE_INLINE_MAX) is read: a channel
+    value (GET /checkpoints/value) or a pending write (GET /checkpoints/writes/value) of the tuple's thread and
+    namespace; None for an inlined one."""
+    if inlined is not None:
+        return None
+    return f"{path}?{urlencode({'thread_id': row['thread_id'], 'checkpoint_ns': row['checkpoint_ns'], **which})}"
+
+
+def _served(state: State, data: bytes | None, sha: bytes, thread_id: str, missing: str, **which: str | int) -> Content:
+    """A stored value as content (ETag, Range): 404 if none (`missing` says what), 410 if the thread was erased."""
+    if state is State.GONE:
+        raise _gone(thread_id)
+    if data is None:
+        raise NotFound(f"The LangGraph thread {thread_id!r} has no {missing}.", thread_id=thread_id, **which)
+    return Content(content_type="application/octet-stream", data=data, sha256=sha, gone=False)
 
 
 def _once_per_idx(writes: list[WriteItem]) -> list[WriteItem]:
@@ -127,12 +140,19 @@ class Checkpoints:
         """A channel value's bytes, served as content (ETag, Range): 404 if none, 410 if the thread was erased."""
         async with self.db.connection() as conn:
             state, data, sha = await q.fetch_channel_value(conn, cred, thread_id, checkpoint_ns, channel, version)
-        if state is State.GONE:
-            raise _gone(thread_id)
-        if data is None:
-            raise NotFound(f"The LangGraph thread {thread_id!r} has no value of channel {channel!r} at version "
-                           f"{version!r} in namespace {checkpoint_ns!r}.", thread_id=thread_id, channel=channel)
-        return Content(content_type="application/octet-stream", data=data, sha256=sha, gone=False)
+        return _served(state, data, sha, thread_id,
+                       f"value of channel {channel!r} at version {version!r} in namespace {checkpoint_ns!r}",
+                       channel=channel)
+
+    async def get_write_value(self, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                              task_id: str, idx: int) -> Content:
+        """A pending write's bytes, served as content (ETag, Range): 404 if none, 410 if the thread was erased."""
+        async with self.db.connection() as conn:
+            state, data, sha = await q.fetch_write_value(conn, cred, thread_id, checkpoint_ns, checkpoint_id,
+                                                         task_id, idx)
+        return _served(state, data, sha, thread_id, f"write {idx} of task {task_id!r} on checkpoint "
+                                                    f"{checkpoint_id!r} in namespace {checkpoint_ns!r}",
+                       checkpoint_id=checkpoint_id, task_id=task_id, idx=idx)
 
     async def list(self, cred: Credential, thread_id: str | None, checkpoint_ns: str | None, before: str | None,
                    metadata_contains: str | None, cursor: str | None, limit: int) -> CheckpointPage:

@@ -83,13 +83,16 @@ async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
 async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float) -> int:
     """Purge expired objects in every tenant until a batch comes back short; each batch is its own
     transaction (recall_sweep runs as the owner). Trace reads older than `trace_ttl` seconds and webhook
-    deliveries older than `delivery_ttl` go too. Returns how many objects it purged."""
+    deliveries older than `delivery_ttl` go too, and so do the LangGraph checkpoints past their tenant's
+    retention and the pending writes whose checkpoint is gone. Returns how many objects it purged."""
     purged = 0
     while (done := await q.sweep(conn, batch)) == batch:
         purged += done
     while await q.purge_retained(conn, trace_ttl, delivery_ttl, batch * 10) == batch * 10:
         pass
     while await q.checkpoint_retention(conn, batch) > 0:  # each tenant's checkpoint retention policy
+        pass
+    while await q.checkpoint_orphans(conn, batch) == batch:  # pending writes whose checkpoint is gone
         pass
     return purged + done
 

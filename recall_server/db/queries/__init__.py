@@ -65,12 +65,13 @@ from recall_server.db.queries.hooks import (
     insert_hook, list_hooks, revoke_hook, claim_delivery, finish_delivery, delivery_outcome, advance_github_thread
 )
 # checkpoints.py: LangGraph checkpoints: a tuple, a page, a put (with its values), writes, erasing a
-# thread, deleting runs, copying a thread, pruning and retention, the verify-erasure findings.
+# thread, deleting runs, copying a thread, pruning and retention (and the writes without their checkpoint), the
+# verify-erasure findings.
 from recall_server.db.queries.checkpoints import (
-    fetch_channel_value, fetch_checkpoint, list_checkpoints, checkpoint_thread_gone, claim_checkpoint_thread, lock_checkpoint_threads,
+    fetch_channel_value, fetch_write_value, fetch_checkpoint, list_checkpoints, checkpoint_thread_gone, claim_checkpoint_thread, lock_checkpoint_threads,
     put_checkpoint, put_checkpoint_writes, erase_checkpoint_thread,
     checkpoint_threads_of_runs, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints,
-    checkpoint_retention, set_checkpoint_retention, checkpoint_thread_state, checkpoint_erasure_findings
+    checkpoint_retention, checkpoint_orphans, set_checkpoint_retention, checkpoint_thread_state, checkpoint_erasure_findings
 )
 
 # tenants.py: Tenants and their settings (operator CLI, as the owner); the server's own rows.
@@ -95,10 +96,11 @@ __all__ = [
     "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",
-    "ping", "fetch_channel_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "claim_checkpoint_thread",
+    "ping", "fetch_channel_value", "fetch_write_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "claim_checkpoint_thread",
     "lock_checkpoint_threads", "put_checkpoint",
     "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",
-    "copy_checkpoint_thread", "prune_checkpoints", "checkpoint_retention", "set_checkpoint_retention",
+    "copy_checkpoint_thread", "prune_checkpoints", "checkpoint_retention", "checkpoint_orphans",
+    "set_checkpoint_retention",
     "checkpoint_thread_state", "checkpoint_erasure_findings", "NewMessageRow", "MessageRow", "append_messages", "append_messages_keyed",
     "list_messages", "messages_at", "live_message_seqs", "message_seqs", "count_live_messages_through",
     "retract_messages", "fetch_message_content", "message_findings"

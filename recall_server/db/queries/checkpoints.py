@@ -13,23 +13,29 @@ from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.errors import Forbidden
 from recall_server.ids import State
 
-# A channel value larger than this is not inlined in a tuple: it is read from its own link
-# (GET /checkpoints/value, with ETag and Range), as a payload is.
+# A channel value or a pending write larger than this is not inlined in a tuple: it is read from its own link
+# (GET /checkpoints/value, GET /checkpoints/writes/value, with ETag and Range), as a payload is.
 VALUE_INLINE_MAX = 65536
 
-# The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names (the
-# bytes of those up to VALUE_INLINE_MAX; the size and version of every one), and the pending writes of the step
-# after it (in LangGraph's writes_sort_key order: task_path, task_id, idx).
+
+def _inline(blob: str) -> str:
+    """A stored value's bytes if they are inlined in a tuple (NULL: read from its link)."""
+    return f"CASE WHEN octet_length({blob}) <= {VALUE_INLINE_MAX} THEN {blob} END"
+
+
+# The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names, and
+# the pending writes of the step after it (in LangGraph's writes_sort_key order: task_path, task_id, idx);
+# of each value and write, its bytes when inlined (_inline) and its size.
 _TUPLE_COLUMNS = f"""
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.checkpoint, c.metadata::text AS metadata,
     c.created_at,
-    ARRAY(SELECT ROW(b.channel, b.type, CASE WHEN octet_length(b.blob) <= {VALUE_INLINE_MAX} THEN b.blob END,
-                     octet_length(b.blob), b.version)
+    ARRAY(SELECT ROW(b.channel, b.type, {_inline("b.blob")}, octet_length(b.blob), b.version)
             FROM jsonb_each_text(c.channel_versions) v
             JOIN checkpoint_blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id
                  AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value
            ORDER BY b.channel) AS blobs,
-    ARRAY(SELECT ROW(w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx) FROM checkpoint_writes w
+    ARRAY(SELECT ROW(w.task_id, w.channel, w.type, {_inline("w.blob")}, w.task_path, w.idx, octet_length(w.blob))
+            FROM checkpoint_writes w
            WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
              AND w.checkpoint_id = c.checkpoint_id
            ORDER BY w.task_path, w.task_id, w.idx) AS writes
@@ -86,6 +92,24 @@ async def fetch_channel_value(conn: Conn, cred: Credential, thread_id: str, chec
                               version: str) -> tuple[State, bytes | None, bytes]:
     """The thread's state, and the channel value's bytes (None when there is no such value) and SHA-256."""
     _, row = await tenancy.fetch(conn, cred, _VALUE, thread_id, checkpoint_ns, channel, version)
+    if row is None:
+        return State.MISSING, None, b""
+    return State.of(row["gone"]), row["blob"], row["sha256"] or b""
+
+
+# One pending write of a checkpoint, by task and idx, and whether the thread is erased.
+_WRITE_VALUE = keyed("""
+    SELECT t.deleted_at IS NOT NULL AS gone, w.blob, sha256(w.blob) AS sha256 FROM checkpoint_threads t
+      LEFT JOIN checkpoint_writes w ON w.tenant_id = t.tenant_id AND w.thread_id = t.thread_id
+                                   AND w.checkpoint_ns = $4 AND w.checkpoint_id = $5 AND w.task_id = $6 AND w.idx = $7
+     WHERE t.tenant_id = auth.tenant AND t.thread_id = $3
+""")
+
+
+async def fetch_write_value(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                            task_id: str, idx: int) -> tuple[State, bytes | None, bytes]:
+    """The thread's state, and the pending write's bytes (None when there is no such write) and SHA-256."""
+    _, row = await tenancy.fetch(conn, cred, _WRITE_VALUE, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
     if row is None:
         return State.MISSING, None, b""
     return State.of(row["gone"]), row["blob"], row["sha256"] or b""
@@ -306,6 +330,12 @@ async def prune_checkpoints(conn: Conn, tenant: str, thread_ids: list[str], keep
 async def checkpoint_retention(conn: Conn, batch: int) -> int:
     """The sweep's pass over the tenants' checkpoint retention (every tenant, as the owner); how many went."""
     return await conn.fetchval("SELECT recall_checkpoint_retention($1)", batch)
+
+
+async def checkpoint_orphans(conn: Conn, batch: int) -> int:
+    """The sweep's pass over pending writes of no checkpoint below the newest of their (thread, namespace), in
+    every tenant (recall_checkpoint_orphans, as the owner); how many threads it pruned of them."""
+    return await conn.fetchval("SELECT recall_checkpoint_orphans($1)", batch)
 
 
 async def set_checkpoint_retention(conn: Conn, tenant: str, keep: int | None, max_age: float | None) -> bool:
