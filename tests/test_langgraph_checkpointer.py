@@ -518,6 +518,8 @@ async def test_the_async_saver_reads_a_large_pending_write_from_its_link(base_ur
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": "tools:1"}}
         stored = await saver.aput(config, checkpoint(v=1), {}, {"v": 1})
         await saver.aput_writes(stored, [("result", big)], "task-a", "~path")
+        view = await saver.aclient.checkpoint_tuple(thread, "tools:1")
+        assert view.pending_writes[0].data is None and "checkpoint_ns=tools%3A1" in (view.pending_writes[0].href or "")
         got = await saver.aget_tuple(stored)
         assert got is not None and got.pending_writes == [("task-a", "result", big)]
         listed = [t async for t in saver.alist({"configurable": {"thread_id": thread, "checkpoint_ns": "tools:1"}})]
