@@ -556,10 +556,12 @@ class RecallSaver(_OnClient, BaseCheckpointSaver[int]):
     Values are serialised here with the saver's serde (by default `strict_serde()`: LangGraph's strict msgpack
     mode) and stored as bytes the server never decodes; a checkpoint is stored without its channel values,
     each of which is stored once per (thread, namespace, channel, version), so an unchanged channel is not
-    sent again. A retried put or put_writes lands once. delete_thread erases the thread (its checkpoints
+    sent again. A value or a pending write above 64 KiB comes in a tuple as a link, which the saver reads (one
+    request each). A retried put or put_writes lands once. delete_thread erases the thread (its checkpoints
     answer 410, which reads here as none; its thread_id is never written again: a put raises Conflict).
-    prune: "keep_latest" keeps the newest checkpoint of each namespace, "delete" none (the thread stays
-    writable); the server's retention policy per tenant does the same on its sweep. `namespace` (segments):
+    prune: "keep_latest" keeps the newest checkpoint of each namespace with its writes, "delete" none (the
+    thread stays writable); the server's retention policy per tenant does the same on its sweep, and both
+    delete the writes of no checkpoint below the newest (docs/agents.md). `namespace` (segments):
     where the threads this saver starts live, for keys with grants (docs/tenancy.md#grants); a key with grants
     sees only the threads they cover, and another subject's thread reads as none.
     """
