@@ -35,6 +35,7 @@ DISTRIBUTED_TABLES = (
 # shard. Signatures as regprocedure spells them.
 TENANT_FUNCTIONS = (
     "recall_erase(text,text)",
+    "recall_namespace_of(text,text)",
     "recall_lock_erasure(text,text)",
     "recall_lock_memory_pair(text,text,text)",
     "recall_cap_expiry(text,text)",
