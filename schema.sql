@@ -1204,15 +1204,6 @@ CREATE OR REPLACE FUNCTION recall_sees(tenant text, obj text) RETURNS boolean LA
     SELECT EXISTS (SELECT 1 FROM recall_namespace_of(tenant, obj))
 $$;
 
--- A stored head's links (`[{id, summary, ...}]`: a thread's owners, a worker's threads and reports) as the bound
--- key may see them: whole for a key without grants; else only the objects it sees, as the log views, which
--- read those rows under their policies, show them. The heads are kept for every reader alike.
-CREATE OR REPLACE FUNCTION recall_shown(tenant text, links jsonb) RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN recall_reads() IS NULL OR links = '[]' THEN links
-                ELSE (SELECT coalesce(jsonb_agg(l ORDER BY n), '[]') FROM jsonb_array_elements(links) WITH ORDINALITY a(l, n)
-                       WHERE recall_sees(tenant, l->>'id')) END
-$$;
-
 -- A key with grants sees the reads of the objects its grants cover, and no other reads (lists, searches).
 SELECT recall_isolate('trace_reads', via => 'recall_sees(tenant_id, object_id)');
 

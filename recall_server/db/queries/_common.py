@@ -63,6 +63,16 @@ def given(labels: Labels) -> tuple[bool, bool, bool]:
     return labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None
 
 
+def shown(links: str, table: str, tenant: str) -> str:
+    """A stored head's links (`[{id, summary, ...}]`: a thread's owners, a worker's threads or reports, kept for
+    every reader alike) as the bound key may see them: whole for a key without grants; else those whose row of
+    `table` its policies let it read, as the log views, which read those rows, show them. A scalar subquery
+    per link, so each is a primary-key probe (as EXISTS it became a join reading the whole table)."""
+    return (f"CASE WHEN (SELECT recall_reads()) IS NULL THEN {links} ELSE ("
+            f"SELECT coalesce(jsonb_agg(l ORDER BY n), '[]') FROM jsonb_array_elements({links}) WITH ORDINALITY a(l, n)"
+            f" WHERE (SELECT true FROM {table} x WHERE x.tenant_id = {tenant} AND x.id = l->>'id')) END")
+
+
 def under(column: str, param: str) -> str:
     """`column`, a namespace (segments joined by '/', COLLATE "C"), is `param` or under it: [p, p || '0') in "C"
     order holds the namespaces that start with p, and the filter keeps those where it ends a segment (p, p/...),

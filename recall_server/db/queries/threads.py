@@ -21,6 +21,7 @@ from recall_server.db.queries._common import (
     label_filters,
     labels_of,
     links_json,
+    shown,
     under,
 )
 from recall_server.db.tenancy import keyed
@@ -32,10 +33,10 @@ from recall_server.rows import Labels, ThreadRow
 # owners, kept on the row by the writes that change them), so it is a primary-key fetch of one row.
 # Whether an event's target or an owner is gone depends on the clock, so the head keeps the times and
 # the reader compares them with the statement's now(), as recall_event and recall_is_gone would.
-_THREAD_HEAD = keyed("""
+_THREAD_HEAD = keyed(f"""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-      recall_shown(t.tenant_id, t.head_owners)::text AS owners, t.head_events::text AS events, now() AS now,
+      {shown("t.head_owners", "workers", "t.tenant_id")}::text AS owners, t.head_events::text AS events, now() AS now,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3

@@ -15,17 +15,18 @@ from recall_server.db.queries._common import (
     head_owners_json,
     labels_of,
     links_json,
+    shown,
 )
 from recall_server.db.tenancy import keyed
 from recall_server.models import Link
 from recall_server.rows import Labels, WorkerRow
 
 # The default view reads the worker's head (workers.head_threads, head_reports), like a thread's.
-_WORKER_HEAD = keyed("""
+_WORKER_HEAD = keyed(f"""
     SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at, w.namespace,
       recall_is_gone(w.deleted_at, w.expires_at) AS gone, w.threads_total,
-      recall_shown(w.tenant_id, w.head_threads)::text AS threads, w.reports_total,
-      recall_shown(w.tenant_id, w.head_reports)::text AS reports, now() AS now
+      {shown("w.head_threads", "threads", "w.tenant_id")}::text AS threads, w.reports_total,
+      {shown("w.head_reports", "reports", "w.tenant_id")}::text AS reports, now() AS now
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """)
 
