@@ -2000,7 +2000,29 @@ DECLARE
     t text := current_setting('app.tenant_id', true);
     exact_max constant integer := 20000;
     n integer;
-    distance text;
+    must tsquery; reads text[] := recall_reads();
+    walk boolean;
+    sorts text := current_setting('enable_sort');
+    scans text := current_setting('hnsw.max_scan_tuples', true);
+    -- The page's candidates nearest first (%1$s: the distance), filtered by an EXISTS on the object, so the
+    -- planner can keep the vectors' order and read each object once.
+    nearest constant text := $f$
+        SELECT e.kind, e.object_id AS id, %1$s AS d FROM embeddings e
+         WHERE e.tenant_id = $2 AND e.model = %2$L AND %3$s
+           AND EXISTS (SELECT 1 FROM recall_searchable s
+                        WHERE s.tenant_id = e.tenant_id AND s.id = e.object_id AND s.kind = e.kind
+                          AND s.created_at <= $11 AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+                          AND ($5::text IS NULL OR s.status = $5) AND ($6::text IS NULL OR s.app_id = $6)
+                          AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
+                          AND ($9::timestamptz IS NULL OR s.created_at >= $9)
+                          AND ($10::timestamptz IS NULL OR s.created_at < $10)
+                          AND ($13::tsquery IS NULL OR s.search @@ $13)
+                          AND recall_searchable_in(s.namespace, $14, $15))
+         ORDER BY %1$s LIMIT $12$f$;
+    exact text;
+    -- One kind as a constant: the planner then reads only that kind's branch of recall_searchable.
+    kinds constant text := CASE WHEN cardinality(p_kinds) = 1 THEN format('e.kind = %L', p_kinds[1])
+                                ELSE 'e.kind = ANY($4)' END;
 BEGIN
     IF coalesce(t, '') = '' THEN
         RETURN;
@@ -2012,34 +2034,48 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
-    distance := CASE WHEN n <= exact_max OR p_dims > 2000 THEN '(e.embedding <=> $1::vector)'  -- no index matches this
-                     ELSE format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims) END;
-    IF n > exact_max THEN
+    must := recall_search_must(t, p_q);
+    -- The exact distances (no index matches this expression), sorted: every hit, whatever the filters.
+    exact := format(nearest, '(e.embedding <=> $1::vector)', p_model, kinds);
+    -- Past exact_max the arm walks the model's HNSW graph (recall_embedding_index makes it): 6 ms against
+    -- 730 ms for the sort the planner chose itself, on the bench store's 130,000 vectors (docs/benchmarks.md).
+    -- A walk stops after hnsw.max_scan_tuples vectors, so one that comes back short (what passes the filters,
+    -- or this tenant's vectors, lie far from the question in the graph: reports asked in the words of CI logs
+    -- met 5 in 20,000) is followed by the sort, which finds every hit. A filtered walk gives up after
+    -- 10 vectors per hit wanted, so a miss costs little before the sort. A status, a label or a required word
+    -- picks few objects (a run's): those are sorted at once (a run matching nothing: 48 ms, against 200 ms for
+    -- a walk first).
+    walk := n > exact_max AND p_dims <= 2000 AND p_status IS NULL AND p_app IS NULL AND p_agent IS NULL
+            AND p_run IS NULL AND must IS NULL;
+    IF walk THEN
         PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
         PERFORM set_config('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text, true);
+        IF p_since IS NOT NULL OR p_until IS NOT NULL OR p_ns IS NOT NULL OR reads IS NOT NULL
+           OR NOT p_kinds @> ARRAY['thread', 'worker', 'trigger', 'report', 'memory', 'message'] THEN
+            PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth)::text, true);
+        END IF;
+        PERFORM set_config('enable_sort', 'off', true);
+        exact := format($w$WITH w AS MATERIALIZED (%1$s)
+                           SELECT * FROM w WHERE (SELECT count(*) FROM w) >= $12
+                           UNION ALL SELECT * FROM (%2$s) x WHERE (SELECT count(*) FROM w) < $12$w$,
+                        format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
+                               kinds),
+                        exact);
     END IF;
-    -- The filters are an EXISTS on the object, so the planner can keep the vectors' order (the HNSW index's,
-    -- whose iterative scan goes on until the page is full) and read each object once; created_at is read
-    -- for the page's rows only.
+    -- created_at is read for the page's rows only, a probe each (as a join, the planner hashed every object).
     RETURN QUERY EXECUTE format($q$
-        SELECT h.kind, h.id, c.created_at, round((1 - h.d)::numeric, 6) FROM (
-            SELECT e.kind, e.object_id AS id, %1$s AS d FROM embeddings e
-             WHERE e.tenant_id = $2 AND e.model = %2$L AND e.kind = ANY($4)
-               AND EXISTS (SELECT 1 FROM recall_searchable s
-                            WHERE s.tenant_id = e.tenant_id AND s.id = e.object_id AND s.kind = e.kind
-                              AND s.created_at <= $11 AND NOT recall_is_gone(s.deleted_at, s.expires_at)
-                              AND ($5::text IS NULL OR s.status = $5) AND ($6::text IS NULL OR s.app_id = $6)
-                              AND ($7::text IS NULL OR s.agent_id = $7) AND ($8::text IS NULL OR s.run_id = $8)
-                              AND ($9::timestamptz IS NULL OR s.created_at >= $9)
-                              AND ($10::timestamptz IS NULL OR s.created_at < $10)
-                              AND ($13::tsquery IS NULL OR s.search @@ $13)
-                              AND recall_searchable_in(s.namespace, $14, $15))
-             ORDER BY %1$s LIMIT $12) h
-          JOIN LATERAL (SELECT s.created_at FROM recall_searchable s
-                         WHERE s.tenant_id = $2 AND s.id = h.id AND s.kind = h.kind) c ON true
-         ORDER BY h.d, c.created_at DESC, h.id DESC$q$, distance, p_model)
+        SELECT h.kind, h.id, h.created_at, round((1 - h.d)::numeric, 6) FROM (
+            SELECT n.*, (SELECT s.created_at FROM recall_searchable s
+                          WHERE s.tenant_id = $2 AND s.id = n.id AND s.kind = n.kind) AS created_at FROM (%s) n) h
+         ORDER BY h.d, h.created_at DESC, h.id DESC$q$, exact)
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
-          recall_search_must(t, p_q), p_ns, recall_reads();
+          must, p_ns, reads;
+    IF walk THEN
+        PERFORM set_config('enable_sort', sorts, true);
+        IF scans IS NOT NULL THEN  -- NULL: pgvector not loaded in this session before the walk; local anyway
+            PERFORM set_config('hnsw.max_scan_tuples', scans, true);
+        END IF;
+    END IF;
 END
 $$;
 REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,

@@ -50,6 +50,8 @@ SCENARIOS = {
     "get_thread": lambda wrk, url: wrk.run(url, THREADS),
     "get_worker": lambda wrk, url: wrk.run(url, WORKERS),
     "ingest_4k": lambda wrk, url: wrk.run(url, ["/triggers"], method="POST", body=PAYLOAD_4K),
+    "search_common_lexical": lambda wrk, url: wrk.run(url, ["/search?q=finished&limit=20&mode=lexical"], connections=4),
+    "search_common_hybrid": lambda wrk, url: wrk.run(url, ["/search?q=finished&limit=20"], connections=4),
 }
 
 

@@ -382,3 +382,100 @@ def test_reindex_embeds_what_has_no_vector_and_reports_progress(database_url: st
     vectors = run_sql(database_url, "SELECT object_id FROM embeddings WHERE tenant_id = $1", tenant_of(mine))
     assert sorted(r[0] for r in vectors) == sorted(made)
     assert set(found(mine, "release train departed", mode="semantic")) == set(made)
+
+
+# ---- the semantic arm past exact_max: the HNSW walk and when it is not taken ----------------------------------
+
+WALK_MODEL = "walk-test:8"
+
+
+def _axis(i: int, noise: str) -> str:
+    """SQL for an 8-d vector near axis i (noise from `noise`, a column)."""
+    return (f"('[' || array_to_string(ARRAY(SELECT CASE WHEN d = {i} THEN 1 ELSE 0.05 * sin({noise} * (d + 1)) END"
+            " FROM generate_series(0, 7) d), ',') || ']')::vector")
+
+
+@pytest.fixture(scope="module")
+def walk_store(database_url: str) -> Iterator[str]:
+    """A store of its own with an 8-d model past exact_max (20,000 of a tenant's vectors) and its HNSW index:
+    tenant walk-a has 20,100 threads near axis 0 and 30 workers near axis 1; tenant walk-b 30,000 threads
+    near axis 2, so a walk from axis 2 meets only walk-b's vectors for its first hnsw.max_scan_tuples."""
+    from recall_server.db.migrate import migrate
+
+    name = f"recall_walk_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    store = with_database(database_url, name)
+    try:
+        asyncio.run(migrate(store))
+        if not run_sql(store, "SELECT recall_vectors_available()")[0][0]:
+            pytest.skip("this PostgreSQL has no pgvector")
+        run_script(store, f"""
+            SET session_replication_role = replica;  -- no embedding queue for these rows
+            INSERT INTO tenants (id) VALUES ('walk-a'), ('walk-b');
+            INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
+            SELECT t, 'thr_w' || g, 't', 's', 'open', '\\x'
+              FROM (VALUES ('walk-a', 20100), ('walk-b', 30000)) v(t, n), generate_series(1, n) g;
+            INSERT INTO workers (tenant_id, id, name, summary, request_hash)
+            SELECT 'walk-a', 'wkr_w' || g, 'w', 's', '\\x' FROM generate_series(1, 30) g;
+            INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
+            SELECT tenant_id, id, 'thread', '{WALK_MODEL}', 8,
+                   CASE tenant_id WHEN 'walk-a' THEN {_axis(0, "(hashtext(id) % 1000)")} ELSE {_axis(2, "(hashtext(id) % 1000)")} END
+              FROM threads WHERE tenant_id IN ('walk-a', 'walk-b');
+            INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
+            SELECT 'walk-a', id, 'worker', '{WALK_MODEL}', 8, {_axis(1, "(hashtext(id) % 1000)")}
+              FROM workers WHERE tenant_id = 'walk-a';
+            ANALYZE;
+        """)
+        assert run_sql(store, "SELECT recall_embedding_index($1, 8)", WALK_MODEL)[0][0]
+        yield store
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def _nearest(store: str, axis: int, kinds: list[str], depth: int) -> list[str]:
+    """recall_semantic_hits as tenant walk-a's requests call it (as recall_app, the tenant bound)."""
+    from recall_server.db.pool import as_app_role
+
+    vector = "[" + ",".join("1" if d == axis else "0" for d in range(8)) + "]"
+
+    async def run() -> list[str]:
+        conn = await asyncpg.connect(as_app_role(store))
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', 'walk-a', true)")
+                rows = await conn.fetch(
+                    "SELECT hit_id FROM recall_semantic_hits('', $1, $2, 8, $3, NULL, NULL, NULL, NULL, NULL, NULL,"
+                    " now(), $4, NULL)", vector, WALK_MODEL, kinds, depth)
+                return [r[0] for r in rows]
+        finally:
+            await conn.close()
+    return asyncio.run(run())
+
+
+ALL_KINDS = ["thread", "worker", "trigger", "report", "memory", "message"]
+
+
+@pytest.mark.slow
+def test_past_exact_max_a_question_walks_the_graph_and_finds_the_nearest(walk_store: str) -> None:
+    found = _nearest(walk_store, 0, ALL_KINDS, 200)
+    exact = [r[0] for r in run_sql(walk_store, f"""
+        SELECT object_id FROM embeddings WHERE tenant_id = 'walk-a' AND model = '{WALK_MODEL}'
+         ORDER BY embedding <=> '[1,0,0,0,0,0,0,0]'::vector LIMIT 200""")]
+    assert len(found) == 200 and all(f.startswith("thr_w") for f in found)
+    assert len(set(found) & set(exact)) >= 180, "the walk's page is not near the exact one"
+
+
+@pytest.mark.slow
+def test_a_filtered_question_finds_every_hit_however_far_they_lie_in_the_graph(walk_store: str) -> None:
+    """The workers lie near axis 1; asked from axis 0 (where 20,100 threads are) with type=worker, a walk would
+    meet few of them before it stops; the arm sorts the exact distances instead."""
+    found = _nearest(walk_store, 0, ["worker"], 200)
+    assert sorted(found) == sorted(f"wkr_w{g}" for g in range(1, 31))
+
+
+@pytest.mark.slow
+def test_a_walk_that_meets_only_other_tenants_vectors_falls_back_to_the_sort(walk_store: str) -> None:
+    """From axis 2 the walk's first 20,000 vectors are walk-b's: it comes back short, and the sort of walk-a's
+    own distances fills the page."""
+    found = _nearest(walk_store, 2, ALL_KINDS, 200)
+    assert len(found) == 200 and all(f.startswith(("thr_w", "wkr_w")) for f in found)
