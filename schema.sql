@@ -2072,7 +2072,7 @@ BEGIN
           must, p_ns, reads;
     IF walk THEN
         PERFORM set_config('enable_sort', sorts, true);
-        IF scans IS NOT NULL THEN  -- NULL: pgvector not loaded in this session before the walk; local anyway
+        IF scans IS NOT NULL THEN  -- NULL: pgvector was not loaded on this connection yet; local anyway
             PERFORM set_config('hnsw.max_scan_tuples', scans, true);
         END IF;
     END IF;
