@@ -63,7 +63,6 @@ CITUS_TIER = {
     "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py",
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
-_SEARCH_NESTED = "GET /search with a memory or filter: 'the backend has already been assigned a transaction id'"
 _CHECKPOINTS = ("LangGraph checkpoints: a put, 'correlated subqueries are not supported when the FROM clause"
                 " contains a CTE or subquery'")
 CITUS_FAILS: dict[str, str] = {
@@ -73,16 +72,12 @@ CITUS_FAILS: dict[str, str] = {
         "a delete racing writers of its pair: 503 (a distributed deadlock) instead of waiting",
     "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
         "the test watches pg_locks on the coordinator; the wait happens on a worker",
-    "tests/test_search.py::test_every_filter_narrows": _SEARCH_NESTED,
-    "tests/test_search.py::test_search_finds_a_memory_by_its_value_summary_key_and_namespace": _SEARCH_NESTED,
-    "tests/test_search.py::test_another_tenants_memories_never_appear": _SEARCH_NESTED,
     "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
         "the test reads index statistics on the coordinator; the scans happen on the workers",
     "tests/test_tenancy.py::test_a_pooled_connection_never_carries_one_tenants_session_into_the_next":
         "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
     "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
         "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
-    "tests/test_grants.py::test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures": _SEARCH_NESTED,
     "tests/test_grants.py::test_idempotency_keys_of_a_key_with_grants_are_its_own":
         "a second key with grants replaying the first's Idempotency-Key gets 422, not its own 201",
     "tests/test_grants.py::test_resuming_another_subjects_langgraph_thread_is_refused": _CHECKPOINTS,

@@ -312,3 +312,16 @@ def test_schema_sql_splits_into_its_statements_at_semicolons_outside_quotes_and_
 def test_migrate_citus_is_refused_where_citus_is_not_installed(store: str) -> None:
     with pytest.raises(RuntimeError, match="citus extension"):
         asyncio.run(migrate(store, citus=True))
+
+
+def test_on_a_coordinator_the_searches_filter_the_views_constant_columns_through_recall_opaque() -> None:
+    """citus._CONSTANT_COLUMN_FILTERS: a kind or status filter the planner could fold would drop arms of
+    recall_searchable, and with them the tenant filters Citus routes by."""
+    readers = {citus._DEFINES.match(s).group(1): citus.replacement(s) for s in citus.statements(schema_path().read_text())
+               if citus._DEFINES.match(s) and re.search(r"FROM recall_searchable\b", s)}
+    assert {"recall_search_hits", "recall_lexical_hits"} <= set(readers)
+    for name in ("recall_search_hits", "recall_lexical_hits"):
+        assert "ANY(recall_opaque(p_kinds))" in readers[name] and "recall_opaque(x.status) = p_status" \
+            in readers[name].replace("recall_opaque(s.status)", "recall_opaque(x.status)")
+    foldable = [n for n, body in readers.items() if re.search(r"\.kind = ANY\(p_kinds\)|\.status = p_status\b", body)]
+    assert foldable == []

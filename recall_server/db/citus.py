@@ -144,12 +144,30 @@ $citus$""",
 
 _DEFINES = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE OR REPLACE FUNCTION (\w+)\(")
 
+# In a function reading recall_searchable, a filter on one of the view's constant columns (an object's
+# kind; a status, which only threads have, NULL in the other arms) goes through recall_opaque. With the
+# parameter's value known, PostgreSQL folds the filter to false (or NULL) in the arms it excludes and
+# drops them before Citus sees their tenant_id filters; Citus then sends the statement to every shard
+# instead of the tenant's one, and such a statement, run nested from a shard query, fails ("the backend
+# has already been assigned a transaction id"). recall_opaque (CITUS_FUNCTIONS) is the identity,
+# PL/pgSQL, so never folded: every arm stays, each with its tenant, and the filter runs on its rows.
+_CONSTANT_COLUMN_FILTERS = (
+    (re.compile(r"\b(\w+)\.kind = ANY\(p_kinds\)"), r"\1.kind = ANY(recall_opaque(p_kinds))"),
+    (re.compile(r"\b(\w+)\.status = p_status\b"), r"recall_opaque(\1.status) = p_status"),
+)
+
 
 def replacement(statement: str) -> str:
-    """The statement of schema.sql to send to a coordinator: itself, or the Citus definition of the
-    function it defines (OVERRIDES)."""
+    """The statement of schema.sql to send to a coordinator: itself, the Citus definition of the function
+    it defines (OVERRIDES), or, for a function reading recall_searchable, itself with the filters on the
+    view's constant columns made opaque (_CONSTANT_COLUMN_FILTERS)."""
     defined = _DEFINES.match(statement)
-    return OVERRIDES.get(defined.group(1), statement) if defined else statement
+    if not defined:
+        return statement
+    if "recall_searchable" in statement:
+        for pattern, opaque in _CONSTANT_COLUMN_FILTERS:
+            statement = pattern.sub(opaque, statement)
+    return OVERRIDES.get(defined.group(1), statement)
 
 
 async def adapt(conn: asyncpg.Connection) -> list[str]:
@@ -181,6 +199,9 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
 # table is pushed to the worker whole, and the rebuild's writes then run nested there (the same error).
 # The same effect as schema.sql's.
 CITUS_FUNCTIONS = (
+    # Its argument, as a value the planner cannot fold into a filter (_CONSTANT_COLUMN_FILTERS).
+    """CREATE OR REPLACE FUNCTION recall_opaque(v anyelement) RETURNS anyelement
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $citus$ BEGIN RETURN v; END $citus$""",
     # Checkpoint retention tenant by tenant (Citus pushes down no LIMIT in a lateral subquery that reads
     # the tenants reference table): the same rule, one query per tenant with a policy.
     """CREATE OR REPLACE FUNCTION recall_checkpoint_retention(batch integer) RETURNS integer
