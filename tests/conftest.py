@@ -63,8 +63,6 @@ CITUS_TIER = {
     "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py",
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
-_CHECKPOINTS = ("LangGraph checkpoints: a put, 'correlated subqueries are not supported when the FROM clause"
-                " contains a CTE or subquery'")
 CITUS_FAILS: dict[str, str] = {
     "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
         "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
@@ -78,10 +76,6 @@ CITUS_FAILS: dict[str, str] = {
         "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
     "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
         "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
-    "tests/test_grants.py::test_idempotency_keys_of_a_key_with_grants_are_its_own":
-        "a second key with grants replaying the first's Idempotency-Key gets 422, not its own 201",
-    "tests/test_grants.py::test_resuming_another_subjects_langgraph_thread_is_refused": _CHECKPOINTS,
-    "tests/test_grants.py::test_a_langgraph_thread_outside_the_write_grants_is_a_403_naming_its_namespace": _CHECKPOINTS,
     "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
         "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
 }

@@ -187,9 +187,25 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
             f"CREATE OR REPLACE FUNCTION {r['proname']}({r['args']}) RETURNS {r['result']} LANGUAGE plpgsql"
             f" {volatility} PARALLEL SAFE AS $citus$\n#variable_conflict use_column\n"
             f"BEGIN\n    RETURN ({r['prosrc'].strip().rstrip(';')});\nEND\n$citus$")
-    for body in CITUS_FUNCTIONS:
+    for body in (*CITUS_TYPES, *CITUS_FUNCTIONS):
         await conn.execute(body)
     return [f"{r['proname']} as PL/pgSQL" for r in readers]
+
+
+# Row types a coordinator reads from a worker by name: Citus passes a shard query's rows to the coordinator as
+# text, and an anonymous ROW(...) has no input function there ("input of anonymous composite types is not
+# implemented"). FORMS casts the ROW(...)s of the checkpoint reads to these.
+CITUS_TYPES = (
+    """DO $citus$ BEGIN
+    IF to_regtype('recall_checkpoint_value') IS NULL THEN
+        CREATE TYPE recall_checkpoint_value AS (channel text, type text, blob bytea, size integer, version text);
+    END IF;
+    IF to_regtype('recall_checkpoint_write') IS NULL THEN
+        CREATE TYPE recall_checkpoint_write AS (task_id text, channel text, type text, blob bytea, task_path text,
+                                                idx integer);
+    END IF;
+END $citus$""",
+)
 
 
 # The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
@@ -367,9 +383,9 @@ def statements(script: str) -> list[str]:
 class CitusConnection(Connection):
     """A pool connection to a Citus coordinator. The statements Citus's planner refuses (a STABLE function of
     a column, or any non-IMMUTABLE function in a CASE or COALESCE, in an UPDATE; a subquery in an INSERT's
-    VALUES; a data-modifying CTE in front of an INSERT) run as the steps in STEPS instead: the same
-    effect and result, each step a statement Citus routes to the tenant's shard. Every other statement
-    runs as it is."""
+    VALUES; a data-modifying CTE in front of an INSERT; a correlated subquery over a CTE) run as their
+    steps instead (_steps): the same effect and result, each step a statement Citus routes to the tenant's
+    shard. A few reads run in a Citus form of their text (_forms). Every other statement runs as it is."""
 
     citus = True
 
@@ -383,7 +399,7 @@ class CitusConnection(Connection):
         if (step := _steps().get(query)) is not None:
             found = await step(self, *args)
             return [] if found is None else [found]
-        return await super().fetch(query, *args, **kw)
+        return await super().fetch(_forms().get(query, query), *args, **kw)
 
     async def fetchrow(self, query: str, *args: object, **kw: Any) -> Any:
         if (step := _steps().get(query)) is not None:
@@ -400,12 +416,44 @@ class CitusConnection(Connection):
 Step = Callable[..., Awaitable[Any]]
 
 
+def _cast_row(sql: str, opening: str, type_name: str) -> str:
+    """`sql` with each ROW(...) that starts with `opening` cast to `type_name`."""
+    at = 0
+    while (start := sql.find(opening, at)) >= 0:
+        depth, end = 0, start + len("ROW")
+        for end in range(end, len(sql)):
+            depth += {"(": 1, ")": -1}.get(sql[end], 0)
+            if depth == 0:
+                break
+        sql = f"{sql[:end + 1]}::{type_name}{sql[end + 1:]}"
+        at = end
+    return sql
+
+
+@functools.cache
+def _forms() -> dict[str, str]:
+    """Statement text -> the text a coordinator runs instead, with the same parameters and rows: the checkpoint
+    reads (as tenancy shapes them for Citus) with their channel values and writes as named rows (CITUS_TYPES)."""
+    from recall_server.db import tenancy
+    from recall_server.db.queries import checkpoints
+
+    def typed(sql: str) -> str:
+        sql = _cast_row(sql, "ROW(b.channel, b.type,", "recall_checkpoint_value")
+        return _cast_row(sql, "ROW(w.task_id, w.channel,", "recall_checkpoint_write")
+
+    return {read: typed(read) for read in (tenancy._citus_shape(sql)[1]
+                                           for sql in (checkpoints._TUPLE, checkpoints._LIST))}
+
+
 @functools.cache
 def _steps() -> dict[str, Step]:
     """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
-    from recall_server.db.queries import events, memories, reports, threads, triggers
+    from recall_server.db import tenancy
+    from recall_server.db.queries import checkpoints, events, memories, reports, threads, triggers
 
-    return {events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
+    return {tenancy._citus_shape(checkpoints._PUT)[1]: _put_checkpoint,
+            tenancy._citus_shape(checkpoints._PUT_WRITES)[1]: _put_checkpoint_writes,
+            events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
             reports._INSERT_REPORT: _insert_report,
             triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
             reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
@@ -546,3 +594,73 @@ async def _update_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, 
     await conn.execute("UPDATE threads SET title = $3, summary = $4, status = $5, updated_at = $6, expires_at = $7"
                        " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, *new, old["at"], expires_at)
     return (old["status"], new[2])
+
+
+async def _langgraph_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, namespace: str) -> Any:
+    """checkpoints._THREAD_SHARED: the thread's row, made if new (in `namespace`), else locked FOR SHARE when the
+    key's grants cover it; its (deleted_at, namespace), or None when the key cannot see it."""
+    made = await conn.fetchrow(
+        "INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) VALUES ($1, $2, $3)"
+        " ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING deleted_at, namespace", tenant, thread_id, namespace)
+    if made is not None:
+        return made
+    return await conn.fetchrow(
+        "SELECT deleted_at, namespace FROM checkpoint_threads"
+        " WHERE tenant_id = $1 AND thread_id = $2 AND recall_granted(namespace, true) FOR SHARE", tenant, thread_id)
+
+
+async def _put_checkpoint(conn: asyncpg.Connection, tenant: str, scope: str, thread_id: str, checkpoint_ns: str,
+                          checkpoint_id: str, parent_id: Any, type_: str, checkpoint: bytes, channel_versions: str,
+                          metadata: str, request_hash: bytes, channels: list[str], versions: list[str],
+                          types: list[str], blobs: list[bytes], namespace: str) -> Any:
+    """checkpoints._PUT as Citus runs it (tenancy): the thread's row, then unless it was erased each channel value
+    new in it and the checkpoint unless its ID is taken; (tenant, scope, gone, made, stored, blobs)."""
+    thread = await _langgraph_thread(conn, tenant, thread_id, namespace)
+    if thread is None:
+        return None
+    stored, written = None, 0
+    if thread["deleted_at"] is None:
+        for channel, version, type_of, blob in zip(channels, versions, types, blobs, strict=True):
+            written += await conn.fetchval(
+                "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob,"
+                " namespace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING RETURNING 1",
+                tenant, thread_id, checkpoint_ns, channel, version, type_of, blob, thread["namespace"]) or 0
+        stored = await conn.fetchval(
+            "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,"
+            " channel_versions, metadata, request_hash, namespace)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11)"
+            " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING RETURNING request_hash",
+            tenant, thread_id, checkpoint_ns, checkpoint_id, parent_id, type_, checkpoint, channel_versions, metadata,
+            request_hash, thread["namespace"])
+    return await conn.fetchrow(
+        "SELECT $1::text AS bound_tenant, $2::text AS bound_scope, $3::boolean AS gone, $4::boolean AS made,"
+        " coalesce($5::bytea, (SELECT request_hash FROM checkpoints WHERE tenant_id = $1 AND thread_id = $6"
+        " AND checkpoint_ns = $7 AND checkpoint_id = $8)) AS stored, $9::bigint AS blobs",
+        tenant, scope, thread["deleted_at"] is not None, stored is not None, stored, thread_id, checkpoint_ns,
+        checkpoint_id, written)
+
+
+async def _put_checkpoint_writes(conn: asyncpg.Connection, tenant: str, scope: str, thread_id: str,
+                                 checkpoint_ns: str, checkpoint_id: str, task_id: str, task_path: str,
+                                 idxs: list[int], channels: list[str], types: list[str], blobs: list[bytes],
+                                 namespace: str) -> Any:
+    """checkpoints._PUT_WRITES as Citus runs it (tenancy): the thread's row, then unless it was erased each write
+    once per (task, idx), a special channel's (idx < 0) replacing the stored one; (tenant, scope, gone, written)."""
+    thread = await _langgraph_thread(conn, tenant, thread_id, namespace)
+    if thread is None:
+        return None
+    written = 0
+    if thread["deleted_at"] is None:
+        for idx, channel, type_of, blob in zip(idxs, channels, types, blobs, strict=True):
+            written += await conn.fetchval(
+                "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,"
+                " idx, channel, type, blob, namespace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
+                " DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob,"
+                " task_path = EXCLUDED.task_path WHERE EXCLUDED.idx < 0 RETURNING 1",
+                tenant, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type_of, blob,
+                thread["namespace"]) or 0
+    return await conn.fetchrow(
+        "SELECT $1::text AS bound_tenant, $2::text AS bound_scope, $3::boolean AS gone, $4::bigint AS written",
+        tenant, scope, thread["deleted_at"] is not None, written)

@@ -254,6 +254,7 @@ async def _run_on_citus(conn: asyncpg.Connection, cred: Credential, sql: str, ar
         if cred.keys is not None:
             cred.keys.put(cred, sent, *bound)
     tenant, scope = bound
+    cred.access = scope
     if shape == "check":
         if conn.is_in_transaction():
             await conn.execute(_citus_binding(tenant, scope))
