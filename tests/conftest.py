@@ -55,12 +55,12 @@ def _one_tls_context() -> None:
 
 # The Citus tier: with RECALL_TEST_CITUS_URL these modules run on the Citus cluster (the server and its
 # contracts); the others are about one PostgreSQL server (plans, dump/restore, the embedded cluster,
-# fault injection) or about no database, and are skipped there. Messages are not written on Citus yet
-# (docs/scaling.md), so test_messages.py is out, and so is test_http_semantics.py: its fixture appends one.
+# fault injection) or about no database, and are skipped there.
 CITUS_TIER = {
     "test_citus.py", "test_tenancy.py", "test_contract_misses.py", "test_contract_stable_ids.py",
     "test_contract_cursors.py", "test_memories.py", "test_lifecycle.py", "test_recall_story.py",
-    "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py",
+    "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py", "test_messages.py",
+    "test_http_semantics.py",
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
 CITUS_FAILS: dict[str, str] = {
@@ -76,6 +76,8 @@ CITUS_FAILS: dict[str, str] = {
         "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
     "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
         "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
+    "tests/test_messages.py::test_search_finds_message_content_in_every_mode_and_hops_to_it":
+        "the cluster has no pgvector: embeddings has no vector column, so the indexer stores none",
     "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
         "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
 }

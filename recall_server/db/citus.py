@@ -398,7 +398,7 @@ class CitusConnection(Connection):
     async def fetch(self, query: str, *args: object, **kw: Any) -> list[Any]:
         if (step := _steps().get(query)) is not None:
             found = await step(self, *args)
-            return [] if found is None else [found]
+            return found if isinstance(found, list) else [] if found is None else [found]
         return await super().fetch(_forms().get(query, query), *args, **kw)
 
     async def fetchrow(self, query: str, *args: object, **kw: Any) -> Any:
@@ -449,9 +449,10 @@ def _forms() -> dict[str, str]:
 def _steps() -> dict[str, Step]:
     """Statement text -> its steps on Citus (imported here, once: the statements live with their aggregates)."""
     from recall_server.db import tenancy
-    from recall_server.db.queries import checkpoints, events, memories, reports, threads, triggers
+    from recall_server.db.queries import checkpoints, events, memories, messages, reports, threads, triggers
 
     return {tenancy._citus_shape(checkpoints._PUT)[1]: _put_checkpoint,
+            messages._APPEND: _append_messages, messages._RETRACT: _retract_messages,
             tenancy._citus_shape(checkpoints._PUT_WRITES)[1]: _put_checkpoint_writes,
             events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
             reports._INSERT_REPORT: _insert_report,
@@ -494,6 +495,62 @@ async def _append_event(conn: asyncpg.Connection, tenant: str, thread_id: str, t
         "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq, type, at, summary, ref",
         tenant, thread_id, seq, type_, row["at"], summary, ref, gone_at)
+
+
+async def _append_events(conn: asyncpg.Connection, tenant: str, thread_id: str, type_: str, summaries: list[str]
+                         ) -> tuple[list[int], Any] | None:
+    """recall_append_events for events of one thread without refs: under the thread's row lock, its next seqs,
+    one time for all, the events prepended to its head, the events; (seqs, at), or None when the thread is
+    missing or gone."""
+    row = await conn.fetchrow(
+        "SELECT last_seq, clock_timestamp() AS at, head_events::text AS head FROM threads"
+        " WHERE tenant_id = $1 AND id = $2 AND NOT recall_is_gone(deleted_at, expires_at) FOR NO KEY UPDATE",
+        tenant, thread_id)
+    if row is None:
+        return None
+    seqs = [row["last_seq"] + n for n in range(1, len(summaries) + 1)]
+    head = await conn.fetchval(
+        "SELECT recall_head_with((SELECT jsonb_agg(recall_head_event($1 + u.i, $2, $3, u.s, NULL::text,"
+        " NULL::timestamptz) ORDER BY u.i DESC) FROM unnest($4::text[]) WITH ORDINALITY u(s, i)), $5::jsonb)::text",
+        row["last_seq"], type_, row["at"], summaries, row["head"])
+    await conn.execute("UPDATE threads SET last_seq = $3, updated_at = $4, head_events = $5::jsonb"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, seqs[-1], row["at"], head)
+    await conn.executemany(
+        "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary) VALUES ($1, $2, $3, $4, $5, $6)",
+        [(tenant, thread_id, seq, type_, row["at"], summary) for seq, summary in zip(seqs, summaries, strict=True)])
+    return seqs, row["at"]
+
+
+async def _append_messages(conn: asyncpg.Connection, tenant: str, thread_id: str, _threads: list[str],
+                           summaries: list[str], _refs: list[None], _gone_ats: list[None], roles: list[str],
+                           names: list[Any], calls: list[Any], ats: list[Any], content_types: list[str],
+                           contents: list[bytes], metadata: list[str]) -> list[tuple[int, Any]]:
+    """messages._APPEND: each message's event (_append_events), then its row under the event's seq; each one's
+    (seq, at), in order."""
+    appended = await _append_events(conn, tenant, thread_id, "message", summaries)
+    if appended is None:
+        return []
+    seqs, event_at = appended
+    rows = [(tenant, thread_id, seq, role, name, call, event_at if at is None else at, content_type, content, meta)
+            for seq, role, name, call, at, content_type, content, meta
+            in zip(seqs, roles, names, calls, ats, content_types, contents, metadata, strict=True)]
+    await conn.executemany(
+        "INSERT INTO thread_messages (tenant_id, thread_id, seq, role, name, tool_call_id, at, content_type, content,"
+        " content_sha256, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, sha256($9), $10::jsonb)", rows)
+    return [(r[2], r[6]) for r in rows]
+
+
+async def _retract_messages(conn: asyncpg.Connection, tenant: str, thread_id: str, summary: str,
+                            firsts: list[int], lasts: list[int]) -> Any:
+    """messages._RETRACT: the retraction's event (_append_events), then its ranges; (seq, at)."""
+    appended = await _append_events(conn, tenant, thread_id, "messages_retracted", [summary])
+    if appended is None:
+        return None
+    (seq,), at = appended
+    await conn.executemany(
+        "INSERT INTO message_retractions (tenant_id, thread_id, by_seq, from_seq, to_seq) VALUES ($1, $2, $3, $4, $5)",
+        [(tenant, thread_id, seq, first, last) for first, last in zip(firsts, lasts, strict=True)])
+    return (seq, at)
 
 
 def _least(*times: Any) -> Any:

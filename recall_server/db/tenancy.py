@@ -219,9 +219,11 @@ def _citus_shape(sql: str) -> tuple[str, str, frozenset[str]]:
     The tenant is $1 and the scope $2; the read's or write's own parameters keep their numbers."""
     if sql == KEY_CHECK:
         return "check", "", frozenset()
-    if "recall_append_notes(" in sql or "recall_file_on_threads(" in sql or "INSERT INTO triggers" in sql:
-        # The batched hot writes: Citus plans neither a data-modifying CTE of INSERT ... SELECT FROM unnest
-        # nor a call of a distributed function in a CTE; the caller's transaction writes each one instead.
+    if any(f in sql for f in ("recall_append_notes(", "recall_file_on_threads(", "recall_append_events(",
+                              "INSERT INTO triggers")):
+        # The batched hot writes and the plain message append: Citus plans neither a data-modifying CTE of
+        # INSERT ... SELECT FROM unnest nor a call of a distributed function in a CTE; the caller's
+        # transaction writes each one instead.
         return "write", "", frozenset()
     if (gate := re.search(r"gate AS MATERIALIZED \(SELECT tenant FROM auth WHERE split_part\(scope, E'\\n', 1\)"
                           r" IN \(([^)]*)\)\),", sql)):

@@ -216,23 +216,23 @@ async def count_live_messages_through(conn: Conn, tenant: str, thread_id: str, t
     return row[0], row[1]
 
 
+_RETRACT = """
+    WITH ev AS (
+      SELECT e.event_seq, e.event_at FROM recall_append_events(
+        $1, 'messages_retracted', ARRAY[$2::text], ARRAY[$3::text], ARRAY[NULL::text], ARRAY[NULL::timestamptz],
+        false) e),
+    r AS (
+      INSERT INTO message_retractions (tenant_id, thread_id, by_seq, from_seq, to_seq)
+      SELECT $1, $2, ev.event_seq, x.f, x.t FROM ev, unnest($4::bigint[], $5::bigint[]) x(f, t))
+    SELECT event_seq, event_at FROM ev
+"""
+
+
 async def retract_messages(conn: Conn, tenant: str, thread_id: str, summary: str, ranges: list[tuple[int, int]]
                            ) -> tuple[int, datetime]:
     """Append the retraction's event and its ranges (first, last seq) in one statement: its (seq, at). The
     caller holds the thread's row lock."""
-    row = await conn.fetchrow(
-        """
-        WITH ev AS (
-          SELECT e.event_seq, e.event_at FROM recall_append_events(
-            $1, 'messages_retracted', ARRAY[$2::text], ARRAY[$3::text], ARRAY[NULL::text], ARRAY[NULL::timestamptz],
-            false) e),
-        r AS (
-          INSERT INTO message_retractions (tenant_id, thread_id, by_seq, from_seq, to_seq)
-          SELECT $1, $2, ev.event_seq, x.f, x.t FROM ev, unnest($4::bigint[], $5::bigint[]) x(f, t))
-        SELECT event_seq, event_at FROM ev
-        """,
-        tenant, thread_id, summary, [f for f, _ in ranges], [t for _, t in ranges],
-    )
+    row = await conn.fetchrow(_RETRACT, tenant, thread_id, summary, [f for f, _ in ranges], [t for _, t in ranges])
     return row[0], row[1]
 
 
