@@ -64,10 +64,6 @@ CITUS_TIER = {
 }
 # Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
 CITUS_FAILS: dict[str, str] = {
-    "tests/test_memories.py::test_twenty_concurrent_writers_leave_one_current_version_and_a_gap_free_chain":
-        "concurrent writers of one pair: some get 503 (a distributed deadlock, undone) instead of waiting",
-    "tests/test_memories.py::test_a_delete_racing_writers_of_its_pair_leaves_no_chain_built_on_an_erased_version":
-        "a delete racing writers of its pair: 503 (a distributed deadlock) instead of waiting",
     "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
         "the test watches pg_locks on the coordinator; the wait happens on a worker",
     "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":

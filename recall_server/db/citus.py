@@ -454,7 +454,7 @@ def _steps() -> dict[str, Step]:
     return {tenancy._citus_shape(checkpoints._PUT)[1]: _put_checkpoint,
             messages._APPEND: _append_messages, messages._RETRACT: _retract_messages,
             tenancy._citus_shape(checkpoints._PUT_WRITES)[1]: _put_checkpoint_writes,
-            events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
+            memories._LOCK_PAIR: _lock_memory_pair, events._APPEND: _append_event, threads._UPDATE_THREAD: _update_thread,
             reports._INSERT_REPORT: _insert_report,
             triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
             reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
@@ -551,6 +551,18 @@ async def _retract_messages(conn: asyncpg.Connection, tenant: str, thread_id: st
         "INSERT INTO message_retractions (tenant_id, thread_id, by_seq, from_seq, to_seq) VALUES ($1, $2, $3, $4, $5)",
         [(tenant, thread_id, seq, first, last) for first, last in zip(firsts, lasts, strict=True)])
     return (seq, at)
+
+
+async def _lock_memory_pair(conn: asyncpg.Connection, tenant: str, namespace: str, key: str) -> None:
+    """memories._LOCK_PAIR: the pair's lock, on the coordinator as every writer and delete takes it, by a
+    transaction that has read the pair on the tenant's worker first. That read makes it a distributed
+    transaction: Citus's deadlock detection counts every waiting process that is not in one as one and the
+    same process, so writers queued on the lock (each waiting for those ahead of it) made a cycle, and one
+    was cancelled (a 503; tests/test_memories.py, twenty concurrent writers). A delete reads the memory
+    before it takes the lock (recall_erase)."""
+    await conn.fetchval("SELECT 1 FROM memories WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND current",
+                        tenant, namespace, key)
+    await asyncpg.Connection.execute(conn, "SELECT recall_lock_memory_pair($1, $2, $3)", tenant, namespace, key)
 
 
 def _least(*times: Any) -> Any:

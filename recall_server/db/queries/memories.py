@@ -215,9 +215,12 @@ async def list_memory_namespaces(conn: Conn, cred: Credential, prefix: str | Non
     return tenant, [] if row is None else msgspec.json.decode(row["namespaces"], type=list[str])
 
 
+_LOCK_PAIR = "SELECT recall_lock_memory_pair($1, $2, $3)"  # as deletes take it
+
+
 async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) -> None:
     """Serialise writers of one (namespace, key) for this transaction (no space occurs in a tenant or namespace)."""
-    await conn.execute("SELECT recall_lock_memory_pair($1, $2, $3)", tenant, namespace, key)  # as deletes take it
+    await conn.execute(_LOCK_PAIR, tenant, namespace, key)
 
 
 _INSERT_MEMORY = """
