@@ -62,7 +62,8 @@ CITUS_TIER = {
     "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py", "test_messages.py",
     "test_http_semantics.py",
 }
-# Tests of the tier that fail on Citus, with the error (docs/scaling.md lists the routes).
+# Tests of the tier that fail on Citus, with why: most look at one node's internals (a plan, index statistics,
+# pg_locks, statement counts) that are elsewhere on a cluster; docs/scaling.md says what does not work there.
 CITUS_FAILS: dict[str, str] = {
     "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
         "the test watches pg_locks on the coordinator; the wait happens on a worker",
