@@ -325,3 +325,17 @@ def test_on_a_coordinator_the_searches_filter_the_views_constant_columns_through
             in readers[name].replace("recall_opaque(s.status)", "recall_opaque(x.status)")
     foldable = [n for n, body in readers.items() if re.search(r"\.kind = ANY\(p_kinds\)|\.status = p_status\b", body)]
     assert foldable == []
+
+
+def test_on_a_coordinator_the_checkpoint_reads_name_each_row_with_a_type_of_its_fields() -> None:
+    """citus._forms: each ROW(...) a checkpoint read returns is cast to a type of CITUS_TYPES with as many fields."""
+    fields = {re.search(r"CREATE TYPE (\w+)", t).group(1): re.search(r"AS \((.*)\);", t).group(1).count(",") + 1
+              for t in citus.CITUS_TYPES}
+    forms = list(citus._forms().values())
+    assert len(forms) == 2
+    for form in forms:
+        rows = re.findall(r"ROW\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)::(\w+)", form)
+        assert sorted(name for _, name in rows) == sorted(fields)
+        for inside, name in rows:
+            top_level = re.sub(r"\((?:[^()]|\([^()]*\))*\)", "", inside)
+            assert top_level.count(",") + 1 == fields[name], (name, inside)

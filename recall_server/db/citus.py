@@ -195,17 +195,18 @@ async def adapt(conn: asyncpg.Connection) -> list[str]:
 # Row types a coordinator reads from a worker by name: Citus passes a shard query's rows to the coordinator as
 # text, and an anonymous ROW(...) has no input function there ("input of anonymous composite types is not
 # implemented"). FORMS casts the ROW(...)s of the checkpoint reads to these.
-CITUS_TYPES = (
-    """DO $citus$ BEGIN
-    IF to_regtype('recall_checkpoint_value') IS NULL THEN
-        CREATE TYPE recall_checkpoint_value AS (channel text, type text, blob bytea, size integer, version text);
+# Each is made again when its number of fields is not the ROW's it names (the reads change; nothing stores them).
+CITUS_TYPES = tuple(
+    f"""DO $citus$ BEGIN
+    IF (SELECT count(*) FROM pg_attribute a JOIN pg_type t ON a.attrelid = t.typrelid
+         WHERE t.oid = to_regtype('{name}') AND a.attnum > 0 AND NOT a.attisdropped) <> {fields.count(",") + 1} THEN
+        DROP TYPE IF EXISTS {name};
+        CREATE TYPE {name} AS ({fields});
     END IF;
-    IF to_regtype('recall_checkpoint_write') IS NULL THEN
-        CREATE TYPE recall_checkpoint_write AS (task_id text, channel text, type text, blob bytea, task_path text,
-                                                idx integer);
-    END IF;
-END $citus$""",
-)
+END $citus$""" for name, fields in (
+        ("recall_checkpoint_value", "channel text, type text, blob bytea, size integer, version text"),
+        ("recall_checkpoint_write", "task_id text, channel text, type text, blob bytea, task_path text, idx integer,"
+                                    " size integer")))
 
 
 # The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
