@@ -171,22 +171,24 @@ def replacement(statement: str) -> str:
 
 
 async def adapt(conn: asyncpg.Connection) -> list[str]:
-    """After schema.sql, on a coordinator: each SQL-language function that reads a tenant table and returns
-    one value again as PL/pgSQL, same body. Citus plans the statements of a SQL function with parameters
+    """After schema.sql, on a coordinator: each SQL-language function that reads a tenant table again as
+    PL/pgSQL, same body (its value, or its rows with RETURN QUERY). Citus plans the statements of a SQL function with parameters
     on no distributed table ("parameters in SQL functions"); a PL/pgSQL function's are planned with its
     arguments bound. (schema.sql keeps them SQL: on one node PostgreSQL inlines them into their callers.)"""
     readers = await conn.fetch(
         """SELECT p.proname, pg_get_function_arguments(p.oid) AS args, pg_get_function_result(p.oid) AS result,
                   p.prosrc, p.provolatile
              FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-            WHERE p.pronamespace = 'public'::regnamespace AND l.lanname = 'sql' AND NOT p.proretset
+            WHERE p.pronamespace = 'public'::regnamespace AND l.lanname = 'sql'
               AND p.provolatile <> 'v' AND p.proconfig IS NULL AND p.prosrc ~ $1""", _TABLE_READ)
     for r in readers:
         volatility = "IMMUTABLE" if r["provolatile"] == "i" else "STABLE"
+        body = r["prosrc"].strip().rstrip(";")
+        returns = f"RETURN QUERY {body};" if r["result"].startswith("SETOF ") else f"RETURN ({body});"
         await conn.execute(
             f"CREATE OR REPLACE FUNCTION {r['proname']}({r['args']}) RETURNS {r['result']} LANGUAGE plpgsql"
             f" {volatility} PARALLEL SAFE AS $citus$\n#variable_conflict use_column\n"
-            f"BEGIN\n    RETURN ({r['prosrc'].strip().rstrip(';')});\nEND\n$citus$")
+            f"BEGIN\n    {returns}\nEND\n$citus$")
     for body in (*CITUS_TYPES, *CITUS_FUNCTIONS):
         await conn.execute(body)
     return [f"{r['proname']} as PL/pgSQL" for r in readers]
