@@ -431,6 +431,8 @@ def test_views_show_no_linked_object_outside_the_grants(tenant: dict[str, str], 
         assert [t["id"] for t in theirs.json()["threads"]] == [shared["id"]], budget
         assert [r["id"] for r in ours.json()["reports"]] == [report["id"]], budget
         assert theirs.json()["reports"] == [] and "alice" not in theirs.text, budget
+        assert (ours.json()["threads_total"], ours.json()["reports_total"]) == (2, 1), budget
+        assert (theirs.json()["threads_total"], theirs.json()["reports_total"]) == (1, 0), budget  # what bob sees
 
 
 def test_threads_are_listed_by_namespace_and_only_where_the_grants_reach(tenant: dict[str, str], issue, as_key,
