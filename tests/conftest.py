@@ -60,7 +60,7 @@ CITUS_TIER = {
     "test_citus.py", "test_tenancy.py", "test_contract_misses.py", "test_contract_stable_ids.py",
     "test_contract_cursors.py", "test_memories.py", "test_lifecycle.py", "test_recall_story.py",
     "test_search.py", "test_webhooks.py", "test_trace.py", "test_edge.py", "test_grants.py", "test_messages.py",
-    "test_http_semantics.py",
+    "test_http_semantics.py", "test_langgraph_checkpointer.py", "test_langgraph_checkpoint_conformance.py",
 }
 # Tests of the tier that fail on Citus, with why: most look at one node's internals (a plan, index statistics,
 # pg_locks, statement counts) that are elsewhere on a cluster; docs/scaling.md says what does not work there.

@@ -55,8 +55,12 @@ def citus_database(coordinator_url: str, name: str) -> str:
             node = urlunsplit(coordinator._replace(netloc=f"{coordinator.username}@{host}:{port}"))
             await _script(node, f'CREATE DATABASE "{name}"')
             await _script(with_database(node, name), "CREATE EXTENSION citus")
+        # Adding a node copies the roles to it; two test processes doing so at once collided on the worker
+        # ("tuple concurrently updated"), so one at a time, under a lock in the coordinator's own database.
+        guard = await asyncpg.connect(coordinator_url)
         conn = await asyncpg.connect(with_database(coordinator_url, name))
         try:
+            await guard.execute("SELECT pg_advisory_lock(hashtext('recall_test_citus_add_node'))")
             for host, port, is_coordinator in nodes:
                 if is_coordinator:
                     await conn.execute("SELECT citus_set_coordinator_host($1, $2)", host, port)
@@ -64,6 +68,7 @@ def citus_database(coordinator_url: str, name: str) -> str:
                     await conn.execute("SELECT citus_add_node($1, $2)", host, port)
         finally:
             await conn.close()
+            await guard.close()
 
     asyncio.run(go())
     url = with_database(coordinator_url, name)

@@ -157,9 +157,29 @@ _CONSTANT_COLUMN_FILTERS = (
 )
 
 
+# schema.sql's SQL functions that write, as PL/pgSQL on a coordinator: Citus plans no statement of a SQL
+# function with parameters ("parameters in SQL functions"). The same statement, its last SELECT's value
+# returned (_as_plpgsql). adapt() does the same for the functions that only read, after schema.sql.
+_WRITERS_AS_PLPGSQL = {"recall_prune_checkpoints"}
+_SQL_BODY = re.compile(r"RETURNS (\w+) LANGUAGE sql (.*?)AS \$\$(.*)\$\$\s*;?\s*$", re.S)
+
+
+def _as_plpgsql(statement: str) -> str:
+    """A `CREATE FUNCTION ... RETURNS <scalar> LANGUAGE sql` of one statement ending in a SELECT of one value,
+    as PL/pgSQL: that statement with the value selected INTO the result, which it returns."""
+    found = _SQL_BODY.search(statement)
+    assert found is not None, "a SQL function of one statement returning a value"
+    returns, options, body = found.groups()
+    before, last = body.rstrip().rsplit("SELECT ", 1)
+    selected, rest = last.split(" FROM ", 1)
+    return (f"{statement[:found.start()]}RETURNS {returns} LANGUAGE plpgsql {options}AS $citus$\n"
+            f"DECLARE result {returns};\nBEGIN\n{before}SELECT {selected} INTO result FROM {rest}\n;\n"
+            f"RETURN result;\nEND\n$citus$")
+
+
 def replacement(statement: str) -> str:
     """The statement of schema.sql to send to a coordinator: itself, the Citus definition of the function
-    it defines (OVERRIDES), or, for a function reading recall_searchable, itself with the filters on the
+    it defines (OVERRIDES, _WRITERS_AS_PLPGSQL), or, for a function reading recall_searchable, itself with the filters on the
     view's constant columns made opaque (_CONSTANT_COLUMN_FILTERS)."""
     defined = _DEFINES.match(statement)
     if not defined:
@@ -167,6 +187,8 @@ def replacement(statement: str) -> str:
     if "recall_searchable" in statement:
         for pattern, opaque in _CONSTANT_COLUMN_FILTERS:
             statement = pattern.sub(opaque, statement)
+    if defined.group(1) in _WRITERS_AS_PLPGSQL:
+        return _as_plpgsql(statement)
     return OVERRIDES.get(defined.group(1), statement)
 
 
@@ -462,7 +484,8 @@ def _steps() -> dict[str, Step]:
             triggers._FILE_TRIGGER: _file_trigger, memories._INSERT_MEMORY: _insert_memory,
             reports._INSERT_REFS: _positions("report_refs", "report_id", "trigger_id"),
             triggers._INSERT_NEIGHBOURS: _positions("trigger_neighbours", "trigger_id", "neighbour_id"),
-            memories._INSERT_SOURCES: _positions("memory_sources", "memory_id", "source_id")}
+            memories._INSERT_SOURCES: _positions("memory_sources", "memory_id", "source_id"),
+            checkpoints._CLAIM_THREAD: _claim_checkpoint_thread, checkpoints._COPY_THREAD: _copy_checkpoint_thread}
 
 
 def _positions(table: str, owner: str, item: str) -> Step:
@@ -736,3 +759,41 @@ async def _put_checkpoint_writes(conn: asyncpg.Connection, tenant: str, scope: s
     return await conn.fetchrow(
         "SELECT $1::text AS bound_tenant, $2::text AS bound_scope, $3::boolean AS gone, $4::bigint AS written",
         tenant, scope, thread["deleted_at"] is not None, written)
+
+
+async def _namespace_of(conn: asyncpg.Connection, tenant: str, thread_id: str) -> Any:
+    return await conn.fetchval("SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $2",
+                               tenant, thread_id)
+
+
+async def _claim_checkpoint_thread(conn: asyncpg.Connection, tenant: str, thread_id: str, like: str) -> Any:
+    """checkpoints._CLAIM_THREAD: the namespace of thread `like` read first (Citus refuses a subquery in an
+    INSERT's VALUES), then the thread's row made or locked; (deleted_at,)."""
+    return await conn.fetchrow(
+        "INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) VALUES ($1, $2, $3)"
+        " ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id RETURNING deleted_at",
+        tenant, thread_id, await _namespace_of(conn, tenant, like))
+
+
+_COPY_INTO = (
+    "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,"
+    " channel_versions, metadata, request_hash, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions, metadata,"
+    " request_hash, $4 FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+    "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob, $4"
+    " FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+    "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,"
+    " blob, task_path, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path, $4"
+    " FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+)
+
+
+async def _copy_checkpoint_thread(conn: asyncpg.Connection, tenant: str, source: str, target: str) -> Any:
+    """checkpoints._COPY_THREAD: the target's namespace read first (Citus refuses data-modifying CTEs in front
+    of an INSERT ... SELECT with a subquery), then each table's rows copied by an INSERT ... SELECT Citus runs
+    on the tenant's shard; (checkpoints copied,)."""
+    namespace = await _namespace_of(conn, tenant, target)
+    copied = [await asyncpg.Connection.execute(conn, sql, tenant, source, target, namespace) for sql in _COPY_INTO]
+    return (int(copied[0].rsplit(" ", 1)[1]),)

@@ -129,15 +129,16 @@ async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -
     return row is not None
 
 
+_CLAIM_THREAD = """INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace)
+           VALUES ($1, $2, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3))
+           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
+           RETURNING deleted_at"""
+
+
 async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str, like: str) -> datetime | None:
     """The thread's row, made if new (in the namespace of thread `like`) and locked until the transaction ends;
     its erasure time (None: live)."""
-    return await conn.fetchval(
-        """INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace)
-           VALUES ($1, $2, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3))
-           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
-           RETURNING deleted_at""",
-        tenant, thread_id, like)
+    return await conn.fetchval(_CLAIM_THREAD, tenant, thread_id, like)
 
 
 async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]) -> dict[str, State]:
@@ -250,8 +251,8 @@ async def erase_checkpoint_thread(conn: Conn, tenant: str, thread_id: str) -> No
     (A data-modifying CTE runs to completion whether or not the query reads it.)"""
     await conn.execute(
         """WITH tomb AS (
-             UPDATE checkpoint_threads SET deleted_at = coalesce(deleted_at, now())
-              WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
+             UPDATE checkpoint_threads SET deleted_at = now()
+              WHERE tenant_id = $1 AND thread_id = $2 AND deleted_at IS NULL RETURNING 1),
            c AS (DELETE FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
            b AS (DELETE FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1),
            w AS (DELETE FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 RETURNING 1)
@@ -294,32 +295,33 @@ async def delete_checkpoint_runs(conn: Conn, tenant: str, run_ids: list[str]) ->
         tenant, run_ids)
 
 
+_COPY_THREAD = """WITH c AS (
+     INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
+                              channel_versions, metadata, request_hash, namespace)
+     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions,
+            metadata, request_hash, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
+       FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2
+     ON CONFLICT DO NOTHING RETURNING 1),
+   b AS (
+     INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)
+     SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob,
+            (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
+       FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2
+     ON CONFLICT DO NOTHING RETURNING 1),
+   w AS (
+     INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
+                                    type, blob, task_path, namespace)
+     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path,
+            (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
+       FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
+     ON CONFLICT DO NOTHING RETURNING 1)
+   SELECT count(*)::integer FROM c"""
+
+
 async def copy_checkpoint_thread(conn: Conn, tenant: str, source: str, target: str) -> int:
     """Copy every checkpoint, channel value and write of `source` to `target`, in the target's namespace (what
     `target` has already under the same keys stays); how many checkpoints were copied."""
-    return await conn.fetchval(
-        """WITH c AS (
-             INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
-                                      channel_versions, metadata, request_hash, namespace)
-             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions,
-                    metadata, request_hash, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-               FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2
-             ON CONFLICT DO NOTHING RETURNING 1),
-           b AS (
-             INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)
-             SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob,
-                    (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-               FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2
-             ON CONFLICT DO NOTHING RETURNING 1),
-           w AS (
-             INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
-                                            type, blob, task_path, namespace)
-             SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path,
-                    (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-               FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
-             ON CONFLICT DO NOTHING RETURNING 1)
-           SELECT count(*)::integer FROM c""",
-        tenant, source, target)
+    return await conn.fetchval(_COPY_THREAD, tenant, source, target)
 
 
 async def prune_checkpoints(conn: Conn, tenant: str, thread_ids: list[str], keep: int) -> int:
