@@ -179,8 +179,8 @@ def _as_plpgsql(statement: str) -> str:
 
 def replacement(statement: str) -> str:
     """The statement of schema.sql to send to a coordinator: itself, the Citus definition of the function
-    it defines (OVERRIDES, _WRITERS_AS_PLPGSQL), or, for a function reading recall_searchable, itself with the filters on the
-    view's constant columns made opaque (_CONSTANT_COLUMN_FILTERS)."""
+    it defines (OVERRIDES, _WRITERS_AS_PLPGSQL), or, for a function reading recall_searchable, itself with
+    the filters on the view's constant columns made opaque (_CONSTANT_COLUMN_FILTERS)."""
     defined = _DEFINES.match(statement)
     if not defined:
         return statement
