@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import asyncpg
 import pytest
 from helpers import run_script, run_sql, with_database
 
@@ -339,3 +340,49 @@ def test_on_a_coordinator_the_checkpoint_reads_name_each_row_with_a_type_of_its_
         for inside, name in rows:
             top_level = re.sub(r"\((?:[^()]|\([^()]*\))*\)", "", inside)
             assert top_level.count(",") + 1 == fields[name], (name, inside)
+
+
+def test_the_citus_form_of_recall_prune_checkpoints_prunes_as_schema_sqls_does(store: str) -> None:
+    """citus._WRITERS_AS_PLPGSQL: the PL/pgSQL form a coordinator gets, run on one node against the same rows."""
+    schema = schema_path().read_text()
+    (defined,) = [s for s in citus.statements(schema) if "FUNCTION recall_prune_checkpoints(" in s and "CREATE" in s]
+    as_citus = citus.replacement(defined)
+    assert "LANGUAGE plpgsql" in as_citus and "LANGUAGE sql" in defined
+
+    async def prune_with(definition: str) -> tuple[int, list[tuple[str, int]]]:
+        conn = await asyncpg.connect(store)
+        try:
+            async with conn.transaction():
+                await conn.execute(definition)
+                await conn.execute("INSERT INTO tenants (id) VALUES ('prune') ON CONFLICT DO NOTHING")
+                await conn.execute("INSERT INTO checkpoint_threads (tenant_id, thread_id) VALUES ('prune', 'a')")
+                await conn.executemany(
+                    "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, type, checkpoint,"
+                    " channel_versions, metadata, request_hash) VALUES ('prune', 'a', '', $1, 't', '', $2::jsonb,"
+                    " '{}', sha256(''))", [("1", '{"c": "1"}'), ("2", '{"c": "2"}'), ("3", '{"c": "2"}')])
+                await conn.executemany(
+                    "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)"
+                    " VALUES ('prune', 'a', '', 'c', $1, 't', '')", [("1",), ("2",)])
+                await conn.executemany(
+                    "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx,"
+                    " channel, type, blob, task_path) VALUES ('prune', 'a', '', $1, 'task', 0, 'c', 't', '', '')",
+                    [("1",), ("3",)])
+                went = await conn.fetchval("SELECT recall_prune_checkpoints('prune', ARRAY['a'], 1, NULL)")
+                left = await conn.fetch(
+                    "SELECT 'checkpoint ' || checkpoint_id FROM checkpoints WHERE tenant_id = 'prune'"
+                    " UNION ALL SELECT 'value ' || version FROM checkpoint_blobs WHERE tenant_id = 'prune'"
+                    " UNION ALL SELECT 'write ' || checkpoint_id FROM checkpoint_writes WHERE tenant_id = 'prune'"
+                    " ORDER BY 1")
+                raise _RolledBack(went, [r[0] for r in left])
+        except _RolledBack as done:
+            return done.args
+        finally:
+            await conn.close()
+
+    expected = (2, ["checkpoint 3", "value 2", "write 3"])
+    assert asyncio.run(prune_with(defined)) == expected
+    assert asyncio.run(prune_with(as_citus)) == expected
+
+
+class _RolledBack(Exception):
+    """Leaves a transaction, rolling it back, with what it found."""

@@ -168,7 +168,8 @@ def _as_plpgsql(statement: str) -> str:
     """A `CREATE FUNCTION ... RETURNS <scalar> LANGUAGE sql` of one statement ending in a SELECT of one value,
     as PL/pgSQL: that statement with the value selected INTO the result, which it returns."""
     found = _SQL_BODY.search(statement)
-    assert found is not None, "a SQL function of one statement returning a value"
+    if found is None:
+        raise ValueError("not a SQL function of one statement returning a value")
     returns, options, body = found.groups()
     before, last = body.rstrip().rsplit("SELECT ", 1)
     selected, rest = last.split(" FROM ", 1)
