@@ -600,12 +600,17 @@ $$;
 
 -- Render a thread's head again from the log, under the thread's row lock. Each statement of a
 -- plpgsql function takes a fresh snapshot (READ COMMITTED), so the rebuild sees every append that
--- committed before the lock was granted, and appends after it prepend to the rebuilt head.
+-- committed before the lock was granted, and appends after it prepend to the rebuilt head. It reads, then
+-- writes what it read: on Citus one UPDATE calling the readers would query other shards inside a shard's
+-- write, which Citus refuses (the worker head's and recall_rebuild_heads_showing's report lookup likewise).
 CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_events jsonb; v_owners jsonb;
 BEGIN
     PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
-    UPDATE threads SET head_events = recall_head_events(t, thr), head_owners = recall_head_owners(t, thr)
+    v_events := recall_head_events(t, thr);
+    v_owners := recall_head_owners(t, thr);
+    UPDATE threads SET head_events = v_events, head_owners = v_owners
      WHERE tenant_id = t AND id = thr AND deleted_at IS NULL;
 END
 $$;
@@ -729,10 +734,12 @@ $$;
 -- Render a worker's head again, under the worker's row lock (a fresh snapshot after it, as above).
 CREATE OR REPLACE FUNCTION recall_rebuild_worker_head(t text, wkr text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_threads jsonb; v_reports jsonb;
 BEGIN
     PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
-    UPDATE workers SET head_threads = recall_worker_head_threads(t, wkr),
-                       head_reports = recall_worker_head_reports(t, wkr)
+    v_threads := recall_worker_head_threads(t, wkr);
+    v_reports := recall_worker_head_reports(t, wkr);
+    UPDATE workers SET head_threads = v_threads, head_reports = v_reports
      WHERE tenant_id = t AND id = wkr AND deleted_at IS NULL;
 END
 $$;
@@ -753,7 +760,7 @@ $$;
 -- then the heads of the workers that show it.
 CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE thr text;
+DECLARE thr text; wkr text;
 BEGIN
     FOR thr IN
         SELECT thread_id FROM thread_events WHERE tenant_id = t AND ref = obj
@@ -767,7 +774,8 @@ BEGIN
     IF left(obj, 4) = 'thr_' THEN
         PERFORM recall_rebuild_owner_heads(t, obj);
     ELSIF left(obj, 4) = 'rpt_' THEN
-        PERFORM recall_rebuild_worker_head(t, (SELECT worker_id FROM reports WHERE tenant_id = t AND id = obj));
+        SELECT worker_id INTO wkr FROM reports WHERE tenant_id = t AND id = obj;
+        PERFORM recall_rebuild_worker_head(t, wkr);
     END IF;
 END
 $$;

@@ -234,12 +234,7 @@ END $citus$""" for name, fields in (
                                     " size integer")))
 
 
-# The head rebuilds, reading the heads first and then writing them: in one UPDATE, its shard query on the
-# worker calls recall_head_events (...), which query other shards from there, inside a write, and Citus
-# refuses ("the backend has already been assigned a transaction id"). recall_rebuild_heads_showing looks
-# a report's worker up before the call, not in its argument: a call with a subquery on a distributed
-# table is pushed to the worker whole, and the rebuild's writes then run nested there (the same error).
-# The same effect as schema.sql's.
+# Functions a coordinator gets beside or in place of schema.sql's, each with why.
 CITUS_FUNCTIONS = (
     # Its argument, as a value the planner cannot fold into a filter (_CONSTANT_COLUMN_FILTERS).
     """CREATE OR REPLACE FUNCTION recall_opaque(v anyelement) RETURNS anyelement
@@ -303,47 +298,6 @@ BEGIN
     DELETE FROM hook_deliveries WHERE received_at < v_deliveries;
     GET DIAGNOSTICS deliveries = ROW_COUNT;
     RETURN greatest(reads, deliveries);
-END
-$citus$""",
-    """CREATE OR REPLACE FUNCTION recall_rebuild_heads_showing(t text, obj text) RETURNS void
-LANGUAGE plpgsql AS $citus$
-DECLARE thr text; wkr text;
-BEGIN
-    FOR thr IN
-        SELECT thread_id FROM thread_events WHERE tenant_id = t AND ref = obj
-        UNION SELECT thread_id FROM thread_owners WHERE left(obj, 4) = 'wkr_' AND tenant_id = t AND worker_id = obj
-        ORDER BY 1
-    LOOP
-        PERFORM recall_rebuild_head(t, thr);
-    END LOOP;
-    IF left(obj, 4) = 'thr_' THEN
-        PERFORM recall_rebuild_owner_heads(t, obj);
-    ELSIF left(obj, 4) = 'rpt_' THEN
-        SELECT worker_id INTO wkr FROM reports WHERE tenant_id = t AND id = obj;
-        PERFORM recall_rebuild_worker_head(t, wkr);
-    END IF;
-END
-$citus$""",
-    """CREATE OR REPLACE FUNCTION recall_rebuild_head(t text, thr text) RETURNS void
-LANGUAGE plpgsql AS $citus$
-DECLARE v_events jsonb; v_owners jsonb;
-BEGIN
-    PERFORM 1 FROM threads WHERE tenant_id = t AND id = thr FOR NO KEY UPDATE;
-    v_events := recall_head_events(t, thr);
-    v_owners := recall_head_owners(t, thr);
-    UPDATE threads SET head_events = v_events, head_owners = v_owners
-     WHERE tenant_id = t AND id = thr AND deleted_at IS NULL;
-END
-$citus$""",
-    """CREATE OR REPLACE FUNCTION recall_rebuild_worker_head(t text, wkr text) RETURNS void
-LANGUAGE plpgsql AS $citus$
-DECLARE v_threads jsonb; v_reports jsonb;
-BEGIN
-    PERFORM 1 FROM workers WHERE tenant_id = t AND id = wkr FOR NO KEY UPDATE;
-    v_threads := recall_worker_head_threads(t, wkr);
-    v_reports := recall_worker_head_reports(t, wkr);
-    UPDATE workers SET head_threads = v_threads, head_reports = v_reports
-     WHERE tenant_id = t AND id = wkr AND deleted_at IS NULL;
 END
 $citus$""",
 )
