@@ -2027,7 +2027,7 @@ DECLARE
                           AND ($13::tsquery IS NULL OR s.search @@ $13)
                           AND recall_searchable_in(s.namespace, $14, $15))
          ORDER BY %1$s LIMIT $12$f$;
-    exact text;
+    exact text; candidates text;
     -- One kind as a constant: the planner then reads only that kind's branch of recall_searchable.
     kinds constant text := CASE WHEN cardinality(p_kinds) = 1 THEN format('e.kind = %L', p_kinds[1])
                                 ELSE 'e.kind = ANY($4)' END;
@@ -2063,19 +2063,19 @@ BEGIN
             PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth)::text, true);
         END IF;
         PERFORM set_config('enable_sort', 'off', true);
-        exact := format($w$WITH w AS MATERIALIZED (%1$s)
-                           SELECT * FROM w WHERE (SELECT count(*) FROM w) >= $12
-                           UNION ALL SELECT * FROM (%2$s) x WHERE (SELECT count(*) FROM w) < $12$w$,
-                        format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
-                               kinds),
-                        exact);
+        candidates := format($w$WITH w AS MATERIALIZED (%1$s)
+                                SELECT * FROM w WHERE (SELECT count(*) FROM w) >= $12
+                                UNION ALL SELECT * FROM (%2$s) x WHERE (SELECT count(*) FROM w) < $12$w$,
+                             format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
+                                    kinds),
+                             exact);
     END IF;
     -- created_at is read for the page's rows only, a probe each (as a join, the planner hashed every object).
     RETURN QUERY EXECUTE format($q$
         SELECT h.kind, h.id, h.created_at, round((1 - h.d)::numeric, 6) FROM (
             SELECT n.*, (SELECT s.created_at FROM recall_searchable s
                           WHERE s.tenant_id = $2 AND s.id = n.id AND s.kind = n.kind) AS created_at FROM (%s) n) h
-         ORDER BY h.d, h.created_at DESC, h.id DESC$q$, exact)
+         ORDER BY h.d, h.created_at DESC, h.id DESC$q$, coalesce(candidates, exact))
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
           must, p_ns, reads;
     IF walk THEN
