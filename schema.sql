@@ -1376,15 +1376,36 @@ $$;
 
 -- A vector's (or a query's) lexemes, each prefixed with the tenant: 'payment' -> 'acme:payment',
 -- positions and weights kept. One regexp over the text form (lexemes are quoted there, quotes inside
--- doubled): it adds about 45% to to_tsvector's cost. A lexeme too long to take the prefix (PostgreSQL
--- caps one at 2047 bytes; the tenant adds up to 64) is left out rather than the write failing.
-CREATE OR REPLACE FUNCTION recall_scoped(tenant text, v tsvector) RETURNS tsvector
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+-- doubled): it adds about 45% to to_tsvector's cost. A memory's lexemes are there twice: prefixed with the
+-- tenant, and with the tenant and its namespace ('acme/users/u1:payment'; neither a tenant ID nor a
+-- namespace holds ':', and a tenant ID no '/'), so that a key with grants looks a word up in the namespaces
+-- it may read, never in the postings of everyone else's (recall_memory_scopes). A lexeme too long to take
+-- the prefix (PostgreSQL caps one at 2047 bytes) is left out rather than the write failing.
+CREATE OR REPLACE FUNCTION recall_scoped(tenant text, ns text, v tsvector) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    lexeme constant text := '''((?:[^'']|'''')*)''(:[0-9A-D,]+)?';  -- 'word' and its positions, if any
+    scoped constant text := '''' || tenant || ':\1''\2'
+                            || CASE WHEN ns IS NULL THEN '' ELSE ' ''' || tenant || '/' || ns || ':\1''\2' END;
 BEGIN
-    RETURN regexp_replace(v::text, '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
+    RETURN regexp_replace(v::text, lexeme, scoped, 'g')::tsvector;
 EXCEPTION WHEN OTHERS THEN
-    RETURN regexp_replace(ts_delete(v, ARRAY(SELECT lexeme FROM unnest(v) WHERE octet_length(lexeme) > 1980))::text,
-                          '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
+    RETURN regexp_replace(ts_delete(v, ARRAY(SELECT l FROM unnest(v) u(l)
+                                              WHERE octet_length(l) > 2046 - octet_length(tenant || '/' || coalesce(ns, ''))))::text,
+                          lexeme, scoped, 'g')::tsvector;
+END
+$$;
+CREATE OR REPLACE FUNCTION recall_scoped(tenant text, v tsvector) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$ SELECT recall_scoped(tenant, NULL, v) $$;
+-- A query scoped to each of `scopes` (a tenant, or a tenant and a namespace), ORed; NULL for none.
+CREATE OR REPLACE FUNCTION recall_scoped(scopes text[], q tsquery) RETURNS tsquery
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+DECLARE scope text; out tsquery;
+BEGIN
+    FOREACH scope IN ARRAY scopes LOOP
+        out := CASE WHEN out IS NULL THEN recall_scoped(scope, q) ELSE out || recall_scoped(scope, q) END;
+    END LOOP;
+    RETURN out;
 END
 $$;
 CREATE OR REPLACE FUNCTION recall_scoped(tenant text, q tsquery) RETURNS tsquery
@@ -1401,6 +1422,15 @@ BEGIN
         ALTER TABLE workers DROP COLUMN IF EXISTS search;
         ALTER TABLE triggers DROP COLUMN IF EXISTS search;
         ALTER TABLE reports DROP COLUMN IF EXISTS search;
+        ALTER TABLE memories DROP COLUMN IF EXISTS search;
+    END IF;
+END $$;
+-- Version 9 (a memory's lexemes scoped to its namespace too): its column is made again, and the view
+-- reading it with it.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 9) THEN
+        DROP VIEW IF EXISTS recall_searchable;
         ALTER TABLE memories DROP COLUMN IF EXISTS search;
     END IF;
 END $$;
@@ -1425,7 +1455,7 @@ ALTER TABLE reports ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS
     || setweight(to_tsvector('simple'::regconfig, recall_search_text(content_type, body, 65536)), 'C')) ELSE ''::tsvector END) STORED;
 -- A memory: only its current version is searchable (a superseded one's vector is empty, so superseding
 -- costs no to_tsvector of the old value); A summary and key, B namespace segments and labels, C value.
-ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL AND current THEN recall_scoped(tenant_id,
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS search tsvector GENERATED ALWAYS AS (CASE WHEN deleted_at IS NULL AND current THEN recall_scoped(tenant_id, namespace,
     setweight(to_tsvector('simple'::regconfig, summary || ' ' || key), 'A')
     || setweight(to_tsvector('simple'::regconfig, replace(namespace, '/', ' ') || ' ' || coalesce(app_id, '') || ' '
                              || coalesce(agent_id, '') || ' ' || coalesce(run_id, '')), 'B')
@@ -1455,6 +1485,7 @@ ALTER INDEX triggers_search SET (gin_pending_list_limit = 256);
 ALTER INDEX reports_search SET (gin_pending_list_limit = 256);
 ALTER INDEX memories_search SET (gin_pending_list_limit = 256);
 INSERT INTO schema_migrations (version) VALUES (7) ON CONFLICT DO NOTHING;
+INSERT INTO schema_migrations (version) VALUES (9) ON CONFLICT DO NOTHING;
 
 -- Everything search may return, one row per object, with what its filters read. Read only by the
 -- search functions below (as the owner); a memory is searchable in its current version only, a message
@@ -1487,6 +1518,48 @@ DROP FUNCTION IF EXISTS recall_searchable_in(text, text);
 CREATE OR REPLACE FUNCTION recall_searchable_in(ns text, p_ns text, reads text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (p_ns IS NULL OR ns = p_ns OR left(ns, length(p_ns) + 1) = p_ns || '/') AND (reads IS NULL OR ns LIKE ANY (reads))
+$$;
+
+-- Where a search with `reads` (recall_reads()) looks a word up among tenant `t`'s memories, as the scopes
+-- of recall_scoped: the tenant alone for a key without grants, else each memory namespace the grants let it
+-- read ('acme/users/u1'), so the GIN lookup reads only the postings of those namespaces: a word only another
+-- subject's memories hold costs what an absent word costs. A grant `ns/**` is its namespace and those under it
+-- that hold memories (one index probe each, a loose scan of memories_current). More than `cap` namespaces, or
+-- a grant on every namespace: the tenant, and the rows the grants do not reach are filtered out one by one.
+CREATE OR REPLACE FUNCTION recall_memory_scopes(t text, reads text[]) RETURNS text[]
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+DECLARE
+    cap constant integer := 64;
+    pattern text; base text; scopes text[] := '{}';
+BEGIN
+    IF reads IS NULL THEN
+        RETURN ARRAY[t];
+    END IF;
+    FOREACH pattern IN ARRAY reads LOOP
+        CONTINUE WHEN pattern = '';
+        base := replace(pattern, '\_', '_');
+        IF base LIKE '%/\%' AND strpos(left(base, -2), '%') = 0 THEN
+            base := left(base, -2);
+            scopes := scopes || ARRAY(
+                WITH RECURSIVE n(ns) AS (
+                    SELECT min(namespace) FROM memories
+                     WHERE tenant_id = t AND current AND namespace > base || '/' AND namespace < base || '0'
+                    UNION ALL
+                    SELECT (SELECT min(m.namespace) FROM memories m
+                             WHERE m.tenant_id = t AND m.current AND m.namespace > n.ns AND m.namespace < base || '0')
+                      FROM n WHERE n.ns IS NOT NULL)
+                SELECT t || '/' || ns FROM n WHERE ns IS NOT NULL LIMIT cap + 1);
+        ELSIF strpos(base, '%') = 0 THEN
+            scopes := scopes || (t || '/' || base);
+        ELSE
+            RETURN ARRAY[t];
+        END IF;
+        IF cardinality(scopes) > cap THEN
+            RETURN ARRAY[t];
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT unnest(scopes));
+END
 $$;
 
 -- The newest objects first, for a search whose every word is common (recall_lexical_hits): an ordered scan
@@ -1529,15 +1602,16 @@ CREATE OR REPLACE FUNCTION recall_search_hits(p_q text, p_kinds text[], p_status
 RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz, hit_score numeric)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
-DECLARE t text := current_setting('app.tenant_id', true); q tsquery; reads text[] := recall_reads();
+DECLARE t text := current_setting('app.tenant_id', true); q tsquery; mq tsquery; reads text[] := recall_reads();
 BEGIN
     IF coalesce(t, '') = '' THEN  -- no tenant bound: nothing, never everything
         RETURN;
     END IF;
     q := recall_scoped(t, websearch_to_tsquery('simple', p_q));
+    mq := recall_scoped(recall_memory_scopes(t, reads), websearch_to_tsquery('simple', p_q));  -- memories
     RETURN QUERY SELECT * FROM (
         SELECT s.kind, s.id, s.created_at, round(ts_rank(s.search, q)::numeric, 6) AS score FROM recall_searchable s
-         WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ q AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+         WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ CASE s.kind WHEN 'memory' THEN mq ELSE q END AND NOT recall_is_gone(s.deleted_at, s.expires_at)
            AND (p_status IS NULL OR s.status = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
@@ -1595,31 +1669,42 @@ DECLARE
     exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}'; rares boolean[] := '{}';
     rare tsquery; anyq tsquery; allq tsquery; must tsquery; total float8 := 0; covered float8 := 0;
     reads text[] := recall_reads();
+    -- A word as memories look it up (recall_memory_scopes), beside each query above: m-prefixed.
+    mscopes text[]; mexact tsquery; mwq tsquery; mexacts tsquery[] := '{}'; mstems tsquery[] := '{}'; manyq tsquery;
 BEGIN
     IF coalesce(t, '') = '' THEN
         RETURN;
     END IF;
+    mscopes := recall_memory_scopes(t, reads);
     must := recall_search_must(t, p_q);
     free := regexp_replace(p_q, '(?:^|\s)-[^\s"]+', ' ', 'g');  -- "phrases" are required, and their words scored
     FOR w IN SELECT unnest(tsvector_to_array(to_tsvector('simple', free))) LOOP
-        exact := recall_scoped(t, ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery);
+        exact := ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery;  -- unscoped here
         stem := (SELECT l FROM unnest(tsvector_to_array(to_tsvector('english', w))) l LIMIT 1);
         wq := exact;
         IF stem IS NOT NULL AND char_length(stem) >= 3 THEN
-            wq := exact || recall_scoped(t, ('''' || replace(replace(stem, '\', '\\'), '''', '''''') || ''':*')::tsquery);
+            wq := exact || ('''' || replace(replace(stem, '\', '\\'), '''', '''''') || ''':*')::tsquery;
         END IF;
+        mexact := recall_scoped(mscopes, exact);
+        mwq := recall_scoped(mscopes, wq);
+        exact := recall_scoped(t, exact);
+        wq := recall_scoped(t, wq);
         SELECT count(*) INTO df FROM (SELECT 1 FROM recall_searchable s
-                                       WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ wq
+                                       WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t
+                                         AND s.search @@ CASE s.kind WHEN 'memory' THEN mwq ELSE wq END
                                          AND s.created_at <= p_as_of AND recall_searchable_in(s.namespace, NULL, reads)
                                        LIMIT cap) x;
         total := total + ln(1 + (cap + 1.0) / (df + 1));
         CONTINUE WHEN df = 0;
         exacts := exacts || exact;
         stems := stems || wq;
+        mexacts := mexacts || mexact;
+        mstems := mstems || mwq;
         weights := weights || ln(1 + (cap + 1.0) / (df + 1));
         rares := rares || (df < cap);
         covered := covered + ln(1 + (cap + 1.0) / (df + 1));
         anyq := CASE WHEN anyq IS NULL THEN wq ELSE anyq || wq END;
+        manyq := CASE WHEN manyq IS NULL THEN mwq ELSE manyq || mwq END;
         allq := CASE WHEN allq IS NULL THEN exact ELSE allq && exact END;
         IF df < cap THEN
             rare := CASE WHEN rare IS NULL THEN wq ELSE rare || wq END;
@@ -1634,10 +1719,10 @@ BEGIN
         RETURN QUERY
         WITH parts AS (
             SELECT m.kind, m.id, m.created_at, u.wt * 0.5 AS part
-              FROM unnest(exacts, stems, weights, rares) AS u(e, s, wt, r)
+              FROM unnest(exacts, stems, weights, rares, mexacts, mstems) AS u(e, s, wt, r, me, ms)
               CROSS JOIN LATERAL (
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
-                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ u.s
+                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.ms ELSE u.s END
                      AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
@@ -1646,7 +1731,7 @@ BEGIN
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
                   UNION ALL
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
-                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ u.e
+                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.me ELSE u.e END
                      AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
                      AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
@@ -1668,7 +1753,7 @@ BEGIN
         RETURN QUERY
         WITH found AS (
             SELECT x.kind, x.id, x.created_at, x.search FROM recall_searchable x
-             WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ anyq
+             WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN manyq ELSE anyq END
                AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
                AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
                AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)

@@ -8,6 +8,7 @@ import asyncio
 import json
 import operator
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, TypedDict
@@ -15,7 +16,8 @@ from typing import Annotated, TypedDict
 import asyncpg
 import httpx
 import pytest
-from helpers import ServerProcess, assert_problem, cli, create_key, uid
+from helpers import ServerProcess, assert_problem, cli, create_key, run_script, uid
+from test_hybrid_search import explain_buffers
 from test_mcp import session as mcp_session
 from test_mcp import view
 from test_trace import settled
@@ -202,6 +204,54 @@ def test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures(
     assert {m["id"] for m in listed} >= {ids["payments"], ids["search"]}
     assert ids["secret"] not in {m["id"] for m in listed}
     assert_a_miss(member, f"/memories/{ids['secret']}", ids["secret"])
+
+
+@pytest.mark.usefixtures("server")  # the schema
+def test_a_word_only_another_subjects_memories_hold_costs_what_an_absent_word_costs(database_url: str) -> None:
+    """A key with grants looks a word up among the memories of the namespaces it may read, never in everyone
+    else's postings: another subject with 10x the memories, all holding a word, leaves the cost of searching it
+    (buffers touched) at that of a word no one uses, and finds nothing. Written in SQL, as the bench store is:
+    enough rows that the planner looks the word up in the index."""
+    tenant, one, two = uid("scoped").lower().replace("_", "-"), uid("u"), uid("u")
+    run_script(database_url, f"""
+        INSERT INTO tenants (id) VALUES ('{tenant}');
+        INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,
+                              confirmed, request_hash, chain, version, current)
+        SELECT '{tenant}', 'mem_x' || g, ns, 'k' || g, sha256(convert_to(ns || g, 'UTF8')), 'fact', words || ' ' || g,
+               'text/plain', '\\x', sha256('\\x'), 'agent', '\\x', 'mem_x' || g, 1, true
+          FROM generate_series(1, 22000) g,
+               LATERAL (SELECT CASE WHEN g <= 1000 THEN 'users/{one}' WHEN g <= 2000 THEN 'users/{one}/notes'
+                                    ELSE 'users/{two}' END AS ns,
+                               CASE WHEN g <= 2000 THEN 'ordinary event' ELSE 'zebraword event' END AS words) x;
+        DELETE FROM embedding_queue WHERE tenant_id = '{tenant}';  -- not the indexer's work: other tests wait on it
+        ANALYZE memories;""")
+    mine = "write" + ids.grant_lines([(f"users/{one}/**", "write"), ("teams/payments/**", "read")], None)
+    theirs = "write" + ids.grant_lines([(f"users/{two}/**", "write")], None)
+    zebra, absent, ordinary = explain_buffers(database_url, tenant, "zebraword", "absentword" + uuid.uuid4().hex[:6],
+                                              "ordinary", access=mine)
+    assert zebra <= absent, (zebra, absent)
+    assert ordinary > absent + 10, (ordinary, absent)  # its own word: found, and read
+    [where_it_is] = explain_buffers(database_url, tenant, "zebraword", access=theirs)
+    assert where_it_is > absent + 10, (where_it_is, absent)
+    assert lexical_ids(database_url, tenant, "zebraword", mine) == set()
+    assert len(lexical_ids(database_url, tenant, "zebraword", theirs)) == 200  # a page: the function's depth
+    assert len(lexical_ids(database_url, tenant, "ordinary", mine)) == 200
+
+
+def lexical_ids(database_url: str, tenant: str, q: str, access: str) -> set[str]:
+    """The IDs recall_lexical_hits finds for `q` (200 at most), bound as a key with `access`."""
+    async def go() -> set[str]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("SELECT set_config('app.tenant_id', $1, false), set_config('app.access', $2, false)",
+                               tenant, access)
+            rows = await conn.fetch("SELECT hit_id FROM recall_lexical_hits($1, ARRAY['memory'], NULL, NULL, NULL, "
+                                    "NULL, NULL, NULL, now(), 200, NULL)", q)
+        finally:
+            await conn.close()
+        return {r["hit_id"] for r in rows}
+
+    return asyncio.run(go())
 
 
 # ---- changing grants, and revoking, hold on the next request --------------------------------------------

@@ -274,16 +274,18 @@ def test_a_word_only_another_tenant_uses_reads_no_more_than_an_absent_word(base_
     assert where_it_is > absent + 10, (where_it_is, absent)  # where the word is, the probe reads it
 
 
-def explain_buffers(database_url: str, tenant: str, *words: str) -> list[int]:
-    """Shared buffers (hit or read) of a lexical search for each word (letters and digits) in `tenant`, from
-    EXPLAIN (ANALYZE, BUFFERS): a function scan's node counts every statement run inside the function. On one
-    connection, after a first search, so that planning's catalog reads are not counted."""
+def explain_buffers(database_url: str, tenant: str, *words: str, access: str = "write") -> list[int]:
+    """Shared buffers (hit or read) of a lexical search for each word (letters and digits) in `tenant` by a key
+    with `access` (bound as the key check binds it: its scope, then its grants' lines), from EXPLAIN (ANALYZE,
+    BUFFERS): a function scan's node counts every statement run inside the function. On one connection, after
+    a first search, so that planning's catalog reads are not counted."""
     assert all(w.isalnum() for w in words)  # inlined: EXPLAIN EXECUTE takes no parameters
 
     async def go() -> list[int]:
         conn = await asyncpg.connect(database_url)
         try:
-            await conn.execute("SELECT set_config('app.tenant_id', $1, false)", tenant)
+            await conn.execute("SELECT set_config('app.tenant_id', $1, false), set_config('app.access', $2, false)",
+                               tenant, access)
             await conn.execute("PREPARE lexical(text) AS SELECT * FROM recall_lexical_hits($1, ARRAY['thread', "
                                "'worker', 'trigger', 'report', 'memory'], NULL, NULL, NULL, NULL, NULL, NULL, now(), 200, NULL)")
             out = []

@@ -47,8 +47,8 @@ def version_1_store(database_url: str) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store: str, tmp_path: Path) -> None:
-    assert cli(version_1_store, "migrate").strip() == "schema version 8"
-    assert cli(version_1_store, "migrate").strip() == "schema version 8"  # and again: nothing changes
+    assert cli(version_1_store, "migrate").strip() == "schema version 9"
+    assert cli(version_1_store, "migrate").strip() == "schema version 9"  # and again: nothing changes
     rows = run_sql(version_1_store, "SELECT threads_total, reports_total FROM workers WHERE id = 'wkr_old'")
     assert [tuple(r) for r in rows] == [(3, 4)]
     server = ServerProcess(version_1_store, tmp_path / "server.log").start()
@@ -92,8 +92,8 @@ def version_2_store(database_url: str) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_a_version_2_store_migrates_and_validates_the_limits(version_2_store: str, tmp_path: Path) -> None:
-    assert cli(version_2_store, "migrate").strip() == "schema version 8"
-    assert cli(version_2_store, "migrate").strip() == "schema version 8"
+    assert cli(version_2_store, "migrate").strip() == "schema version 9"
+    assert cli(version_2_store, "migrate").strip() == "schema version 9"
     rows = run_sql(version_2_store, "SELECT conname, convalidated FROM pg_constraint "
                                     "WHERE contype = 'c' AND conname LIKE '%\\_limit'")
     assert len(rows) == 22 and all(r["convalidated"] for r in rows)
@@ -225,10 +225,37 @@ def test_version_6_drops_responses_showing_erased_memories_and_writes_keys_in_nf
             hashlib.sha256(f"{'/'.join(space)}\0{nfd}".encode()).digest())
 
     run_sql(database_url, "DELETE FROM schema_migrations WHERE version = 6")
-    assert cli(database_url, "migrate").strip() == "schema version 8"
+    assert cli(database_url, "migrate").strip() == "schema version 9"
 
     kept = run_sql(database_url, "SELECT body FROM idempotency_keys WHERE key = $1", headers["Idempotency-Key"])
     assert kept[0]["body"] is None
     assert "erased (no content found)" in cli(database_url, "verify-erasure", leaked.json()["id"])
     found = client.get("/memories/current", params={"namespace": "/".join(space), "key": "caf\u00e9"})
     assert found.status_code == 200 and found.json()["id"] == decomposed["id"]
+
+
+def test_version_9_scopes_a_memorys_words_to_its_namespace_as_well(database_url: str) -> None:
+    """A memory written before holds its words under its tenant only ('default:payment'); migrating makes its
+    column again, so it holds them under its namespace as well, where a key with grants looks them up."""
+    name = f"recall_v8_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+    try:
+        assert cli(url, "migrate").strip() == "schema version 9"
+        run_script(url, """
+            DROP VIEW recall_searchable;
+            ALTER TABLE memories DROP COLUMN search;
+            ALTER TABLE memories ADD COLUMN search tsvector
+                GENERATED ALWAYS AS (recall_scoped(tenant_id, to_tsvector('simple', summary))) STORED;
+            INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value,
+                                  value_sha256, confirmed, request_hash, chain, version, current)
+            VALUES ('default', 'mem_old', 'users/u1', 'k', sha256('\\x01'), 'fact', 'payment timeout', 'text/plain',
+                    '\\x', sha256('\\x'), 'agent', '\\x', 'mem_old', 1, true);
+            DELETE FROM schema_migrations WHERE version = 9;""")
+        [before] = run_sql(url, "SELECT search::text FROM memories")
+        assert "default/users/u1:payment" not in before[0]
+        assert cli(url, "migrate").strip() == "schema version 9"
+        [after] = run_sql(url, "SELECT search::text FROM memories")
+        assert "'default:payment':" in after[0] and "'default/users/u1:payment':" in after[0], after[0]
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')

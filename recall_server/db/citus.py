@@ -52,6 +52,7 @@ TENANT_FUNCTIONS = (
     "recall_rebuild_worker_head(text,text)",
     "recall_rebuild_owner_heads(text,text)",
     "recall_embedding_text(text,text,text)",
+    "recall_memory_scopes(text,text[])",
     "recall_prune_checkpoints(text,text[],integer,interval)",
     "recall_message_retracted(text,text,bigint)",
     "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)",
@@ -63,8 +64,10 @@ TENANT_FUNCTIONS = (
 # Functions a shard query or a trigger on a shard calls: created on every node, not delegated.
 SHARD_FUNCTIONS = (
     "recall_is_gone(timestamp with time zone,timestamp with time zone)",
+    "recall_scoped(text,text,tsvector)",
     "recall_scoped(text,tsvector)",
     "recall_scoped(text,tsquery)",
+    "recall_scoped(text[],tsquery)",
     "recall_search_text(text,bytea,integer)",
     "recall_link(text,text,boolean)",
     "recall_event(bigint,text,timestamp with time zone,text,text,timestamp with time zone)",
