@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 from helpers import ServerProcess, assert_problem, cli, create_key, run_script, uid
-from test_hybrid_search import explain_buffers
+from test_hybrid_search import explain_buffers, lexical_hits
 from test_mcp import session as mcp_session
 from test_mcp import view
 from test_trace import settled
@@ -206,6 +206,7 @@ def test_a_member_of_several_teams_searching_one_team_gets_only_its_procedures(
     assert_a_miss(member, f"/memories/{ids['secret']}", ids["secret"])
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("server")  # the schema
 def test_a_word_only_another_subjects_memories_hold_costs_what_an_absent_word_costs(database_url: str) -> None:
     """A key with grants looks a word up among the memories of the namespaces it may read, never in everyone
@@ -233,25 +234,9 @@ def test_a_word_only_another_subjects_memories_hold_costs_what_an_absent_word_co
     assert ordinary > absent + 10, (ordinary, absent)  # its own word: found, and read
     [where_it_is] = explain_buffers(database_url, tenant, "zebraword", access=theirs)
     assert where_it_is > absent + 10, (where_it_is, absent)
-    assert lexical_ids(database_url, tenant, "zebraword", mine) == set()
-    assert len(lexical_ids(database_url, tenant, "zebraword", theirs)) == 200  # a page: the function's depth
-    assert len(lexical_ids(database_url, tenant, "ordinary", mine)) == 200
-
-
-def lexical_ids(database_url: str, tenant: str, q: str, access: str) -> set[str]:
-    """The IDs recall_lexical_hits finds for `q` (200 at most), bound as a key with `access`."""
-    async def go() -> set[str]:
-        conn = await asyncpg.connect(database_url)
-        try:
-            await conn.execute("SELECT set_config('app.tenant_id', $1, false), set_config('app.access', $2, false)",
-                               tenant, access)
-            rows = await conn.fetch("SELECT hit_id FROM recall_lexical_hits($1, ARRAY['memory'], NULL, NULL, NULL, "
-                                    "NULL, NULL, NULL, now(), 200, NULL)", q)
-        finally:
-            await conn.close()
-        return {r["hit_id"] for r in rows}
-
-    return asyncio.run(go())
+    assert lexical_hits(database_url, tenant, "zebraword", mine, kinds=("memory",)) == []
+    assert len(lexical_hits(database_url, tenant, "zebraword", theirs, kinds=("memory",))) == 200  # the depth
+    assert len(lexical_hits(database_url, tenant, "ordinary", mine, kinds=("memory",))) == 200
 
 
 # ---- changing grants, and revoking, hold on the next request --------------------------------------------
