@@ -2148,14 +2148,17 @@ BEGIN
     must := recall_search_must(t, p_q);
     -- The exact distances (no index matches this expression), sorted: every hit, whatever the filters.
     exact := format(nearest, '(e.embedding <=> $1::vector)', p_model, kinds);
-    -- Past exact_max the arm walks the model's HNSW graph (recall_embedding_index makes it): 6 ms against
-    -- 730 ms for the sort the planner chose itself, on the bench store's 130,000 vectors (docs/benchmarks.md).
-    -- A walk stops after hnsw.max_scan_tuples vectors, so one that comes back short (what passes the filters,
-    -- or this tenant's vectors, lie far from the question in the graph: reports asked in the words of CI logs
-    -- met 5 in 20,000) is followed by the sort, which finds every hit. A filtered walk gives up after
-    -- 10 vectors per hit wanted, so a miss costs little before the sort. A status, a label or a required word
-    -- picks few objects (a run's): those are sorted at once (a run matching nothing: 48 ms, against 200 ms for
-    -- a walk first).
+    -- Past exact_max the arm walks the model's HNSW graph (recall_embedding_index makes it): 6 ms against 730 ms
+    -- for the sort the planner chose itself, on the bench store's 130,000 vectors (docs/benchmarks.md). A walk
+    -- stops after hnsw.max_scan_tuples vectors, so one that comes back short (what passes the filters, or this
+    -- tenant's vectors, lie far from the question in the graph: reports asked in the words of CI logs met 5 in
+    -- 20,000) is followed by the sort, which finds every hit. A filtered walk gives up after 10 vectors per hit
+    -- wanted, or 2% of the graph (every tenant's vectors of every model) when that is more, up to 100 per hit: a
+    -- miss costs little before the sort, and the sort of a big kind costs more than a longer walk (a million
+    -- vectors, one in ten a report: reports' questions took 0.6-0.9 s, sorted after a walk of 2,000 came back
+    -- short half the time, and take 55-100 ms walking 20,000). A status, a label or a required word picks few
+    -- objects (a run's): those are sorted at once (a run matching nothing: 48 ms, against 200 ms for a walk
+    -- first).
     walk := n > exact_max AND p_dims <= 2000 AND p_status IS NULL AND p_app IS NULL AND p_agent IS NULL
             AND p_run IS NULL AND must IS NULL;
     IF walk THEN
@@ -2163,7 +2166,8 @@ BEGIN
         PERFORM set_config('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text, true);
         IF p_since IS NOT NULL OR p_until IS NOT NULL OR p_ns IS NOT NULL OR reads IS NOT NULL
            OR NOT p_kinds @> ARRAY['thread', 'worker', 'trigger', 'report', 'memory', 'message'] THEN
-            PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth)::text, true);
+            PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth, least(100 * p_depth,
+                (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)::bigint / 50))::text, true);
         END IF;
         PERFORM set_config('enable_sort', 'off', true);
         candidates := format($w$WITH w AS MATERIALIZED (%1$s)
