@@ -1382,21 +1382,30 @@ $$;
 -- it may read, never in the postings of everyone else's (recall_memory_scopes). A lexeme too long to take
 -- the prefix (PostgreSQL caps one at 2047 bytes) is left out rather than the write failing.
 CREATE OR REPLACE FUNCTION recall_scoped(tenant text, ns text, v tsvector) RETURNS tsvector
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
 DECLARE
     lexeme constant text := '''((?:[^'']|'''')*)''(:[0-9A-D,]+)?';  -- 'word' and its positions, if any
-    scoped constant text := '''' || tenant || ':\1''\2'
-                            || CASE WHEN ns IS NULL THEN '' ELSE ' ''' || tenant || '/' || ns || ':\1''\2' END;
+    scoped constant text := '''' || tenant || ':\1''\2 ''' || tenant || '/' || ns || ':\1''\2';
 BEGIN
     RETURN regexp_replace(v::text, lexeme, scoped, 'g')::tsvector;
 EXCEPTION WHEN OTHERS THEN
     RETURN regexp_replace(ts_delete(v, ARRAY(SELECT l FROM unnest(v) u(l)
-                                              WHERE octet_length(l) > 2046 - octet_length(tenant || '/' || coalesce(ns, ''))))::text,
+                                              WHERE octet_length(l) > 2046 - octet_length(tenant || '/' || ns)))::text,
                           lexeme, scoped, 'g')::tsvector;
 END
 $$;
+-- The tenant alone (threads, workers, triggers, reports, messages). Its own body, built-in functions only:
+-- a restore computes the generated columns under pg_dump's empty search_path, where a call to another
+-- function of this schema does not resolve.
 CREATE OR REPLACE FUNCTION recall_scoped(tenant text, v tsvector) RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$ SELECT recall_scoped(tenant, NULL, v) $$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+BEGIN
+    RETURN regexp_replace(v::text, '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
+EXCEPTION WHEN OTHERS THEN
+    RETURN regexp_replace(ts_delete(v, ARRAY(SELECT lexeme FROM unnest(v) WHERE octet_length(lexeme) > 1980))::text,
+                          '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsvector;
+END
+$$;
 -- A query scoped to each of `scopes` (a tenant, or a tenant and a namespace), ORed; NULL for none.
 CREATE OR REPLACE FUNCTION recall_scoped(scopes text[], q tsquery) RETURNS tsquery
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
