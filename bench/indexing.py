@@ -32,7 +32,8 @@ BODY = json.dumps({"source": "bench.ingest", "summary": "CI failed: payment gate
 
 
 def serve(home: Path, dsn: str, embedder: str) -> ServerProcess:
-    env = {**server_env(dsn, 8, 1), "RECALL_EMBEDDER": embedder}
+    # RECALL_DATA_DIR: the cluster is the server's own, as under `serve` (its indexer's backend runs at nice 19)
+    env = {**server_env(dsn, 8, 1), "RECALL_EMBEDDER": embedder, "RECALL_DATA_DIR": str(home / "data")}
     return ServerProcess(home / f"server-{embedder}.log", "--workers", "1", **env).start(timeout=120)
 
 

@@ -390,6 +390,32 @@ def test_a_store_without_pgvector_serves_lexical_search(fresh_database: str, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="about the embedded cluster's own processes")
+def test_the_indexers_backend_of_the_embedded_cluster_runs_at_the_lowest_priority(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    """The indexer's PostgreSQL backend yields the CPU to the requests' backends, as its embedding thread does,
+    where the server runs the embedded cluster (its data directory); elsewhere it is left as it is."""
+    [[directory]] = run_sql(fresh_database, "SELECT current_setting('data_directory')")
+    cluster_home = str(Path(directory).parent)  # the embedded cluster is <data dir>/pg
+
+    def indexer_backend_priority(**env: str) -> tuple[int, int]:
+        with serving(fresh_database, tmp_path, **env) as (server, c):
+            thread = Graph(c).thread(summary="indexed at the lowest priority")
+            deadline = time.monotonic() + 60
+            while run_sql(fresh_database, "SELECT 1 FROM embedding_queue WHERE object_id = $1", thread["id"]):
+                assert time.monotonic() < deadline, "the indexer never took the thread"
+                time.sleep(0.2)
+            backends = dict(run_sql(fresh_database, "SELECT application_name, pid FROM pg_stat_activity "
+                                                    "WHERE application_name LIKE 'recall-server%'"))
+            return (os.getpriority(os.PRIO_PROCESS, backends["recall-server indexer"]),
+                    os.getpriority(os.PRIO_PROCESS, backends["recall-server"]))  # one of the requests' pool
+
+    assert indexer_backend_priority(RECALL_DATA_DIR=cluster_home) == (19, 0)
+    assert indexer_backend_priority(RECALL_DATA_DIR=str(tmp_path / "elsewhere")) == (0, 0)
+
+
+@pytest.mark.slow
 def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
     fresh_database: str, tmp_path: Path
 ) -> None:

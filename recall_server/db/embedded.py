@@ -35,6 +35,18 @@ def start(data_dir: Path) -> str:
     return server.get_uri(database=DATABASE)
 
 
+def runs(data_dir: Path, pid: int) -> bool:
+    """Whether process `pid` is a backend of the embedded cluster under data_dir (a child of its postmaster):
+    so a process of this machine that the server may reprioritise, not a number read from a remote server."""
+    import psutil
+
+    try:
+        postmaster = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+        return psutil.Process(pid).ppid() == postmaster
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return False
+
+
 def _forget_dead_handles(pgdata: Path, lock: Any) -> None:
     """Drop the processes that died without saying so from pgserver's list of the cluster's users.
 

@@ -22,6 +22,7 @@ import asyncpg
 
 from recall_server import embedders
 from recall_server.config import Settings
+from recall_server.db import embedded
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.embedders import EmbedRejected, EmbedUnavailable, Embedder
@@ -66,6 +67,7 @@ class Indexer:
         self._indexed_model: str | None = None
         self._low: ThreadPoolExecutor | None = None
         self._batches = 0
+        self._niced: set[int] = set()  # backends whose priority _lowest_priority_backend looked at
 
     @property
     def semantic(self) -> bool:
@@ -142,6 +144,7 @@ class Indexer:
         was unavailable and the batch waits for its retry)."""
         assert self.embedder is not None
         async with self.db.connection() as conn, conn.transaction():
+            self._lowest_priority_backend(conn.get_server_pid())
             entries = await q.embedding_batch(conn, batch)
             if not entries:
                 return 0
@@ -165,6 +168,19 @@ class Indexer:
             await q.store_embeddings(conn, entries, vectors, self.embedder.model, self.embedder.dims)
             EMBEDDED.inc(sum(v is not None for v in vectors))
             return len(entries)
+
+    def _lowest_priority_backend(self, pid: int) -> None:
+        """Nice the indexer's PostgreSQL backend to 19 too, once per connection, where it is a process of the
+        embedded cluster: its HNSW inserts then take the CPU the requests' backends leave, as the embedding
+        does (bench/indexing.py). A server's backends elsewhere are not this process's to reprioritise."""
+        if pid in self._niced:
+            return
+        self._niced.add(pid)
+        if embedded.runs(self.settings.data_dir, pid):
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, 19)
+            except OSError:  # not allowed: normal priority
+                pass
 
     async def _embed(self, texts: list[str]) -> list[str]:
         """A batch's vectors, in pgvector's text form. A model in this process encodes (and the vectors are
