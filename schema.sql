@@ -372,12 +372,16 @@ SELECT recall_add_column('tenants', 'memory_state_ttl', $$interval CHECK (memory
 -- Requests run as recall_app: it owns nothing, is not a superuser and cannot bypass RLS. Every
 -- tenant-owned table forces row-level security keyed on app.tenant_id, which the server sets
 -- from the authenticated key, transaction-local (it ends with the request's transaction), so
--- a query that forgets its tenant filter still sees one tenant only.
+-- a query that forgets its tenant filter still sees one tenant only. The role is the server's, not the
+-- database's: two stores' first migrations at once on one server both make it, and the second waits for
+-- the first to commit, then finds it there.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'recall_app') THEN
         CREATE ROLE recall_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOINHERIT;
     END IF;
+EXCEPTION WHEN unique_violation THEN
+    NULL;  -- made by the other migration, which has committed
 END
 $$;
 GRANT USAGE ON SCHEMA public TO recall_app;
