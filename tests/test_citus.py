@@ -16,7 +16,7 @@ import pytest
 from helpers import CITUS_URL, Graph, cli, create_key, uid
 
 from recall_server.db import citus
-from recall_server.db.pool import as_app_role
+from recall_server.db.pool import Database, as_app_role
 
 pytestmark = pytest.mark.skipif(not CITUS_URL, reason="needs a Citus coordinator: set RECALL_TEST_CITUS_URL")
 
@@ -87,3 +87,21 @@ def test_a_tenant_bound_with_set_config_alone_reaches_no_worker(database_url: st
     bound_here_only = "SELECT set_config('app.tenant_id', 'default', true), id FROM threads"
     assert query(as_app_role(database_url), bound_here_only) == []
     assert query(as_app_role(database_url), "SELECT id FROM threads", tenant="default") != []
+
+
+def test_a_fresh_pooled_connection_looks_types_up_without_citus_hiding_shards(database_url: str) -> None:
+    """asyncpg's first bigint[] on a connection looks the type up in pg_type and pg_class; with Citus filtering
+    pg_class row by row to hide shards, that took 500-800 ms inside the request's transaction, and eight
+    retractions queued on one thread's lock ran past the statement timeout. The server's connections to a
+    coordinator see the shards (citus.SESSION), so the lookup runs as on one node."""
+    async def go() -> tuple[str, list[int]]:
+        db = await Database.open(as_app_role(database_url), min_size=1, max_size=1, timeout=10,
+                                 queue_limit=4, queue_wait=1)
+        try:
+            async with db.connection() as conn:
+                return (await conn.fetchval("SHOW citus.override_table_visibility"),
+                        await conn.fetchval("SELECT $1::bigint[]", [1, 2]))
+        finally:
+            await db.close()
+
+    assert asyncio.run(go()) == ("off", [1, 2])  # a timing would not tell the two apart under load

@@ -96,6 +96,16 @@ ROLE_SETTINGS = (
     "citus.allow_nested_distributed_execution",
 )
 
+# What the server's connections to a coordinator ask for at connect, beside pool.SESSION:
+SESSION = {
+    # asyncpg looks up each type it has no codec for (bigint[], timestamptz[]) once per connection, with a
+    # query joining pg_type to pg_class. Citus hides shards from clients by filtering pg_class through a
+    # function, row by row, which took that lookup from ~20 ms to 500-800 ms, inside a request's transaction:
+    # a retraction's under its thread's row lock, so eight at once on fresh connections queued past the
+    # statement timeout (tests/test_messages.py, concurrent pops). The server lists no tables: it sees shards.
+    "citus.override_table_visibility": "off",
+}
+
 
 async def present(conn: asyncpg.Connection) -> bool:
     """Whether the store is a Citus coordinator (the citus extension exists in its database)."""

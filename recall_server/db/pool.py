@@ -91,14 +91,15 @@ class Database:
             on_citus = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
         finally:
             await probe.close()
-        from recall_server.db.citus import CitusConnection
+        from recall_server.db import citus
 
         # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
         # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
-            max_inactive_connection_lifetime=60, reset=_reset, server_settings={**SESSION, "application_name": name},
-            connection_class=CitusConnection if on_citus else Connection,
+            max_inactive_connection_lifetime=60, reset=_reset,
+            server_settings={**SESSION, **(citus.SESSION if on_citus else {}), "application_name": name},
+            connection_class=citus.CitusConnection if on_citus else Connection,
         )
         return cls(pool, timeout, queue_limit, queue_wait)
 
