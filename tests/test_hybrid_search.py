@@ -406,8 +406,9 @@ def test_the_indexers_backend_of_the_embedded_cluster_runs_at_the_lowest_priorit
             while run_sql(fresh_database, "SELECT 1 FROM embedding_queue WHERE object_id = $1", thread["id"]):
                 assert time.monotonic() < deadline, "the indexer never took the thread"
                 time.sleep(0.2)
-            backends = dict(run_sql(fresh_database, "SELECT application_name, pid FROM pg_stat_activity "
-                                                    "WHERE application_name LIKE 'recall-server%'"))
+            backends = dict(run_sql(fresh_database, "SELECT application_name, pid FROM pg_stat_activity "  # this
+                                                    "WHERE application_name LIKE 'recall-server%' "  # server's
+                                                    "AND datname = current_database()"))
             return (os.getpriority(os.PRIO_PROCESS, backends["recall-server indexer"]),
                     os.getpriority(os.PRIO_PROCESS, backends["recall-server"]))  # one of the requests' pool
 
