@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import quote_plus
 
 import asyncpg
-from run import Wrk, embedded, ensure_wrk, log, make_key, postmaster_pid, query, server_env, settle
+from run import Wrk, embedded, ensure_wrk, execute, log, make_key, postmaster_pid, query, server_env, settle
 
 from recall_server import config, embedders
 from recall_server.db.migrate import migrate
@@ -61,7 +61,7 @@ def seed(dsn: str, objects: int) -> None:
     if have >= objects:
         return
     log(f"seeding {objects:,} triggers and reports")
-    script(dsn, """
+    execute(dsn, """
         INSERT INTO tenants (id) VALUES ('bench') ON CONFLICT DO NOTHING;
         INSERT INTO workers (tenant_id, id, name, summary, request_hash)
         SELECT 'bench', 'wkr_m' || g, 'triage ' || g, 'triage agent ' || g, '\\x' FROM generate_series(1, 10) g
@@ -77,7 +77,7 @@ def seed(dsn: str, objects: int) -> None:
                                                                    failures=_array(FAILURES))
     for start in range(1, objects + 1, 100_000):
         end = min(start + 99_999, objects)
-        script(dsn, f"""
+        execute(dsn, f"""
             INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,
                                   request_hash, occurred_at)
             SELECT 'bench', 'trg_m' || g, 'github.check_run', 'thr_m' || (1 + g % 1000), left({text}, 200),
@@ -93,18 +93,6 @@ def seed(dsn: str, objects: int) -> None:
              WHERE g % 10 = 0
             ON CONFLICT DO NOTHING""")
         log(f"seeded {end:,}")
-
-
-def script(dsn: str, sql: str) -> None:
-    """Statements, on their own connection."""
-    async def go() -> None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(go())
 
 
 def _array(words: list[str]) -> str:

@@ -92,11 +92,12 @@ def query(dsn: str, sql: str, *args) -> list:
     return asyncio.run(go())
 
 
-def execute_file(dsn: str, path: Path) -> None:
+def execute(dsn: str, sql: str) -> None:
+    """Statements (a script: no parameters, no rows), on their own connection."""
     async def go() -> None:
         conn = await asyncpg.connect(dsn, command_timeout=3600)
         try:
-            await conn.execute(path.read_text())
+            await conn.execute(sql)
         finally:
             await conn.close()
 
@@ -152,7 +153,7 @@ def seed(dsn: str) -> None:
     if not query(dsn, "SELECT 1 FROM threads WHERE tenant_id = 'bench' AND id = 'thr_big'"):
         log("seeding the store (10k threads, 100k triggers, a 1M-event thread)")
         started = time.perf_counter()
-        execute_file(dsn, HERE / "seed.sql")
+        execute(dsn, (HERE / "seed.sql").read_text())
         log(f"seeded in {time.perf_counter() - started:.0f} s")
 
 
