@@ -1620,8 +1620,9 @@ BEGIN
     IF coalesce(t, '') = '' THEN  -- no tenant bound: nothing, never everything
         RETURN;
     END IF;
-    q := recall_scoped(t, websearch_to_tsquery('simple', p_q));
-    mq := recall_scoped(recall_memory_scopes(t, reads), websearch_to_tsquery('simple', p_q));  -- memories
+    q := websearch_to_tsquery('simple', p_q);
+    mq := recall_scoped(recall_memory_scopes(t, reads), q);  -- memories
+    q := recall_scoped(t, q);
     RETURN QUERY SELECT * FROM (
         SELECT s.kind, s.id, s.created_at, round(ts_rank(s.search, q)::numeric, 6) AS score FROM recall_searchable s
          WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ CASE s.kind WHEN 'memory' THEN mq ELSE q END AND NOT recall_is_gone(s.deleted_at, s.expires_at)
@@ -1677,7 +1678,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     t text := current_setting('app.tenant_id', true);
     cap constant integer := 1000;
-    free text; w text; stem text;
+    free text; words text[]; w text; stem text;
     exact tsquery; wq tsquery; df integer;
     exacts tsquery[] := '{}'; stems tsquery[] := '{}'; weights float8[] := '{}'; rares boolean[] := '{}';
     rare tsquery; anyq tsquery; allq tsquery; must tsquery; total float8 := 0; covered float8 := 0;
@@ -1692,6 +1693,7 @@ BEGIN
     mscopes := recall_memory_scopes(t, reads);
     must := recall_search_must(t, p_q);
     free := regexp_replace(p_q, '(?:^|\s)-[^\s"]+', ' ', 'g');  -- "phrases" are required, and their words scored
+    words := tsvector_to_array(to_tsvector('simple', free));
     -- The words ANALYZE found in 10 * cap or more of one table's objects of this tenant (its most common
     -- elements of `search`): common, without counting. Counting reads up to `cap` rows per word, and a word in
     -- 100,000 objects builds its whole bitmap first: on a store of a million objects that was 95% of a
@@ -1703,9 +1705,9 @@ BEGIN
          WHERE st.schemaname = 'public' AND st.attname = 'search' AND m.f * c.reltuples >= 10 * cap
            AND st.tablename = ANY (ARRAY(SELECT CASE k WHEN 'message' THEN 'thread_messages' ELSE k || 's' END
                                             FROM unnest(p_kinds) k))
-           AND m.e = ANY (ARRAY(SELECT t || ':' || u.word FROM unnest(tsvector_to_array(to_tsvector('simple', free))) u(word)));
+           AND m.e = ANY (ARRAY(SELECT t || ':' || u.word FROM unnest(words) u(word)));
     END IF;
-    FOR w IN SELECT unnest(tsvector_to_array(to_tsvector('simple', free))) LOOP
+    FOREACH w IN ARRAY words LOOP
         exact := ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery;  -- unscoped here
         stem := (SELECT l FROM unnest(tsvector_to_array(to_tsvector('english', w))) l LIMIT 1);
         wq := exact;
