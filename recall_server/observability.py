@@ -39,8 +39,8 @@ LATENCY = Histogram("recall_http_request_duration_seconds", "HTTP request latenc
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 POOL = Gauge("recall_db_pool_connections", "Pool connections by state (per process, summed)", ["state"],
              multiprocess_mode="livesum")
-DB_ERRORS = Counter("recall_db_errors_total", "Requests that failed because the database was unreachable, "
-                    "timed out or was saturated", ["reason"])
+DB_ERRORS = Counter("recall_db_errors_total", "Database calls (of requests and of background "
+                    "work such as the indexer) that failed because it was unreachable, timed out or was saturated", ["reason"])
 CONTENT_CACHE = Counter("recall_content_cache_total", "Payload/body reads served from this process's cache (hit) "
                         "or with the bytes from the database (miss)", ["result"])
 EMBEDDED = Counter("recall_embeddings_total", "Objects the indexer embedded and stored (all processes)")
