@@ -166,17 +166,21 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION recall_store_external(regclass, name) FROM PUBLIC;
--- A column with a CHECK, added only when missing: a Citus coordinator refuses ADD COLUMN with a CHECK on a
--- distributed or reference table even when the column exists (docs/scaling.md).
-CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text) RETURNS void
-LANGUAGE plpgsql AS $$
+-- A column with a CHECK, added only when missing, and its CHECK as a named constraint of its own (the name
+-- PostgreSQL would give it): a Citus coordinator refuses ADD COLUMN with a CHECK on a distributed or reference
+-- table, even when the column exists, and takes the two as separate statements (docs/scaling.md).
+DROP FUNCTION IF EXISTS recall_add_column(regclass, name, text);
+CREATE OR REPLACE FUNCTION recall_add_column(tbl regclass, col name, definition text, check_expr text)
+RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) THEN
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I %s', tbl, col, definition);
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%s)', tbl,
+                       (SELECT relname FROM pg_class WHERE oid = tbl) || '_' || col || '_check', check_expr);
     END IF;
 END
 $$;
-REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION recall_add_column(regclass, name, text, text) FROM PUBLIC;
 SELECT recall_store_external('triggers', 'payload');
 -- A webhook delivered twice (same source, same delivery GUID) is one trigger.
 CREATE UNIQUE INDEX IF NOT EXISTS triggers_by_external_id ON triggers (tenant_id, source, external_id)
@@ -288,9 +292,9 @@ CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant_id, created_at
 -- with read or write access, as written (`grants`) and resolved for the subject (`grant_lines`, what the key
 -- check binds). No grants: the key reaches its whole tenant. last_used_at is written by each server process
 -- every few seconds at most (recall_keys_used), never by the request itself.
-SELECT recall_add_column('api_keys', 'subject',
-                         $$text CHECK (char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$')$$);
-SELECT recall_add_column('api_keys', 'grants', $$jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(grants) = 'array')$$);
+SELECT recall_add_column('api_keys', 'subject', 'text',
+                         $$char_length(subject) <= 80 AND subject ~ '^[a-z][a-z0-9_-]*:[A-Za-z0-9_-]+$'$$);
+SELECT recall_add_column('api_keys', 'grants', $$jsonb NOT NULL DEFAULT '[]'$$, $$jsonb_typeof(grants) = 'array'$$);
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS grant_lines text NOT NULL DEFAULT '';
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 
@@ -363,9 +367,9 @@ DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the i
 CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
-SELECT recall_add_column('tenants', 'memory_scratchpad_ttl',
-                         $$interval DEFAULT interval '7 days' CHECK (memory_scratchpad_ttl > interval '0')$$);
-SELECT recall_add_column('tenants', 'memory_state_ttl', $$interval CHECK (memory_state_ttl > interval '0')$$);
+SELECT recall_add_column('tenants', 'memory_scratchpad_ttl', $$interval DEFAULT interval '7 days'$$,
+                         $$memory_scratchpad_ttl > interval '0'$$);
+SELECT recall_add_column('tenants', 'memory_state_ttl', 'interval', $$memory_state_ttl > interval '0'$$);
 
 
 -- ---- isolation ---------------------------------------------------------------------------
@@ -2346,8 +2350,8 @@ CREATE TABLE IF NOT EXISTS checkpoint_writes (
 );
 -- Retention per tenant, applied by the sweep (NULL: none): keep the newest N checkpoints of each
 -- (thread, namespace), and drop checkpoints older than an age; the newest of each is always kept.
-SELECT recall_add_column('tenants', 'checkpoint_keep_latest', 'integer CHECK (checkpoint_keep_latest >= 1)');
-SELECT recall_add_column('tenants', 'checkpoint_max_age', $$interval CHECK (checkpoint_max_age > interval '0')$$);
+SELECT recall_add_column('tenants', 'checkpoint_keep_latest', 'integer', 'checkpoint_keep_latest >= 1');
+SELECT recall_add_column('tenants', 'checkpoint_max_age', 'interval', $$checkpoint_max_age > interval '0'$$);
 
 GRANT SELECT, INSERT, UPDATE ON checkpoint_threads TO recall_app;
 GRANT SELECT, INSERT, DELETE ON checkpoints, checkpoint_blobs, checkpoint_writes TO recall_app;

@@ -85,6 +85,19 @@ def drop_citus_database(coordinator_url: str, name: str) -> None:
         run_script(node, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def upgrade_adding_a_check_column(url: str, *migrate: str) -> tuple[str, str]:
+    """An upgrade that adds a column with a CHECK, as schema.sql's later versions do: drop one such column
+    (tenants.checkpoint_max_age) of a migrated store, migrate again; its CHECK's definition before and
+    after."""
+    check = ("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+             " WHERE conrelid = 'tenants'::regclass AND conname = 'tenants_checkpoint_max_age_check'")
+    [[before]] = run_sql(url, check)
+    run_script(url, "ALTER TABLE tenants DROP COLUMN checkpoint_max_age")
+    assert cli(url, "migrate", *migrate).startswith("schema version")
+    [[after]] = run_sql(url, check)
+    return before, after
+
+
 async def _script(dsn: str, script: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:

@@ -13,7 +13,16 @@ import asyncio
 import asyncpg
 import httpx
 import pytest
-from helpers import CITUS_URL, Graph, cli, create_key, uid
+from helpers import (
+    CITUS_URL,
+    Graph,
+    citus_database,
+    cli,
+    create_key,
+    drop_citus_database,
+    uid,
+    upgrade_adding_a_check_column,
+)
 
 from recall_server.db import citus
 from recall_server.db.pool import Database, as_app_role
@@ -61,6 +70,20 @@ def test_migrate_and_migrate_citus_run_again_on_a_distributed_store(database_url
     assert "schema version" in cli(database_url, "migrate")
     assert "schema version" in cli(database_url, "migrate", "--citus")
     assert query(database_url, "SELECT count(*) FROM pg_dist_shard")[0][0] == before  # nothing distributed twice
+
+
+def test_an_upgrade_adding_a_column_with_a_check_runs_on_a_distributed_store() -> None:
+    """Citus refuses ADD COLUMN with a CHECK on a distributed or reference table; schema.sql adds the column,
+    then the CHECK as a named constraint, which it takes (on every node: tenants is a reference table)."""
+    name = f"recall_check_{uid('t')[-12:].lower()}"
+    url = citus_database(CITUS_URL, name)
+    try:
+        before, after = upgrade_adding_a_check_column(url, "--citus")
+        assert after == before == "CHECK ((checkpoint_max_age > '00:00:00'::interval))"
+        with pytest.raises(asyncpg.CheckViolationError):
+            query(url, "INSERT INTO tenants (id, checkpoint_max_age) VALUES ('t-neg', interval '-1 day')")
+    finally:
+        drop_citus_database(CITUS_URL, name)
 
 
 def test_tenants_land_on_every_worker(database_url: str, base_url: str) -> None:

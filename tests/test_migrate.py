@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
-from helpers import ServerProcess, cli, create_key, run_script, run_sql, with_database
+from helpers import ServerProcess, cli, create_key, run_script, run_sql, upgrade_adding_a_check_column, with_database
 
 DATA = Path(__file__).parent / "data"
 
@@ -257,5 +258,21 @@ def test_version_9_scopes_a_memorys_words_to_its_namespace_as_well(database_url:
         assert cli(url, "migrate").strip() == "schema version 9"
         [after] = run_sql(url, "SELECT search::text FROM memories")
         assert "'default:payment':" in after[0] and "'default/users/u1:payment':" in after[0], after[0]
+    finally:
+        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_a_column_an_upgrade_adds_gets_the_check_a_fresh_store_has(database_url: str) -> None:
+    """schema.sql adds a later version's columns with recall_add_column: the column, then its CHECK as a
+    constraint of its own (the two statements a Citus coordinator takes; tests/test_citus.py runs it there)."""
+    name = f"recall_check_{uuid.uuid4().hex[:12]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    url = with_database(database_url, name)
+    try:
+        assert cli(url, "migrate").startswith("schema version")
+        before, after = upgrade_adding_a_check_column(url)
+        assert after == before == "CHECK ((checkpoint_max_age > '00:00:00'::interval))"
+        with pytest.raises(asyncpg.CheckViolationError):
+            run_script(url, "INSERT INTO tenants (id, checkpoint_max_age) VALUES ('t-neg', interval '-1 day')")
     finally:
         run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
