@@ -73,8 +73,6 @@ CITUS_FAILS: dict[str, str] = {
         "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
     "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
         "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
-    "tests/test_messages.py::test_search_finds_message_content_in_every_mode_and_hops_to_it":
-        "the cluster has no pgvector: embeddings has no vector column, so the indexer stores none",
     "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":
         "the key check and the binding are statements of their own on Citus (counts differ, traced or not alike)",
 }

@@ -167,6 +167,8 @@ _DEFINES = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE OR REPLACE FUNCTION (\w+)\(
 _CONSTANT_COLUMN_FILTERS = (
     (re.compile(r"\b(\w+)\.kind = ANY\(p_kinds\)"), r"\1.kind = ANY(recall_opaque(p_kinds))"),
     (re.compile(r"\b(\w+)\.status = p_status\b"), r"recall_opaque(\1.status) = p_status"),
+    # the semantic arm's one kind, written into its statement as a literal
+    (re.compile(r"format\('(\w+)\.kind = %L', p_kinds\[1\]\)"), r"format('\1.kind = recall_opaque(%L::text)', p_kinds[1])"),
 )
 
 
@@ -273,6 +275,34 @@ BEGIN
         END IF;
     END LOOP;
     RETURN n;
+END
+$citus$""",
+    # The indexer's batch tenant by tenant (Citus locks rows FOR UPDATE in a one-shard statement only): the
+    # tenant of the oldest due entry not yet visited (one index probe a shard), then its due entries, oldest
+    # first, up to what the batch still wants; at most 8 tenants a batch.
+    """CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer)
+RETURNS TABLE (tenant_id text, object_id text, kind text, queued_at timestamptz, text text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+#variable_conflict use_column
+DECLARE v_tenant text; seen text[] := '{}'; got bigint := 0; r record;
+BEGIN
+    FOR i IN 1..8 LOOP
+        SELECT q.tenant_id INTO v_tenant FROM embedding_queue q
+         WHERE q.not_before <= now() AND q.tenant_id <> ALL(seen) ORDER BY q.not_before, q.queued_at LIMIT 1;
+        EXIT WHEN v_tenant IS NULL;
+        seen := seen || v_tenant;
+        -- the entries locked first, their texts read after (a shard query runs no distributed query)
+        FOR r IN SELECT e.tenant_id, e.object_id, e.kind, e.queued_at FROM embedding_queue e
+                  WHERE e.tenant_id = v_tenant AND e.not_before <= now()
+                  ORDER BY e.not_before, e.queued_at LIMIT n - got FOR UPDATE SKIP LOCKED LOOP
+            tenant_id := r.tenant_id; object_id := r.object_id; kind := r.kind; queued_at := r.queued_at;
+            text := recall_embedding_text(r.tenant_id, r.object_id, r.kind);
+            got := got + 1;
+            RETURN NEXT;
+        END LOOP;
+        EXIT WHEN got >= n;
+        v_tenant := NULL;
+    END LOOP;
 END
 $citus$""",
     # The trace flush and retention, each statement one Citus plans: a read filed row by row (an
