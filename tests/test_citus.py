@@ -112,6 +112,26 @@ def test_a_tenant_bound_with_set_config_alone_reaches_no_worker(database_url: st
     assert query(as_app_role(database_url), "SELECT id FROM threads", tenant="default") != []
 
 
+def test_a_set_local_in_a_function_reaches_the_worker_and_set_config_does_not(database_url: str,
+                                                                             client: httpx.Client) -> None:
+    """Why recall_semantic_hits sets its HNSW walk's settings with SET LOCAL: the walk runs on a worker."""
+    Graph(client).thread()
+
+    async def setting_on_the_worker(how: str) -> str | None:
+        conn = await asyncpg.connect(as_app_role(database_url))
+        try:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL app.tenant_id = 'default'")
+                await conn.execute(f"DO $$ BEGIN {how}; END $$")
+                return await conn.fetchval("SELECT current_setting('hnsw.ef_search', true) FROM threads"
+                                            " WHERE tenant_id = 'default' LIMIT 1")
+        finally:
+            await conn.close()
+
+    assert asyncio.run(setting_on_the_worker("PERFORM set_config('hnsw.ef_search', '77', true)")) != "77"
+    assert asyncio.run(setting_on_the_worker("SET LOCAL hnsw.ef_search = 66")) == "66"
+
+
 def test_a_fresh_pooled_connection_looks_types_up_without_citus_hiding_shards(database_url: str) -> None:
     """asyncpg's first bigint[] on a connection looks the type up in pg_type and pg_class; with Citus filtering
     pg_class row by row to hide shards, that took 500-800 ms inside the request's transaction, and eight

@@ -172,6 +172,18 @@ _CONSTANT_COLUMN_FILTERS = (
 )
 
 
+# The semantic arm's settings for its HNSW walk (pgvector's iterative scan, no sort) as SET LOCAL on a
+# coordinator: the walk runs on a worker, which a SET LOCAL reaches (citus.propagate_set_commands = 'local',
+# tenancy.py) and a set_config does not (tests/test_citus.py); a function that runs SET is VOLATILE.
+_SETTINGS_TO_WORKERS = {"recall_semantic_hits"}
+_SET_CONFIG = re.compile(r"PERFORM set_config\('([\w.]+)', (.*?), true\);", re.S)
+
+
+def _settings_to_workers(statement: str) -> str:
+    statement = _SET_CONFIG.sub(r"EXECUTE format('SET LOCAL \1 = %L', \2);", statement)
+    return statement.replace("LANGUAGE plpgsql STABLE ", "LANGUAGE plpgsql VOLATILE ", 1)
+
+
 # schema.sql's SQL functions that write, as PL/pgSQL on a coordinator: Citus plans no statement of a SQL
 # function with parameters ("parameters in SQL functions"). The same statement, its last SELECT's value
 # returned (_as_plpgsql). adapt() does the same for the functions that only read, after schema.sql.
@@ -205,6 +217,8 @@ def replacement(statement: str) -> str:
             statement = pattern.sub(opaque, statement)
     if defined.group(1) in _WRITERS_AS_PLPGSQL:
         return _as_plpgsql(statement)
+    if defined.group(1) in _SETTINGS_TO_WORKERS:
+        statement = _settings_to_workers(statement)
     return OVERRIDES.get(defined.group(1), statement)
 
 
