@@ -65,12 +65,8 @@ CITUS_TIER = {
 # Tests of the tier that fail on Citus, with why: most look at one node's internals (a plan, index statistics,
 # pg_locks, statement counts) that are elsewhere on a cluster; docs/scaling.md says what does not work there.
 CITUS_FAILS: dict[str, str] = {
-    "tests/test_webhooks.py::test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it":
-        "the test watches pg_locks on the coordinator; the wait happens on a worker",
     "tests/test_search.py::test_search_uses_the_gin_indexes_which_rls_would_forbid":
         "the test reads index statistics on the coordinator; the scans happen on the workers",
-    "tests/test_tenancy.py::test_a_pooled_connection_never_carries_one_tenants_session_into_the_next":
-        "timed out (httpx.ReadTimeout) in one run of the tier under load; passed in the others",
     "tests/test_grants.py::test_another_subjects_thread_is_refused_before_any_of_its_events_are_read":
         "the test EXPLAINs the single-node statement on the coordinator: 'cannot perform a lateral outer join'",
     "tests/test_trace.py::test_a_traced_read_runs_exactly_the_statements_of_an_untraced_one":

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from helpers import ServerProcess, assert_problem, cli, create_key, run_sql
+from helpers import CITUS_URL, ServerProcess, assert_problem, cli, create_key, run_sql
 
 from recall_server import auth, ids
 from recall_server.db.pool import as_app_role
@@ -23,6 +23,8 @@ from recall_server.webhooks import signing
 from test_github_mapping import VECTOR_BODY, VECTOR_SECRET, VECTOR_SIGNATURE, example
 
 TENANT = "gh-hooks"
+# where a backend waiting on a lock shows: on Citus the wait happens on a worker, which citus_stat_activity covers
+ACTIVITY = "citus_stat_activity" if CITUS_URL else "pg_stat_activity"
 
 
 class Hook:
@@ -473,7 +475,7 @@ def test_a_delivery_waiting_on_another_transactions_new_thread_files_on_it(
                     hook.send, "pull_request_review_comment", payload("pull_request_review_comment.created", repo)))
                 for _ in range(200):  # until the delivery waits on this transaction's thread row
                     waiting = await maker.fetchval(  # (its query column may still show an earlier statement)
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'transactionid'")
+                        f"SELECT count(*) FROM {ACTIVITY} WHERE wait_event = 'transactionid'")
                     if waiting or sent.done():
                         break
                     await asyncio.sleep(0.02)
