@@ -2046,9 +2046,10 @@ BEGIN
                  DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, embedded_at = excluded.embedded_at'
         USING v_tenant, p_tenants, p_ids, p_kinds, p_model, p_dims, p_vectors, held_o, live;
         DELETE FROM embedding_queue q WHERE q.tenant_id = v_tenant AND q.object_id = ANY(held_o);
-        UPDATE embedding_queue q SET not_before = now() + interval '1 second'  -- held by a writer: a moment later
-          FROM unnest(p_tenants, p_ids) AS v(t, o)
-         WHERE q.tenant_id = v_tenant AND v.t = v_tenant AND q.object_id = v.o;
+        -- the rest, held by a writer: a moment later (the IDs as an array, so both key columns probe the index)
+        UPDATE embedding_queue q SET not_before = now() + interval '1 second'
+         WHERE q.tenant_id = v_tenant
+           AND q.object_id = ANY(ARRAY(SELECT v.o FROM unnest(p_tenants, p_ids) AS v(t, o) WHERE v.t = v_tenant));
     END LOOP;
 END
 $$;
@@ -2066,7 +2067,7 @@ BEGIN
                not_before = CASE WHEN p_permanent THEN 'infinity'::timestamptz
                                  ELSE now() + least(3600, 30 * 2 ^ least(q.attempts, 12)) * interval '1 second' END
          WHERE q.tenant_id = v_tenant
-           AND q.object_id IN (SELECT v.o FROM unnest(p_tenants, p_ids) AS v(t, o) WHERE v.t = v_tenant);
+           AND q.object_id = ANY(ARRAY(SELECT v.o FROM unnest(p_tenants, p_ids) AS v(t, o) WHERE v.t = v_tenant));
     END LOOP;
 END
 $$;
