@@ -57,8 +57,8 @@ def _one_tls_context() -> None:
 # contracts); the others are about one PostgreSQL server (plans, dump/restore, the embedded cluster,
 # fault injection) or about no database, and are skipped there.
 CITUS_TIER = {
-    "test_agents_session.py", "test_anthropic_memory.py", "test_bad_input.py", "test_citus.py", "test_client.py",
-    "test_console.py", "test_content.py", "test_contract_cursors.py", "test_contract_misses.py",
+    "test_agents_session.py", "test_anthropic_memory.py", "test_bad_input.py", "test_citus.py",
+    "test_citus_dump_restore.py", "test_client.py", "test_console.py", "test_content.py", "test_contract_cursors.py", "test_contract_misses.py",
     "test_contract_stable_ids.py", "test_edge.py", "test_grants.py", "test_grep.py", "test_hostile_input.py",
     "test_http_limits.py", "test_http_semantics.py", "test_hybrid_search.py", "test_inline_views.py",
     "test_langgraph.py", "test_langgraph_checkpoint_conformance.py", "test_langgraph_checkpointer.py",
