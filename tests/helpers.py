@@ -40,10 +40,10 @@ def with_database(url: str, name: str) -> str:
 CITUS_URL = os.environ.get("RECALL_TEST_CITUS_URL")  # a Citus coordinator: the suite's Citus tier (tests/test_citus.py)
 
 
-def citus_database(coordinator_url: str, name: str) -> str:
+def citus_database(coordinator_url: str, name: str, distributed: bool = True) -> str:
     """A new database `name` on the Citus cluster of `coordinator_url` (the coordinator and every worker its
-    pg_dist_node lists, each with the citus extension, the workers added), migrated with `migrate --citus`;
-    its URL on the coordinator."""
+    pg_dist_node lists, each with the citus extension, the workers added), migrated with `migrate --citus`
+    (with `distributed` false, plain `migrate`: a store on the coordinator alone); its URL on the coordinator."""
     async def go() -> None:
         conn = await asyncpg.connect(coordinator_url)
         try:
@@ -72,7 +72,7 @@ def citus_database(coordinator_url: str, name: str) -> str:
 
     asyncio.run(go())
     url = with_database(coordinator_url, name)
-    cli(url, "migrate", "--citus")
+    cli(url, "migrate", *(["--citus"] if distributed else []))
     return url
 
 

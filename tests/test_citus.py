@@ -9,6 +9,7 @@ without it these tests are skipped: they need a Citus coordinator, which the emb
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -16,6 +17,7 @@ import pytest
 from helpers import (
     CITUS_URL,
     Graph,
+    ServerProcess,
     citus_database,
     cli,
     create_key,
@@ -82,6 +84,52 @@ def test_an_upgrade_adding_a_column_with_a_check_runs_on_a_distributed_store() -
         assert after == before == "CHECK ((checkpoint_max_age > '00:00:00'::interval))"
         with pytest.raises(asyncpg.CheckViolationError):
             query(url, "INSERT INTO tenants (id, checkpoint_max_age) VALUES ('t-neg', interval '-1 day')")
+    finally:
+        drop_citus_database(CITUS_URL, name)
+
+
+def test_a_store_that_served_on_one_node_distributes_and_answers_as_before(tmp_path: Path) -> None:
+    """Outgrowing one PostgreSQL: a store made by plain `migrate` on the coordinator, written to by a server,
+    then `migrate --citus`. Its rows move to the workers (no trigger runs as they move: the embedding
+    queue's would, before its own table is distributed), every read answers as before, the coordinator
+    keeps no copy, and new writes run the triggers again."""
+    name = f"recall_grow_{uid('t')[-12:].lower()}"
+    url = citus_database(CITUS_URL, name, distributed=False)
+    try:
+        key = create_key(url, "grown", "write")
+        headers = {"Authorization": f"Bearer {key}"}
+        server = ServerProcess(url, tmp_path / "one-node.log", RECALL_EMBEDDER="none").start()
+        try:
+            with httpx.Client(base_url=server.url, headers=headers) as c:
+                graph = Graph(c)
+                thread = graph.thread()["id"]
+                trigger = graph.trigger(thread_id=thread)["id"]
+                for n in range(3):
+                    graph.note(thread, f"note {n}")
+                paths = [f"/threads/{thread}", f"/threads/{thread}/events", f"/triggers/{trigger}",
+                         f"/triggers/{trigger}/payload"]
+                before = [c.get(p).content for p in paths]
+        finally:
+            server.stop()
+        queued = query(url, "SELECT count(*) FROM embedding_queue")[0][0]
+
+        assert "schema version" in cli(url, "migrate", "--citus")
+        assert {r[0] for r in query(url, "SELECT table_name::text FROM citus_tables"
+                                         " WHERE citus_table_type = 'distributed'")} == set(citus.DISTRIBUTED_TABLES)
+        assert query(url, "SELECT count(*) FROM embedding_queue")[0][0] == queued  # nothing queued again
+        local = query(url, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                           " WHERE n.nspname = 'public' AND c.relname = ANY($1) AND pg_relation_size(c.oid) > 0",
+                      list(citus.DISTRIBUTED_TABLES))[0][0]
+        assert local == 0, "the coordinator keeps a copy of distributed rows"
+        server = ServerProcess(url, tmp_path / "citus.log", RECALL_EMBEDDER="none").start()
+        try:
+            with httpx.Client(base_url=server.url, headers=headers) as c:
+                assert [c.get(p).content for p in paths] == before
+                assert Graph(c).note(thread, "after")["seq"] == 5
+                Graph(c).thread()
+        finally:
+            server.stop()
+        assert query(url, "SELECT count(*) FROM embedding_queue")[0][0] == queued + 1  # the new thread's trigger ran
     finally:
         drop_citus_database(CITUS_URL, name)
 

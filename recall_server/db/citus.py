@@ -370,11 +370,21 @@ async def distribute(conn: asyncpg.Connection) -> list[str]:
         if table not in placed:
             await conn.execute("SELECT create_reference_table($1)", table)
             done.append(f"reference table {table}")
-    for table in DISTRIBUTED_TABLES:
-        if table not in placed:
-            await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
-                               table, "default" if table == "threads" else "threads")
-            done.append(f"distributed table {table}")
+    new = [table for table in DISTRIBUTED_TABLES if table not in placed]
+    # A populated store (one that served on one node): distributing copies each table's rows into its new
+    # shards, where its triggers would run (the embedding queue's, before embedding_queue is distributed:
+    # "relation does not exist"). Its rows were written and queued already, so no trigger runs while they
+    # move; the copies left on the coordinator go after.
+    for table in new:
+        await conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+    for table in new:
+        await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
+                           table, "default" if table == "threads" else "threads")
+        done.append(f"distributed table {table}")
+    for table in new:
+        await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+    for table in new:
+        await conn.execute("SELECT truncate_local_data_after_distributing_table($1)", table)
     database = await conn.fetchval("SELECT quote_ident(current_database())")
     for setting in ROLE_SETTINGS:
         if not await conn.fetchval(
