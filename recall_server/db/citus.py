@@ -153,6 +153,73 @@ BEGIN
                                 WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
 END
 $citus$""",
+    # The indexer's store and its failures, a statement per tenant (a batch holds few tenants; Citus routes a
+    # statement that names its tenant as a value to one shard). schema.sql's forms do all of a batch's tenants
+    # in one statement each, which Citus cannot route.
+    "recall_embedding_store": r"""CREATE OR REPLACE FUNCTION recall_embedding_store(p_tenants text[], p_ids text[], p_kinds text[], p_vectors text[],
+    p_model text, p_dims integer) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE
+    v_tenant text;
+    k record;
+    held_o text[]; live boolean[];
+    o2 text[]; l2 boolean[];
+BEGIN
+    -- Tenant by tenant, each statement naming its tenant as a value (a batch holds few tenants; on Citus each
+    -- statement is then one shard's)
+    FOR v_tenant IN SELECT DISTINCT u FROM unnest(p_tenants) u LOOP
+        held_o := '{}'; live := '{}';
+        FOR k IN SELECT * FROM (VALUES ('threads', 'thread', 'true'), ('workers', 'worker', 'true'),
+                                       ('triggers', 'trigger', 'true'), ('reports', 'report', 'true'),
+                                       ('memories', 'memory', 'x.current')) AS v(tbl, kind, current) LOOP
+            EXECUTE format('SELECT coalesce(array_agg(h.o), ''{}''), coalesce(array_agg(h.live), ''{}'')
+                              FROM (SELECT x.id AS o, %s AND NOT recall_is_gone(x.deleted_at, x.expires_at) AS live
+                                      FROM %I x JOIN unnest($2, $3, $4) AS v(t, o, k)
+                                        ON v.k = %L AND v.t = $1 AND x.id = v.o
+                                     WHERE x.tenant_id = $1
+                                       FOR SHARE OF x SKIP LOCKED) h', k.current, k.tbl, k.kind)
+            INTO o2, l2 USING v_tenant, p_tenants, p_ids, p_kinds;
+            held_o := held_o || o2; live := live || l2;
+        END LOOP;
+        -- messages: their rows share-locked the same way (an erasure deletes them), live while their thread is
+        SELECT coalesce(array_agg(h.o), '{}'), coalesce(array_agg(h.live), '{}') INTO o2, l2
+          FROM (SELECT recall_message_ref(x.thread_id, x.seq) AS o, NOT recall_is_gone(th.deleted_at, th.expires_at) AS live
+                  FROM thread_messages x JOIN threads th ON th.tenant_id = x.tenant_id AND th.id = x.thread_id
+                  JOIN unnest(p_tenants, p_ids, p_kinds) AS v(t, o, k)
+                    ON v.k = 'message' AND v.t = v_tenant AND recall_message_ref(x.thread_id, x.seq) = v.o
+                 WHERE x.tenant_id = v_tenant AND th.tenant_id = v_tenant
+                   FOR SHARE OF x SKIP LOCKED) h;
+        held_o := held_o || o2; live := live || l2;
+        EXECUTE 'INSERT INTO embeddings (tenant_id, object_id, kind, model, dims, embedding)
+                 SELECT $1, v.o, v.k, $5, $6, v.e::vector FROM unnest($2, $3, $4, $7) AS v(t, o, k, e)
+                   JOIN unnest($8, $9) AS h(o, live) ON h.o = v.o
+                  WHERE v.t = $1 AND v.e IS NOT NULL AND h.live
+                 ON CONFLICT (tenant_id, model, object_id)
+                 DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims, embedded_at = excluded.embedded_at'
+        USING v_tenant, p_tenants, p_ids, p_kinds, p_model, p_dims, p_vectors, held_o, live;
+        DELETE FROM embedding_queue q WHERE q.tenant_id = v_tenant AND q.object_id = ANY(held_o);
+        -- the rest, held by a writer: a moment later (the IDs as an array, so both key columns probe the index)
+        UPDATE embedding_queue q SET not_before = now() + interval '1 second'
+         WHERE q.tenant_id = v_tenant
+           AND q.object_id = ANY(ARRAY(SELECT v.o FROM unnest(p_tenants, p_ids) AS v(t, o) WHERE v.t = v_tenant));
+    END LOOP;
+END
+$citus$""",
+    "recall_embedding_failed": r"""CREATE OR REPLACE FUNCTION recall_embedding_failed(p_tenants text[], p_ids text[], p_error text, p_permanent boolean)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $citus$
+DECLARE v_tenant text;
+BEGIN
+    FOR v_tenant IN SELECT DISTINCT u FROM unnest(p_tenants) u LOOP  -- a statement per tenant, as recall_embedding_store
+        UPDATE embedding_queue q
+           SET attempts = q.attempts + 1, last_error = left(p_error, 500),
+               not_before = CASE WHEN p_permanent THEN 'infinity'::timestamptz
+                                 ELSE now() + least(3600, 30 * 2 ^ least(q.attempts, 12)) * interval '1 second' END
+         WHERE q.tenant_id = v_tenant
+           AND q.object_id = ANY(ARRAY(SELECT v.o FROM unnest(p_tenants, p_ids) AS v(t, o) WHERE v.t = v_tenant));
+    END LOOP;
+END
+$citus$""",
 }
 
 _DEFINES = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE OR REPLACE FUNCTION (\w+)\(")
