@@ -21,12 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
+import test_dump_restore
 from helpers import (
     CITUS_URL,
     ServerProcess,
-    assert_problem,
     citus_database,
     cli,
     create_key,
@@ -34,17 +33,7 @@ from helpers import (
     run_sql,
     with_database,
 )
-from test_dump_restore import (
-    CONTENT,
-    HREF,
-    Story,
-    answers,
-    assert_same_answers,
-    identity,
-    pg_bindir,
-    same_on_both,
-    story,  # noqa: F401 (the fixture)
-)
+from test_dump_restore import Story, pg_bindir, story  # noqa: F401 (story: the fixture)
 
 pytestmark = pytest.mark.skipif(not CITUS_URL, reason="needs a Citus coordinator: set RECALL_TEST_CITUS_URL")
 
@@ -137,19 +126,6 @@ def restored(request: pytest.FixtureRequest, database_url: str, tenant_keys: dic
             drop_citus_database(CITUS_URL, name)
 
 
-def test_the_restored_store_answers_every_id_and_old_cursor_exactly_as_before(
-    story: Story, restored: Restored, api_key: str
-) -> None:
-    # The key made before the dump still works, and so do the cursors: the cursor secret came along.
-    with httpx.Client(base_url=restored.server, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
-        assert_same_answers(story.before, answers(c, story.requests))
-        assert_problem(c.get(f"/triggers/{story.gone}"), 410, story.gone)
-
-
-def test_the_restored_store_renumbers_nothing(database_url: str, restored: Restored) -> None:
-    assert identity(restored.url) == identity(database_url)
-
-
 def test_the_restored_store_is_distributed_as_the_original_or_not_at_all(database_url: str, restored: Restored) -> None:
     placement = ("SELECT table_name::text, citus_table_type, distribution_column FROM citus_tables"
                  " ORDER BY 1")
@@ -162,40 +138,13 @@ def test_the_restored_store_is_distributed_as_the_original_or_not_at_all(databas
                                                                                  "SELECT count(*) FROM threads")[0][0]
 
 
-def test_every_object_of_every_tenant_answers_the_same_from_both_stores(
-    database_url: str, base_url: str, restored: Restored
-) -> None:
-    objects = run_sql(database_url, "SELECT tenant_id, id FROM threads UNION ALL SELECT tenant_id, id FROM workers "
-                                        "UNION ALL SELECT tenant_id, id FROM triggers "
-                                        "UNION ALL SELECT tenant_id, id FROM reports ORDER BY 1, 2")
-    differ = []
-    for tenant, key in restored.tenant_keys.items():
-        auth = {"Authorization": f"Bearer {key}"}
-        with (httpx.Client(base_url=base_url, timeout=30, headers=auth) as original,
-              httpx.Client(base_url=restored.server, timeout=30, headers=auth) as copy):
-            for object_id in (r["id"] for r in objects if r["tenant_id"] == tenant):
-                paths = [f"{HREF[object_id[:3]]}/{object_id}", f"/ids/{object_id}"]
-                if object_id[:3] in CONTENT:
-                    paths.append(f"{HREF[object_id[:3]]}/{object_id}/{CONTENT[object_id[:3]]}")
-                differ += [(tenant, path) for path in paths if not same_on_both(original, copy, path)]
-    assert len(objects) >= len(restored.tenant_keys)
-    assert not differ, differ[:20]
-
-
-def test_the_restored_store_refuses_a_clash_and_continues_every_sequence(
-    story: Story, restored: Restored, api_key: str
-) -> None:
-    """Last: it writes to the restored store."""
-    with httpx.Client(base_url=restored.server, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
-        for object_id in story.ids:
-            path, body = story.bodies[object_id]
-            assert_problem(c.post(path, json={**body, "summary": "a different body"}), 409, object_id)
-        worker = next(i for i in story.ids if i.startswith("wkr_"))
-        path, body = story.bodies[worker]
-        retry = c.post(path, json=body)
-        assert retry.status_code == 200 and retry.json()["id"] == worker  # the same body is a retry, as before
-        assert_problem(c.post("/triggers", json={**story.bodies[story.gone][1]}), 409, "retired")
-        thread = story.threads[0]
-        total = c.get(f"/threads/{thread}").json()["events_total"]
-        note = c.post(f"/threads/{thread}/events", json={"summary": "after the restore"})
-        assert note.status_code == 201 and note.json()["seq"] == total + 1
+# tests/test_dump_restore.py's tests of a restored store, here on the stores this module restores (the key
+# and the cursors made before the dump work: the keys and the cursor secret came along); last, as there:
+# the clash writes to the restored store.
+test_the_restored_store_answers_every_id_and_old_cursor_exactly_as_before = (
+    test_dump_restore.test_the_restored_store_answers_every_id_and_old_cursor_exactly_as_before)
+test_the_restored_store_renumbers_nothing = test_dump_restore.test_the_restored_store_renumbers_nothing
+test_every_object_of_every_tenant_answers_the_same_from_both_stores = (
+    test_dump_restore.test_every_object_of_every_tenant_answers_the_same_from_both_stores)
+test_the_restored_store_refuses_a_clash_and_continues_every_sequence = (
+    test_dump_restore.test_the_restored_store_refuses_a_clash_and_continues_every_sequence)
