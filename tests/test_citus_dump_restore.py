@@ -87,9 +87,19 @@ class Restored:
     tenant_keys: dict[str, str]  # a read key per tenant, made before the dump
 
 
+# A tenant other modules of the tier filled in bulk (up to 20,000 objects) is compared row by row by
+# test_the_restored_store_renumbers_nothing, not GET by GET: through a coordinator that took over 20 minutes.
+BULK = 1000
+
+
 @pytest.fixture(scope="module")
 def tenant_keys(database_url: str, story: Story) -> dict[str, str]:
-    return {r["id"]: create_key(database_url, r["id"], "read") for r in run_sql(database_url, "SELECT id FROM tenants")}
+    """A read key per tenant of at most BULK objects, made before the dump."""
+    bulk = {r[0] for r in run_sql(database_url, """
+        SELECT tenant_id FROM (SELECT tenant_id FROM threads UNION ALL SELECT tenant_id FROM triggers) x
+         GROUP BY tenant_id HAVING count(*) > $1""", BULK)}
+    return {r[0]: create_key(database_url, r[0], "read")
+            for r in run_sql(database_url, "SELECT id FROM tenants") if r[0] not in bulk}
 
 
 @pytest.fixture(scope="module", params=["off Citus", "onto Citus"])
