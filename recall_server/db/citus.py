@@ -382,7 +382,6 @@ BEGIN
             RETURN NEXT;
         END LOOP;
         EXIT WHEN got >= n;
-        v_tenant := NULL;
     END LOOP;
 END
 $citus$""",
@@ -444,13 +443,11 @@ async def distribute(conn: asyncpg.Connection) -> list[str]:
     # move; the copies left on the coordinator go after.
     for table in new:
         await conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-    for table in new:
         await conn.execute("SELECT create_distributed_table($1, 'tenant_id', colocate_with => $2)",
                            table, "default" if table == "threads" else "threads")
-        done.append(f"distributed table {table}")
-    for table in new:
         await conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-    for table in new:
+        done.append(f"distributed table {table}")
+    for table in new:  # once every table is distributed
         await conn.execute("SELECT truncate_local_data_after_distributing_table($1)", table)
     database = await conn.fetchval("SELECT quote_ident(current_database())")
     for setting in ROLE_SETTINGS:
