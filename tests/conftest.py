@@ -58,13 +58,14 @@ def _one_tls_context() -> None:
 # fault injection) or about no database, and are skipped there.
 CITUS_TIER = {
     "test_agents_session.py", "test_anthropic_memory.py", "test_bad_input.py", "test_citus.py",
-    "test_citus_dump_restore.py", "test_client.py", "test_console.py", "test_content.py", "test_contract_cursors.py", "test_contract_misses.py",
-    "test_contract_stable_ids.py", "test_edge.py", "test_grants.py", "test_grep.py", "test_hostile_input.py",
-    "test_http_limits.py", "test_http_semantics.py", "test_hybrid_search.py", "test_inline_views.py",
-    "test_langgraph.py", "test_langgraph_checkpoint_conformance.py", "test_langgraph_checkpointer.py",
-    "test_langgraph_conformance.py", "test_langgraph_semantic.py", "test_lifecycle.py", "test_mcp.py",
-    "test_memories.py", "test_messages.py", "test_payloads.py", "test_recall_story.py", "test_search.py",
-    "test_spill.py", "test_tenancy.py", "test_trace.py", "test_webhooks.py", "test_worker_heap.py",
+    "test_citus_dump_restore.py", "test_client.py", "test_console.py", "test_content.py",
+    "test_contract_cursors.py", "test_contract_misses.py", "test_contract_stable_ids.py", "test_edge.py",
+    "test_grants.py", "test_grep.py", "test_hostile_input.py", "test_http_limits.py", "test_http_semantics.py",
+    "test_hybrid_search.py", "test_inline_views.py", "test_langgraph.py",
+    "test_langgraph_checkpoint_conformance.py", "test_langgraph_checkpointer.py", "test_langgraph_conformance.py",
+    "test_langgraph_semantic.py", "test_lifecycle.py", "test_mcp.py", "test_memories.py", "test_messages.py",
+    "test_payloads.py", "test_recall_story.py", "test_search.py", "test_spill.py", "test_tenancy.py",
+    "test_trace.py", "test_webhooks.py", "test_worker_heap.py",
 }
 # Tests of the tier that fail on Citus, with why: most look at one node's internals (a plan, index statistics,
 # pg_locks, statement counts) that are elsewhere on a cluster; docs/scaling.md says what does not work there.

@@ -85,17 +85,22 @@ def drop_citus_database(coordinator_url: str, name: str) -> None:
         run_script(node, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def upgrade_adding_a_check_column(url: str, *migrate: str) -> tuple[str, str]:
+def assert_an_upgrade_adds_a_column_with_its_check(url: str, *migrate: str) -> None:
     """An upgrade that adds a column with a CHECK, as schema.sql's later versions do: drop one such column
-    (tenants.checkpoint_max_age) of a migrated store, migrate again; its CHECK's definition before and
-    after."""
+    (tenants.checkpoint_max_age) of a migrated store and migrate again; the column comes back with the CHECK
+    a fresh store has, and the CHECK holds."""
     check = ("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
              " WHERE conrelid = 'tenants'::regclass AND conname = 'tenants_checkpoint_max_age_check'")
     [[before]] = run_sql(url, check)
     run_script(url, "ALTER TABLE tenants DROP COLUMN checkpoint_max_age")
     assert cli(url, "migrate", *migrate).startswith("schema version")
     [[after]] = run_sql(url, check)
-    return before, after
+    assert after == before == "CHECK ((checkpoint_max_age > '00:00:00'::interval))"
+    try:
+        run_script(url, "INSERT INTO tenants (id, checkpoint_max_age) VALUES ('t-neg', interval '-1 day')")
+    except asyncpg.CheckViolationError:
+        return
+    raise AssertionError("a negative checkpoint_max_age was stored")
 
 
 async def _script(dsn: str, script: str) -> None:
