@@ -16,6 +16,7 @@ Outermost first:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from recall_server import config
@@ -54,4 +55,7 @@ def stack(settings: Settings) -> ObservabilityMiddleware:
 def from_env() -> ObservabilityMiddleware:
     """The ASGI factory worker processes import: settings come from the environment the CLI set."""
     die_with_parent()
+    # A library's warning (from any thread: the embedder loads in one) is a JSON log line like the
+    # rest, not bare text on stderr; before any thread starts, so a thread's catch_warnings keeps it.
+    logging.captureWarnings(True)
     return stack(config.load())

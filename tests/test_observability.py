@@ -198,6 +198,34 @@ def test_search_terms_patterns_and_memory_keys_never_reach_the_log(
     assert secret not in text, [line for line in text.splitlines() if secret in line][:3]
 
 
+def test_a_librarys_warning_from_a_background_thread_is_a_json_log_line(
+    database_url: str, api_key: str, tmp_path: Path
+) -> None:
+    """Libraries warn (urllib3 when PySocks is missing, as the embedder's import of requests showed): the
+    warning is one JSON line at level warning, not text on stderr. The embedder loads in a thread of the
+    indexer on the first trigger; a sitecustomize makes that import warn."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys, warnings\n"
+        "class Warn:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'wordllama':\n"
+        "            warnings.warn('a library warned on import', UserWarning)\n"
+        "sys.meta_path.insert(0, Warn())\n")
+    log = tmp_path / "server.log"
+    server = ServerProcess(database_url, log, PYTHONPATH=str(tmp_path), RECALL_SWEEP_INTERVAL="0").start()
+    try:
+        httpx.post(f"{server.url}/triggers", json={"source": "test", "summary": "s", "payload": "p"},
+                   headers={"Authorization": f"Bearer {api_key}"}).raise_for_status()
+        deadline = time.monotonic() + 30
+        while "a library warned on import" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)  # polling, with a deadline
+    finally:
+        server.stop()
+    warned = [line for line in json_lines(log) if "a library warned on import" in line["message"]]
+    assert [(line["level"], line["logger"]) for line in warned] == [("warning", "py.warnings")], warned
+
+
 # ---- metrics ----------------------------------------------------------------------------------
 
 
