@@ -548,3 +548,18 @@ def test_a_walk_that_meets_only_other_tenants_vectors_falls_back_to_the_sort(wal
     own distances fills the page."""
     found = _nearest(walk_store, 2, ALL_KINDS, 200)
     assert len(found) == 200 and all(f.startswith(("thr_w", "wkr_w")) for f in found)
+
+
+def test_the_servers_connections_compile_no_statement_with_jit(database_url: str) -> None:
+    """The semantic arm's plan is priced past every jit_*_cost (it forbids sorts while it walks the graph):
+    on a PostgreSQL built with LLVM each search compiled for seconds. The server's connections turn JIT off."""
+    from recall_server.db.pool import Database
+
+    async def go() -> str:
+        db = await Database.open(database_url, min_size=1, max_size=1, timeout=10, queue_limit=1, queue_wait=1)
+        try:
+            return await db.pool.fetchval("SELECT current_setting('jit')")
+        finally:
+            await db.close()
+
+    assert asyncio.run(go()) == "off"
