@@ -2157,6 +2157,7 @@ DECLARE
                           AND recall_searchable_in(s.namespace, $14, $15))
          ORDER BY %1$s LIMIT $12$f$;
     exact text; candidates text;
+    near_kinds text[]; near_ids text[]; near_d float8[];  -- the walk's page
     -- One kind as a constant: the planner then reads only that kind's branch of recall_searchable.
     kinds constant text := CASE WHEN cardinality(p_kinds) = 1 THEN format('e.kind = %L', p_kinds[1])
                                 ELSE 'e.kind = ANY($4)' END;
@@ -2195,13 +2196,23 @@ BEGIN
             PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth, least(100 * p_depth,
                 (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)::bigint / 50))::text, true);
         END IF;
+        -- The walk is a statement of its own: with sorting off the planner can only read the index in order,
+        -- and no sort of the statement is priced at disable_cost (~1e10, past every jit_*_cost: as one
+        -- statement with the sort after it, each search was JIT-compiled for 2-6 s where PostgreSQL has LLVM).
         PERFORM set_config('enable_sort', 'off', true);
-        candidates := format($w$WITH w AS MATERIALIZED (%1$s)
-                                SELECT * FROM w WHERE (SELECT count(*) FROM w) >= $12
-                                UNION ALL SELECT * FROM (%2$s) x WHERE (SELECT count(*) FROM w) < $12$w$,
-                             format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
-                                    kinds),
-                             exact);
+        EXECUTE format('SELECT array_agg(w.kind), array_agg(w.id), array_agg(w.d) FROM (%s) w',
+                       format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
+                              kinds))
+           INTO near_kinds, near_ids, near_d
+          USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
+                must, p_ns, reads;
+        PERFORM set_config('enable_sort', sorts, true);
+        IF scans IS NOT NULL THEN  -- NULL: pgvector was not loaded on this connection yet; local anyway
+            PERFORM set_config('hnsw.max_scan_tuples', scans, true);
+        END IF;
+        IF coalesce(cardinality(near_ids), 0) >= p_depth THEN
+            candidates := 'SELECT * FROM unnest($16, $17, $18) AS w(kind, id, d)';
+        END IF;
     END IF;
     -- created_at is read for the page's rows only, a probe each (as a join, the planner hashed every object).
     RETURN QUERY EXECUTE format($q$
@@ -2210,13 +2221,7 @@ BEGIN
                           WHERE s.tenant_id = $2 AND s.id = n.id AND s.kind = n.kind) AS created_at FROM (%s) n) h
          ORDER BY h.d, h.created_at DESC, h.id DESC$q$, coalesce(candidates, exact))
     USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
-          must, p_ns, reads;
-    IF walk THEN
-        PERFORM set_config('enable_sort', sorts, true);
-        IF scans IS NOT NULL THEN  -- NULL: pgvector was not loaded on this connection yet; local anyway
-            PERFORM set_config('hnsw.max_scan_tuples', scans, true);
-        END IF;
-    END IF;
+          must, p_ns, reads, near_kinds, near_ids, near_d;
 END
 $$;
 REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
