@@ -24,10 +24,9 @@ APP_ROLE = "recall_app"
 # than to_tsvector's limit (a base64 blob) sent one per trigger, "word is too long to be indexed":
 # ~19 us of database time per row on bench ingest_4k, before asyncpg parsed it. Warnings and errors
 # still come; the database's own log is set apart (log_min_messages).
-# No JIT: the semantic arm's statement (recall_semantic_hits) forbids sorts while it walks the HNSW
-# graph, which prices its plan at ~1e10 and so past every jit_*_cost: on a PostgreSQL built with LLVM
-# (Debian's, Citus nodes) each search compiled for 2-6 s to run for ~30 ms. Every statement here is an
-# index lookup or a bounded page, the short queries JIT is documented to slow down, never to speed up.
+# No JIT: every statement here is an index lookup or a bounded page, the short queries JIT slows down. A plan
+# priced past jit_above_cost compiles on every execution: the semantic arm's, when its walk and its sort were
+# one statement with sorting off, spent 1.1 s of a search compiling where PostgreSQL has LLVM (Debian's).
 SESSION = {"client_min_messages": "warning", "jit": "off"}
 
 
