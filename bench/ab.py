@@ -1,15 +1,21 @@
-"""Did a change make the server faster? Two builds on one bench store, compared in alternating pairs.
+"""Did a change make the server faster? Two builds on the bench store, compared in alternating pairs.
 
-    python bench/ab.py REV [--home DIR] [--pairs 10] [--pair-seconds 4] [--only get_thread,get_worker,ingest_4k]
+    python bench/ab.py REV [--against REV2] [--home DIR] [--pairs 10] [--pair-seconds 4] [--only get_thread,ingest_4k]
 
-Serves the working tree and REV (a `git worktree` of it) side by side on one embedded store, seeded
-as bench/run.py seeds it (`--home` keeps and reuses it), and runs each scenario against the two
-builds back to back `--pairs` times, the order turning every pair (run.paired_runs). Prints, per
-scenario, the median and range of the per-pair ratios of req/s (working tree / REV) and each build's
-median CPU per request (its processes and PostgreSQL's). REV must have the working tree's
-schema.sql, comments aside: both builds serve one store, and each applies its own on start.
+Serves the working tree (or REV2, `--against`) and REV, each from a `git worktree` but the working tree,
+side by side on the bench store as bench/run.py seeds it, and runs each scenario against the two builds back
+to back `--pairs` times, the order turning every pair (run.paired_runs); the read scenarios first, then
+ingest_4k, whose triggers stay in the store. Prints, per scenario, the median and range of the per-pair
+ratios of req/s (working tree or REV2 / REV) and each build's median CPU per request (its processes and
+PostgreSQL's); a pair in which a run finished no request has no ratio and is named in the last column.
 
-REV's server runs with PYTHONPATH=<its worktree> and PYTHONSAFEPATH=1: without the second,
+When the two builds' schema.sql are the same, comments aside, both serve one embedded store (DIR/data); else
+each has its own (DIR/data, and DIR/data-rev for REV), migrated by the build that serves it, then seeded alike
+(run.seed: bench/seed.sql). Each build's server applies its own schema.sql on start. Before measuring, each
+store's indexer embeds every seeded object (run.drain_embeddings: hybrid search needs the vectors) and the
+store settles (run.settle). `--home` keeps the stores and reuses them: a seeded store is not seeded again.
+
+A worktree's server runs with PYTHONPATH=<its worktree> and PYTHONSAFEPATH=1: without the second,
 `python -m recall_server` puts the current directory first on sys.path, and started from this
 checkout both "builds" would be the working tree's.
 
@@ -22,7 +28,6 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from run import (
     THREADS,
     WORKERS,
     Wrk,
+    drain_embeddings,
     embedded,
     ensure_wrk,
     log,
@@ -45,13 +51,14 @@ from run import (
 
 from recall_server.process import ServerProcess
 
-# The scenarios as bench/run.py runs them.
+# The scenarios as bench/run.py runs them (wrk.run's paths and options), the reads first: the write files
+# triggers in the store the reads after it would search.
 SCENARIOS = {
-    "get_thread": lambda wrk, url: wrk.run(url, THREADS),
-    "get_worker": lambda wrk, url: wrk.run(url, WORKERS),
-    "ingest_4k": lambda wrk, url: wrk.run(url, ["/triggers"], method="POST", body=PAYLOAD_4K),
-    "search_common_lexical": lambda wrk, url: wrk.run(url, ["/search?q=finished&limit=20&mode=lexical"], connections=4),
-    "search_common_hybrid": lambda wrk, url: wrk.run(url, ["/search?q=finished&limit=20"], connections=4),
+    "get_thread": (THREADS, {}),
+    "get_worker": (WORKERS, {}),
+    "search_common_lexical": (["/search?q=finished&limit=20&mode=lexical"], {"connections": 4}),
+    "search_common_hybrid": (["/search?q=finished&limit=20"], {"connections": 4}),
+    "ingest_4k": (["/triggers"], {"method": "POST", "body": PAYLOAD_4K}),
 }
 
 
@@ -60,52 +67,69 @@ def _statements(schema: str) -> list[str]:
     return re.sub(r"--[^\n]*", "", schema).split()
 
 
+def worktree(rev: str) -> Path:
+    """A detached `git worktree` of rev, in a directory of its own."""
+    tree = Path(tempfile.mkdtemp(prefix="recall-ab-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), rev], cwd=ROOT, check=True)
+    return tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("rev", help="the build to compare the working tree with (a commit, branch or tag)")
-    parser.add_argument("--home", type=Path, help="keep the embedded store here and reuse it (seeded once)")
+    parser.add_argument("rev", help="the build to compare with (a commit, branch or tag)")
+    parser.add_argument("--against", metavar="REV2", help="compare this build with REV instead of the working tree")
+    parser.add_argument("--home", type=Path, help="keep the embedded stores here and reuse them (seeded once)")
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--pair-seconds", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     args = parser.parse_args()
-    scenarios = args.only.split(",")
-    if unknown := set(scenarios) - set(SCENARIOS):
+    chosen = args.only.split(",")
+    if unknown := set(chosen) - set(SCENARIOS):
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
-    theirs = subprocess.run(["git", "show", f"{args.rev}:schema.sql"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout
-    if _statements(theirs) != _statements((ROOT / "schema.sql").read_text()):
-        sys.exit(f"{args.rev}'s schema.sql differs from the working tree's: the two builds could not share a store")
 
     home = args.home or Path(tempfile.mkdtemp(prefix="recall-ab-"))
     home.mkdir(parents=True, exist_ok=True)
-    tree = Path(tempfile.mkdtemp(prefix="recall-ab-rev-")) / "rev"
-    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), args.rev], cwd=ROOT, check=True)
-    log(f"starting the embedded PostgreSQL in {home}")
-    owner = embedded.start(home / "data")
-    env = server_env(owner, args.connections, args.workers)
-    new = ServerProcess(home / "ab-tree.log", "--workers", str(args.workers), **env)
-    old = ServerProcess(home / f"ab-{args.rev}.log", "--workers", str(args.workers), PYTHONPATH=str(tree),
-                        PYTHONSAFEPATH="1", **env)
+    names = [args.against or "working tree", args.rev]
+    trees = [worktree(args.against) if args.against else None, worktree(args.rev)]
+    schemas = [_statements(((tree or ROOT) / "schema.sql").read_text()) for tree in trees]
+    # One store both builds serve, or (their schema.sql differ) one each, seeded alike
+    data = ["data", "data" if schemas[0] == schemas[1] else "data-rev"]
+    servers: list[ServerProcess] = []
     try:
-        new.start(timeout=120)  # migrates the store first, as bench/run.py's server does
-        old.start(timeout=120)
-        seed(owner)
-        log(f"store settled in {settle(owner)} s")
-        wrk = Wrk(ensure_wrk(), 2, args.connections, args.pair_seconds, make_key(owner))
-        wrk.cpu_of = {server.url: {"server": server.proc.pid, "postgres": postmaster_pid(home)} for server in (new, old)}
-        print(f"| scenario | working tree / {args.rev}, req/s (median of {args.pairs} pairs of {args.pair_seconds} s) "
-              f"| range | CPU us/request, working tree | {args.rev} |\n|---|---:|---|---:|---:|", flush=True)
-        for name in scenarios:
-            run = SCENARIOS[name]
-            r = paired_runs(wrk, args.pair_seconds, args.pairs, lambda: run(wrk, new.url), lambda: run(wrk, old.url))
-            print(f"| {name} | {r['median']} | {r['min']}-{r['max']} | {r['us_per_request'][0]} | "
-                  f"{r['us_per_request'][1]} |", flush=True)
+        owners = {d: embedded.start(home / d) for d in data}
+        log(f"embedded PostgreSQL in {', '.join(str(home / d) for d in owners)}")
+        for side, tree, d in zip(("new", "rev"), trees, data):  # each migrates its store with its own schema.sql
+            servers.append(ServerProcess(home / f"ab-{side}.log", "--workers", str(args.workers),
+                                         **({"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"} if tree else {}),
+                                         **server_env(owners[d], args.connections, args.workers)).start(timeout=120))
+        for owner in owners.values():
+            seed(owner)
+        for d, owner in owners.items():  # hybrid search needs every seeded object's vector
+            drain_embeddings(owner)
+            log(f"{d} settled in {settle(owner)} s")
+        keys = {d: make_key(owner) for d, owner in owners.items()}
+        wrk = Wrk(ensure_wrk(), 2, args.connections, args.pair_seconds, "")
+        wrk.cpu_of = {server.url: {"server": server.proc.pid, "postgres": postmaster_pid(home, d)}
+                      for server, d in zip(servers, data)}
+        print(f"| scenario | {names[0]} / {names[1]}, req/s (median of {args.pairs} pairs of {args.pair_seconds} s) "
+              f"| range | CPU us/request, {names[0]} | {names[1]} | pairs left out |\n|---|---:|---|---:|---:|---|",
+              flush=True)
+        for name in (name for name in SCENARIOS if name in chosen):
+            log(f"{name}: {args.pairs} pairs")
+            paths, options = SCENARIOS[name]
+            new, old = (lambda server=server, d=d: wrk.run(server.url, paths, key=keys[d], **options)
+                        for server, d in zip(servers, data))
+            r = paired_runs(wrk, args.pair_seconds, args.pairs, new, old, labels=tuple(names))
+            cpu = r.get("us_per_request", ["", ""])
+            print(f"| {name} | {r['median']} | {r['min']}-{r['max']} | {cpu[0]} | {cpu[1]} | "
+                  f"{'; '.join(r.get('failed', []))} |", flush=True)
     finally:
-        new.stop()
-        old.stop()
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+        for server in servers:
+            server.stop()
+        for tree in filter(None, trees):
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
 
 if __name__ == "__main__":

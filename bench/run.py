@@ -164,9 +164,10 @@ def server_env(dsn: str, connections: int, workers: int) -> dict[str, str]:
             "RECALL_POOL_MAX": str(max(4, connections // workers))}
 
 
-def postmaster_pid(home: Path) -> int:
-    """The pid of the embedded cluster under `home` (its postmaster.pid's first line), whose processes' CPU is counted."""
-    return int((home / "data" / "pg" / "postmaster.pid").read_text().split()[0])
+def postmaster_pid(home: Path, data: str = "data") -> int:
+    """The pid of the embedded cluster in `home`/`data` (its postmaster.pid's first line), whose processes' CPU is
+    counted."""
+    return int((home / data / "pg" / "postmaster.pid").read_text().split()[0])
 
 
 # A key with grants, as one of many end users of a service holds it: its own namespace, a team's to read, and
@@ -478,21 +479,30 @@ PAIRED = ("get_thread", "get_worker", "ingest_4k")  # the targets that are ratio
 OPEN_LOOP_LOADS = (25, 50)  # % of get_thread's saturation the open loop offers
 
 
-def paired_runs(wrk: Wrk, seconds: int, pairs: int, target: Callable[[], dict], base: Callable[[], dict]) -> dict:
+def paired_runs(wrk: Wrk, seconds: int, pairs: int, target: Callable[[], dict], base: Callable[[], dict],
+                labels: tuple[str, str] = ("target", "base")) -> dict:
     """`pairs` pairs of `seconds`-long runs back to back, `base` first in every other pair (so a drift hits
     both alike): each pair's ratio target / base (req/s), and their median and range; and, where the runs
-    counted CPU, the median µs per request of each side's processes and PostgreSQL's (wrk's left out)."""
+    counted CPU, the median µs per request of each side's processes and PostgreSQL's (wrk's left out). A pair
+    in which a run finished no request (0 req/s) has no ratio: it is named in `failed` (by `labels`) and left
+    out of the ratios and the CPU figures."""
     wrk.duration, full = seconds, wrk.duration
     ratios: list[float] = []
+    failed: list[str] = []
     cpu: dict[Callable[[], dict], list[float]] = {target: [], base: []}
     for n in range(pairs):
         ran = {run: run() for run in ((base, target) if n % 2 == 0 else (target, base))}
+        if idle := [label for run, label in zip((target, base), labels) if not ran[run]["rps"]]:
+            failed.append(f"pair {n + 1}: {' and '.join(idle)} 0 req/s")
+            log(f"{failed[-1]}: left out of the ratios")
+            continue
         ratios.append(round(ran[target]["rps"] / ran[base]["rps"], 3))
         for run, result in ran.items():
             if "cpu" in result:
                 cpu[run].append(sum(us for group, us in result["cpu"]["us_per_request"].items() if group != "wrk"))
     wrk.duration = full
-    out = {"median": statistics.median_high(ratios), "min": min(ratios), "max": max(ratios), "ratios": ratios}
+    out = {"median": statistics.median_high(ratios) if ratios else None, "min": min(ratios, default=None),
+           "max": max(ratios, default=None), "ratios": ratios, **({"failed": failed} if failed else {})}
     if cpu[target] and cpu[base]:
         out["us_per_request"] = [round(statistics.median_high(cpu[target]), 1), round(statistics.median_high(cpu[base]), 1)]
     return out
