@@ -7,9 +7,10 @@ cluster and a store on one node of the same PostgreSQL, in one run, alternating.
 Makes two fresh databases on the coordinator's server: one distributed (`migrate --citus`, on every node
 the cluster's pg_dist_node lists) and one plain (no citus extension: a single-node store on the
 coordinator's PostgreSQL, so the hardware and PostgreSQL are the same). A server on each, one worker
-process. Each round sends the same requests to both (GET /threads/{id}, GET of an unknown ID, POST
-/threads, POST a note), in closed loops of `--concurrency` clients, and prints requests per second and
-the median latency of each, with Citus over one node as a ratio. Drops both databases at the end. A
+process. Each store gets the same `SEARCHABLE` triggers, embedded by its indexer before the first
+round. Each round sends the same requests to both (GET /threads/{id}, GET of an unknown ID, POST
+/threads, POST a note, a lexical search and a hybrid one), in closed loops of `--concurrency` clients,
+and prints requests per second and the median latency of each, with Citus over one node as a ratio. Drops both databases at the end. A
 benchmark, not a test: it never fails on speed.
 """
 
@@ -30,7 +31,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from helpers import citus_database, cli, create_key, drop_citus_database, run_script, with_database  # noqa: E402
+from helpers import (  # noqa: E402
+    citus_database,
+    cli,
+    create_key,
+    drop_citus_database,
+    run_script,
+    run_sql,
+    with_database,
+)
 
 from recall_server.process import ServerProcess  # noqa: E402
 
@@ -53,6 +62,20 @@ async def closed_loop(url: str, key: str, make: list, concurrency: int) -> tuple
     return len(latencies) / took, statistics.median(latencies) * 1000
 
 
+SEARCHABLE = 200  # triggers per store, for the search scenarios
+CAUSES = ["payment timeout", "flaky network test", "out of memory in the linker", "expired signing key"]
+
+
+def seed_searchable(url: str, key: str) -> None:
+    """SEARCHABLE CI triggers of varied causes (the indexer embeds them after)."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as c:
+        for i in range(SEARCHABLE):
+            cause = CAUSES[i % len(CAUSES)]
+            r = c.post("/triggers", json={"source": "ci", "summary": f"CI run {i} on PR {400 + i % 40} failed",
+                                          "payload": f"job {i}: {cause} after {i % 7 + 1} retries"})
+            assert r.status_code == 201, r.text
+
+
 def scenarios(n: int, thread: str) -> dict[str, list]:
     return {
         "get_thread": [("GET", f"/threads/{thread}", None)] * n,
@@ -60,6 +83,8 @@ def scenarios(n: int, thread: str) -> dict[str, list]:
         "create_thread": [("POST", "/threads", {"id": f"thr_c{uuid.uuid4().hex[:16]}", "title": "t", "summary": "s"})
                           for _ in range(n)],
         "note": [("POST", f"/threads/{thread}/events", {"summary": f"note {i}"}) for i in range(n)],
+        "search_lexical": [("GET", "/search?q=payment%20timeout&limit=20&mode=lexical", None)] * n,
+        "search_hybrid": [("GET", "/search?q=why%20did%20CI%20fail%20on%20PR%20412&limit=20", None)] * n,
     }
 
 
@@ -88,6 +113,12 @@ def main() -> None:
                            json={"id": f"thr_bench{tag}", "title": "t", "summary": "the bench thread"})
             assert r.status_code == 201, r.text
             threads[name] = f"thr_bench{tag}"
+            seed_searchable(server.url, keys[name])
+        for name, dsn in stores.items():
+            deadline = time.monotonic() + 300
+            while run_sql(dsn, "SELECT 1 FROM embedding_queue LIMIT 1"):
+                assert time.monotonic() < deadline, f"{name}: the indexer did not drain the queue"
+                time.sleep(0.5)
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
             for name, server in servers.items():  # alternating, so drift hits both alike
