@@ -13,7 +13,9 @@ When the two builds' schema.sql are the same, comments aside, both serve one emb
 each has its own (DIR/data, and DIR/data-rev for REV), migrated by the build that serves it, then seeded alike
 (run.seed: bench/seed.sql). Each build's server applies its own schema.sql on start. Before measuring, each
 store's indexer embeds every seeded object (run.drain_embeddings: hybrid search needs the vectors) and the
-store settles (run.settle). `--home` keeps the stores and reuses them: a seeded store is not seeded again.
+store settles (run.settle). `--home` keeps the stores and reuses them: a seeded store is not seeded again. A store
+per build that ingest_4k has written to is not: each holds what its build ingested, and they differ (reused
+so, lexical search measured 0.46 where fresh stores measured 0.99); a fresh `--home` then.
 
 A worktree's server runs with PYTHONPATH=<its worktree> and PYTHONSAFEPATH=1: without the second,
 `python -m recall_server` puts the current directory first on sys.path, and started from this
@@ -96,8 +98,11 @@ def main() -> None:
     schemas = [_statements(((tree or ROOT) / "schema.sql").read_text()) for tree in trees]
     # One store both builds serve, or (their schema.sql differ) one each, seeded alike
     data = ["data", "data" if schemas[0] == schemas[1] else "data-rev"]
+    written = [home / d / "ingested" for d in data]  # ingest_4k's triggers are in this store
     servers: list[ServerProcess] = []
     try:
+        if data[0] != data[1] and any(mark.exists() for mark in written):
+            raise SystemExit(f"ingest_4k wrote to the stores in {home}, one per build: they differ now; use a fresh --home")
         owners = {d: embedded.start(home / d) for d in data}
         log(f"embedded PostgreSQL in {', '.join(str(home / d) for d in owners)}")
         for side, tree, d in zip(("new", "rev"), trees, data):  # each migrates its store with its own schema.sql
@@ -119,6 +124,9 @@ def main() -> None:
         for name in (name for name in SCENARIOS if name in chosen):
             log(f"{name}: {args.pairs} pairs")
             paths, options = SCENARIOS[name]
+            if options.get("method") == "POST":
+                for mark in written:
+                    mark.touch()
             new, old = (lambda server=server, d=d: wrk.run(server.url, paths, key=keys[d], **options)
                         for server, d in zip(servers, data))
             r = paired_runs(wrk, args.pair_seconds, args.pairs, new, old, labels=tuple(names))
