@@ -198,6 +198,7 @@ def test_search_terms_patterns_and_memory_keys_never_reach_the_log(
     assert secret not in text, [line for line in text.splitlines() if secret in line][:3]
 
 
+@pytest.mark.slow
 def test_a_librarys_warning_from_a_background_thread_is_a_json_log_line(
     database_url: str, api_key: str, tmp_path: Path
 ) -> None:
