@@ -2197,8 +2197,8 @@ BEGIN
                 (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)::bigint / 50))::text, true);
         END IF;
         -- The walk is a statement of its own: with sorting off the planner can only read the index in order,
-        -- and no sort of the statement is priced at disable_cost (~1e10, past every jit_*_cost: as one
-        -- statement with the sort after it, each search was JIT-compiled for 2-6 s where PostgreSQL has LLVM).
+        -- and no sort of the statement is priced at disable_cost (~1e10, past every jit_*_cost: with the sort
+        -- in the same statement, each search is JIT-compiled for over a second where PostgreSQL has LLVM).
         PERFORM set_config('enable_sort', 'off', true);
         EXECUTE format('SELECT array_agg(w.kind), array_agg(w.id), array_agg(w.d) FROM (%s) w',
                        format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,

@@ -10,8 +10,8 @@ coordinator's PostgreSQL, so the hardware and PostgreSQL are the same). A server
 process. Each store gets the same `SEARCHABLE` triggers, embedded by its indexer before the first
 round. Each round sends the same requests to both (GET /threads/{id}, GET of an unknown ID, POST
 /threads, POST a note, a lexical search and a hybrid one), in closed loops of `--concurrency` clients,
-and prints requests per second and the median latency of each, with Citus over one node as a ratio. Drops both databases at the end. A
-benchmark, not a test: it never fails on speed.
+and prints requests per second and the median latency of each, with Citus over one node as a ratio.
+Drops both databases at the end. A benchmark, not a test: it never fails on speed.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from helpers import (  # noqa: E402
     create_key,
     drop_citus_database,
     run_script,
-    run_sql,
     with_database,
 )
+from run import drain_embeddings  # noqa: E402
 
 from recall_server.process import ServerProcess  # noqa: E402
 
@@ -114,11 +114,8 @@ def main() -> None:
             assert r.status_code == 201, r.text
             threads[name] = f"thr_bench{tag}"
             seed_searchable(server.url, keys[name])
-        for name, dsn in stores.items():
-            deadline = time.monotonic() + 300
-            while run_sql(dsn, "SELECT 1 FROM embedding_queue LIMIT 1"):
-                assert time.monotonic() < deadline, f"{name}: the indexer did not drain the queue"
-                time.sleep(0.5)
+        for dsn in stores.values():
+            drain_embeddings(dsn, timeout=300)
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
             for name, server in servers.items():  # alternating, so drift hits both alike

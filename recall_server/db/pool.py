@@ -25,8 +25,9 @@ APP_ROLE = "recall_app"
 # ~19 us of database time per row on bench ingest_4k, before asyncpg parsed it. Warnings and errors
 # still come; the database's own log is set apart (log_min_messages).
 # No JIT: every statement here is an index lookup or a bounded page, the short queries JIT slows down. A plan
-# priced past jit_above_cost compiles on every execution: the semantic arm's, when its walk and its sort were
-# one statement with sorting off, spent 1.1 s of a search compiling where PostgreSQL has LLVM (Debian's).
+# priced past jit_above_cost compiles on every execution: a sort forbidden by enable_sort is priced at ~1e10,
+# and the semantic arm's walk with its sort in one statement spent 1.1 s a search compiling where PostgreSQL
+# has LLVM (Debian's) to run for 15 ms.
 SESSION = {"client_min_messages": "warning", "jit": "off"}
 
 
