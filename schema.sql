@@ -442,6 +442,21 @@ CREATE OR REPLACE FUNCTION recall_reads() RETURNS text[] LANGUAGE sql STABLE PAR
                 THEN recall_grant_patterns(current_setting('app.access', true), false) END
 $$;
 
+-- Two helpers whose definitions differ on a Citus coordinator (recall_server/db/citus.sql defines them there).
+-- Its argument as it is: inlined, so PostgreSQL folds a filter through it on a constant (a search's kinds and
+-- status drop the arms of recall_searchable they exclude). On Citus it is PL/pgSQL, never folded: every arm
+-- keeps its tenant filter, which Citus routes by.
+CREATE OR REPLACE FUNCTION recall_opaque(v anyelement) RETURNS anyelement
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT v $$;
+-- A setting for the rest of the transaction, as SET LOCAL: on Citus a SET LOCAL reaches the worker connections
+-- of the transaction (citus.propagate_set_commands = 'local', db/tenancy.py), where set_config does not.
+CREATE OR REPLACE FUNCTION recall_set_local(name text, value text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    EXECUTE format('SET LOCAL %s = %L', name, value);
+END
+$$;
+
 -- A tenant table's row-level security, the one spelling every section uses: the tenant policy for
 -- recall_app, and a policy for the owner, who runs migrations and the operator CLI (keys, sweeps), never
 -- requests. `forced` unless the owner must read it before a tenant is known (api_keys, hooks). `granted`
@@ -457,8 +472,12 @@ CREATE OR REPLACE FUNCTION recall_isolate(tbl text, forced boolean DEFAULT true,
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     mine constant text := 'tenant_id = current_setting(''app.tenant_id'', true)';
+    ungranted constant text := 'strpos(coalesce(current_setting(''app.access'', true), ''''), E''\n'') = 0';
     tombstones constant boolean := EXISTS (SELECT 1 FROM pg_attribute
                                             WHERE attrelid = tbl::regclass AND attname = 'deleted_at');
+    -- Citus refuses a policy with a subquery on a distributed table: there the same test is a call per row
+    -- (recall_granted) and an inline comparison, which one node evaluates once, as InitPlans.
+    sharded constant boolean := EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus');
 BEGIN
     EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', tbl);
     EXECUTE format('ALTER TABLE %I %s ROW LEVEL SECURITY', tbl, CASE WHEN forced THEN 'FORCE' ELSE 'NO FORCE' END);
@@ -466,12 +485,13 @@ BEGIN
     EXECUTE format('DROP POLICY IF EXISTS owner_maintenance ON %I', tbl);
     EXECUTE format('CREATE POLICY owner_maintenance ON %I TO %I USING (true) WITH CHECK (true)', tbl, current_user);
     EXECUTE format('CREATE POLICY tenant_isolation ON %I TO recall_app USING (%s) WITH CHECK (%s)', tbl,
-                   mine || CASE WHEN granted THEN ' AND ((SELECT strpos(coalesce(current_setting(''app.access'', true),'
-                                                          ' ''''), E''\n'') = 0) OR namespace LIKE ANY ((SELECT'
-                                                          ' recall_grant_patterns(current_setting(''app.access'', true),'
-                                                          ' false))::text[]))'
-                                WHEN via IS NOT NULL THEN ' AND ((SELECT strpos(coalesce(current_setting(''app.access'','
-                                                          ' true), ''''), E''\n'') = 0) OR ' || via || ')' ELSE '' END,
+                   mine || CASE WHEN granted AND sharded THEN ' AND recall_granted(namespace, false)'
+                                WHEN granted THEN ' AND ((SELECT ' || ungranted || ') OR namespace LIKE ANY ((SELECT'
+                                                  ' recall_grant_patterns(current_setting(''app.access'', true),'
+                                                  ' false))::text[]))'
+                                WHEN via IS NOT NULL AND sharded THEN ' AND (' || ungranted || ' OR ' || via || ')'
+                                WHEN via IS NOT NULL THEN ' AND ((SELECT ' || ungranted || ') OR ' || via || ')'
+                                ELSE '' END,
                    mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
                                                   ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
                                 WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
@@ -1629,8 +1649,8 @@ BEGIN
     q := recall_scoped(t, q);
     RETURN QUERY SELECT * FROM (
         SELECT s.kind, s.id, s.created_at, round(ts_rank(s.search, q)::numeric, 6) AS score FROM recall_searchable s
-         WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t AND s.search @@ CASE s.kind WHEN 'memory' THEN mq ELSE q END AND NOT recall_is_gone(s.deleted_at, s.expires_at)
-           AND (p_status IS NULL OR s.status = p_status)
+         WHERE s.kind = ANY(recall_opaque(p_kinds)) AND s.tenant_id = t AND s.search @@ CASE s.kind WHEN 'memory' THEN mq ELSE q END AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+           AND (p_status IS NULL OR recall_opaque(s.status) = p_status)
            AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
            AND (p_run IS NULL OR s.run_id = p_run)
            AND recall_searchable_in(s.namespace, p_ns, reads)
@@ -1726,7 +1746,7 @@ BEGIN
             df := cap;
         ELSE
             SELECT count(*) INTO df FROM (SELECT 1 FROM recall_searchable s
-                                           WHERE s.kind = ANY(p_kinds) AND s.tenant_id = t
+                                           WHERE s.kind = ANY(recall_opaque(p_kinds)) AND s.tenant_id = t
                                              AND s.search @@ CASE s.kind WHEN 'memory' THEN mwq ELSE wq END
                                              AND s.created_at <= p_as_of AND recall_searchable_in(s.namespace, NULL, reads)
                                            LIMIT cap) x;
@@ -1759,18 +1779,18 @@ BEGIN
               FROM unnest(exacts, stems, weights, rares, mexacts, mstems) AS u(e, s, wt, r, me, ms)
               CROSS JOIN LATERAL (
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
-                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.ms ELSE u.s END
+                   WHERE x.kind = ANY(recall_opaque(p_kinds)) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.ms ELSE u.s END
                      AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
-                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR recall_opaque(x.status) = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
                      AND recall_searchable_in(x.namespace, p_ns, reads)
                      AND (p_since IS NULL OR x.created_at >= p_since) AND (p_until IS NULL OR x.created_at < p_until)
                   UNION ALL
                   SELECT x.kind, x.id, x.created_at FROM recall_searchable x
-                   WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.me ELSE u.e END
+                   WHERE x.kind = ANY(recall_opaque(p_kinds)) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN u.me ELSE u.e END
                      AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
-                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+                     AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR recall_opaque(x.status) = p_status)
                      AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                      AND (p_run IS NULL OR x.run_id = p_run)
                      AND recall_searchable_in(x.namespace, p_ns, reads)
@@ -1790,9 +1810,9 @@ BEGIN
         RETURN QUERY
         WITH found AS (
             SELECT x.kind, x.id, x.created_at, x.search FROM recall_searchable x
-             WHERE x.kind = ANY(p_kinds) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN manyq ELSE anyq END
+             WHERE x.kind = ANY(recall_opaque(p_kinds)) AND x.tenant_id = t AND x.search @@ CASE x.kind WHEN 'memory' THEN manyq ELSE anyq END
                AND (must IS NULL OR x.search @@ must) AND x.created_at <= p_as_of
-               AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR x.status = p_status)
+               AND NOT recall_is_gone(x.deleted_at, x.expires_at) AND (p_status IS NULL OR recall_opaque(x.status) = p_status)
                AND (p_app IS NULL OR x.app_id = p_app) AND (p_agent IS NULL OR x.agent_id = p_agent)
                AND (p_run IS NULL OR x.run_id = p_run)
                AND recall_searchable_in(x.namespace, p_ns, reads)
@@ -2159,7 +2179,7 @@ DECLARE
     exact text; candidates text;
     near_kinds text[]; near_ids text[]; near_d float8[];  -- the walk's page
     -- One kind as a constant: the planner then reads only that kind's branch of recall_searchable.
-    kinds constant text := CASE WHEN cardinality(p_kinds) = 1 THEN format('e.kind = %L', p_kinds[1])
+    kinds constant text := CASE WHEN cardinality(p_kinds) = 1 THEN format('e.kind = recall_opaque(%L::text)', p_kinds[1])
                                 ELSE 'e.kind = ANY($4)' END;
 BEGIN
     IF coalesce(t, '') = '' THEN
@@ -2189,26 +2209,26 @@ BEGIN
     walk := n > exact_max AND p_dims <= 2000 AND p_status IS NULL AND p_app IS NULL AND p_agent IS NULL
             AND p_run IS NULL AND must IS NULL;
     IF walk THEN
-        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
-        PERFORM set_config('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text, true);
+        PERFORM recall_set_local('hnsw.iterative_scan', 'relaxed_order');
+        PERFORM recall_set_local('hnsw.ef_search', greatest(40, least(p_depth, 1000))::text);
         IF p_since IS NOT NULL OR p_until IS NOT NULL OR p_ns IS NOT NULL OR reads IS NOT NULL
            OR NOT p_kinds @> ARRAY['thread', 'worker', 'trigger', 'report', 'memory', 'message'] THEN
-            PERFORM set_config('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth, least(100 * p_depth,
-                (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)::bigint / 50))::text, true);
+            PERFORM recall_set_local('hnsw.max_scan_tuples', greatest(1000, 10 * p_depth, least(100 * p_depth,
+                (SELECT reltuples FROM pg_class WHERE oid = 'embeddings'::regclass)::bigint / 50))::text);
         END IF;
         -- The walk is a statement of its own: with sorting off the planner can only read the index in order,
         -- and no sort of the statement is priced at disable_cost (~1e10, past every jit_*_cost: with the sort
         -- in the same statement, each search is JIT-compiled for over a second where PostgreSQL has LLVM).
-        PERFORM set_config('enable_sort', 'off', true);
+        PERFORM recall_set_local('enable_sort', 'off');
         EXECUTE format('SELECT array_agg(w.kind), array_agg(w.id), array_agg(w.d) FROM (%s) w',
                        format(nearest, format('(e.embedding::vector(%s) <=> $1::vector(%s))', p_dims, p_dims), p_model,
                               kinds))
            INTO near_kinds, near_ids, near_d
           USING p_vec, t, p_model, p_kinds, p_status, p_app, p_agent, p_run, p_since, p_until, p_as_of, p_depth,
                 must, p_ns, reads;
-        PERFORM set_config('enable_sort', sorts, true);
+        PERFORM recall_set_local('enable_sort', sorts);
         IF scans IS NOT NULL THEN  -- NULL: pgvector was not loaded on this connection yet; local anyway
-            PERFORM set_config('hnsw.max_scan_tuples', scans, true);
+            PERFORM recall_set_local('hnsw.max_scan_tuples', scans);
         END IF;
         IF coalesce(cardinality(near_ids), 0) >= p_depth THEN
             candidates := 'SELECT * FROM unnest($16, $17, $18) AS w(kind, id, d)';
@@ -2394,7 +2414,9 @@ SELECT recall_isolate(t, granted => true)
 -- checkpoint left names. keep = 0 drops them all, and every write of the threads. Returns how many
 -- checkpoints went. One statement: the values and writes kept are read from the checkpoints that stay.
 CREATE OR REPLACE FUNCTION recall_prune_checkpoints(t text, threads text[], keep integer, max_age interval)
-RETURNS integer LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
+RETURNS integer LANGUAGE plpgsql VOLATILE SET search_path = public, pg_temp AS $$
+DECLARE result integer;  -- PL/pgSQL: Citus plans no statement of a SQL function with parameters
+BEGIN
     WITH ranked AS (
         SELECT thread_id, checkpoint_ns, checkpoint_id, created_at,
                row_number() OVER (PARTITION BY thread_id, checkpoint_ns ORDER BY checkpoint_id DESC) AS rank
@@ -2431,7 +2453,9 @@ RETURNS integer LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
                               AND c.channel_versions->>b.channel = b.version)
         RETURNING 1
     )
-    SELECT count(*)::integer FROM gone  -- gone_writes and gone_blobs run to completion all the same
+    SELECT count(*)::integer INTO result FROM gone;  -- gone_writes and gone_blobs run to completion all the same
+    RETURN result;
+END
 $$;
 REVOKE ALL ON FUNCTION recall_prune_checkpoints(text, text[], integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_prune_checkpoints(text, text[], integer, interval) TO recall_app;

@@ -47,7 +47,9 @@ def _owner(settings: Settings, operation: Callable[[asyncpg.Connection], Awaitab
     """Run one operator operation on an owner connection (works while a server runs on the store)."""
 
     async def run() -> T:
-        conn = await asyncpg.connect(_dsn(settings))
+        from recall_server.db import pool
+
+        conn = await pool.connect(_dsn(settings))
         try:
             return await operation(conn)
         finally:

@@ -10,14 +10,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
+import helpers
 import hypothesis
 import httpx
 import pytest
 from helpers import (
-    CITUS_URL,
     Graph,
+    ThrowawayCitus,
     ServerProcess,
     citus_database,
+    citus_binaries,
     cli_process,
     create_key,
     drop_citus_database,
@@ -31,6 +33,21 @@ from helpers import (
 
 def pytest_configure(config: pytest.Config) -> None:
     _one_tls_context()
+    _citus_tier(config)
+
+
+def _citus_tier(config: pytest.Config) -> None:
+    """RECALL_TEST_CITUS=1 with no RECALL_TEST_CITUS_URL: the tier on a throwaway cluster (a coordinator and two
+    workers from the Citus this machine has), started once by the controlling process, which xdist's workers
+    inherit through the environment, and stopped at the end."""
+    if os.environ.get("RECALL_TEST_CITUS") != "1" or helpers.CITUS_URL or hasattr(config, "workerinput"):
+        return
+    bindir = citus_binaries()
+    if bindir is None:
+        raise pytest.UsageError("RECALL_TEST_CITUS=1: no PostgreSQL with citus.so on this machine (docs/scaling.md)")
+    cluster = ThrowawayCitus(bindir)
+    config.add_cleanup(cluster.stop)
+    os.environ["RECALL_TEST_CITUS_URL"] = helpers.CITUS_URL = cluster.start()
 
 
 def _one_tls_context() -> None:
@@ -82,23 +99,23 @@ CITUS_FAILS: dict[str, str] = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not CITUS_URL:
+    if not helpers.CITUS_URL:
         return
     for item in items:
         if item.path.name not in CITUS_TIER:
             item.add_marker(pytest.mark.skip(reason="not in the Citus tier (conftest.CITUS_TIER)"))
         elif (why := CITUS_FAILS.get(item.nodeid.split("[")[0])) is not None:
-            item.add_marker(pytest.mark.xfail(reason=f"on Citus: {why}", strict=False))  # some only at times
+            item.add_marker(pytest.mark.xfail(reason=f"on Citus: {why}", strict=True))
 
 
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fresh, empty database: on RECALL_TEST_CITUS_URL's Citus cluster when set (migrated with
     `migrate --citus`), else on DATABASE_URL's server when set, else in an embedded cluster."""
-    if CITUS_URL:
+    if helpers.CITUS_URL:
         name = f"recall_test_{uuid.uuid4().hex[:12]}"
-        yield citus_database(CITUS_URL, name)
-        drop_citus_database(CITUS_URL, name)
+        yield citus_database(helpers.CITUS_URL, name)
+        drop_citus_database(helpers.CITUS_URL, name)
         return
     server_url = os.environ.get("DATABASE_URL")
     if not server_url:

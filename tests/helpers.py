@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from recall_server.process import ServerProcess as _ServerProcess
+from recall_server.process import free_port
 
 
 class ServerProcess(_ServerProcess):
@@ -37,7 +40,9 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
-CITUS_URL = os.environ.get("RECALL_TEST_CITUS_URL")  # a Citus coordinator: the suite's Citus tier (tests/test_citus.py)
+# A Citus coordinator: the whole suite's Citus tier (conftest.CITUS_TIER). RECALL_TEST_CITUS=1 without a URL starts a
+# throwaway cluster from the Citus found on this machine (conftest.pytest_configure sets this then).
+CITUS_URL = os.environ.get("RECALL_TEST_CITUS_URL")
 
 
 def citus_database(coordinator_url: str, name: str, distributed: bool = True) -> str:
@@ -306,3 +311,68 @@ def scrape(url: str) -> Samples:
 def sample(samples: Samples, name: str, **labels: str) -> float:
     """One sample's value; a series not yet exposed counts as 0."""
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def citus_binaries() -> Path | None:
+    """The bin directory of a PostgreSQL on this machine with Citus installed (citus.so in its libraries), if any:
+    where the Citus tier's throwaway cluster comes from when no RECALL_TEST_CITUS_URL names one."""
+    configs = [shutil.which("pg_config"), *sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_config"), reverse=True)]
+    for config in filter(None, configs):
+        try:
+            libdir = subprocess.run([config, "--pkglibdir"], capture_output=True, text=True, check=True).stdout.strip()
+            bindir = subprocess.run([config, "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        if (Path(libdir) / "citus.so").exists() and (Path(bindir) / "initdb").exists():
+            return Path(bindir)
+    return None
+
+
+class ThrowawayCitus:
+    """A coordinator and two workers started from `bindir` in a scratch directory, on free loopback ports, trust
+    auth; stopped and removed by stop(). As root (CI), the clusters run as the `postgres` OS user."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="recall-citus-"))
+        self.ports = [free_port() for _ in range(3)]
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> str:
+        """The coordinator's URL, once every node runs with citus and the coordinator knows its workers."""
+        if self.as_user:
+            shutil.chown(self.root, "postgres")
+        for n, port in enumerate(self.ports):
+            data = self.root / f"node{n}"
+            self._run(str(self.bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-l", str(self.root / f"node{n}.log"), "-w", "-o",
+                      f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c shared_preload_libraries=citus"
+                      " -c max_worker_processes=64 -c max_connections=300 -c fsync=off", "start")
+        coordinator = f"postgresql://postgres@127.0.0.1:{self.ports[0]}/postgres"
+
+        async def join() -> None:
+            for port in self.ports:
+                conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+                try:
+                    await conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+                finally:
+                    await conn.close()
+            conn = await asyncpg.connect(coordinator)
+            try:
+                await conn.execute("SELECT citus_set_coordinator_host('127.0.0.1', $1)", self.ports[0])
+                for port in self.ports[1:]:
+                    await conn.execute("SELECT citus_add_node('127.0.0.1', $1)", port)
+            finally:
+                await conn.close()
+
+        asyncio.run(join())
+        return coordinator
+
+    def stop(self) -> None:
+        for n in range(len(self.ports)):
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / f"node{n}"), "-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)

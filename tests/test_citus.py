@@ -1,24 +1,28 @@
-"""On a real Citus cluster (RECALL_TEST_CITUS_URL, a coordinator with workers): the store is distributed by
-tenant_id, stays so across migrations, spreads tenants over the workers, and binds each request's tenant
-on the worker that runs its shard query.
+"""On a real Citus cluster (a coordinator with two workers): the store is distributed by tenant_id, stays so
+across migrations, spreads tenants over the workers, and binds each request's tenant on the worker that runs
+its shard query.
 
-The rest of the suite runs on the same cluster when RECALL_TEST_CITUS_URL is set (conftest.CITUS_TIER);
-without it these tests are skipped: they need a Citus coordinator, which the embedded PostgreSQL is not.
+The cluster is RECALL_TEST_CITUS_URL's, else a throwaway one started from the Citus this machine has
+(helpers.citus_binaries); with neither these tests are skipped. The rest of the suite runs on such a cluster
+with RECALL_TEST_CITUS=1 or RECALL_TEST_CITUS_URL (conftest.CITUS_TIER).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
+import helpers
 from helpers import (
-    CITUS_URL,
     Graph,
     ServerProcess,
+    ThrowawayCitus,
     assert_an_upgrade_adds_a_column_with_its_check,
+    citus_binaries,
     citus_database,
     cli,
     create_key,
@@ -29,7 +33,53 @@ from helpers import (
 from recall_server.db import citus
 from recall_server.db.pool import Database, as_app_role
 
-pytestmark = pytest.mark.skipif(not CITUS_URL, reason="needs a Citus coordinator: set RECALL_TEST_CITUS_URL")
+pytestmark = pytest.mark.slow  # a cluster, a distributed store and a server of its own
+
+
+@pytest.fixture(scope="module")
+def coordinator() -> Iterator[str]:
+    """The tier's coordinator, or a throwaway cluster's."""
+    if helpers.CITUS_URL:
+        yield helpers.CITUS_URL
+        return
+    if (bindir := citus_binaries()) is None:
+        pytest.skip("needs Citus: no RECALL_TEST_CITUS_URL, and no PostgreSQL with citus.so on this machine")
+    cluster = ThrowawayCitus(bindir)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def database_url(coordinator: str) -> Iterator[str]:
+    name = f"recall_citus_{uid('t')[-12:].lower()}"
+    yield citus_database(coordinator, name)
+    drop_citus_database(coordinator, name)
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(database_url, tmp_path_factory.mktemp("citus") / "server.log",
+                         RECALL_SWEEP_INTERVAL="0").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def base_url(server: ServerProcess) -> str:
+    return server.url
+
+
+@pytest.fixture(scope="module")
+def api_key(server: ServerProcess, database_url: str) -> str:
+    return create_key(database_url, "default", "write")
+
+
+@pytest.fixture()
+def client(base_url: str, api_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as c:
+        yield c
 
 
 def query(dsn: str, sql: str, *args: object, tenant: str | None = None) -> list[asyncpg.Record]:
@@ -74,24 +124,24 @@ def test_migrate_and_migrate_citus_run_again_on_a_distributed_store(database_url
     assert query(database_url, "SELECT count(*) FROM pg_dist_shard")[0][0] == before  # nothing distributed twice
 
 
-def test_an_upgrade_adding_a_column_with_a_check_runs_on_a_distributed_store() -> None:
+def test_an_upgrade_adding_a_column_with_a_check_runs_on_a_distributed_store(coordinator: str) -> None:
     """Citus refuses ADD COLUMN with a CHECK on a distributed or reference table; schema.sql adds the column,
     then the CHECK as a named constraint, which it takes (on every node: tenants is a reference table)."""
     name = f"recall_check_{uid('t')[-12:].lower()}"
-    url = citus_database(CITUS_URL, name)
+    url = citus_database(coordinator, name)
     try:
         assert_an_upgrade_adds_a_column_with_its_check(url, "--citus")
     finally:
-        drop_citus_database(CITUS_URL, name)
+        drop_citus_database(coordinator, name)
 
 
-def test_a_store_that_served_on_one_node_distributes_and_answers_as_before(tmp_path: Path) -> None:
+def test_a_store_that_served_on_one_node_distributes_and_answers_as_before(coordinator: str, tmp_path: Path) -> None:
     """Outgrowing one PostgreSQL: a store made by plain `migrate` on the coordinator, written to by a server,
     then `migrate --citus`. Its rows move to the workers (no trigger runs as they move: the embedding
     queue's would, before its own table is distributed), every read answers as before, the coordinator
     keeps no copy, and new writes run the triggers again."""
     name = f"recall_grow_{uid('t')[-12:].lower()}"
-    url = citus_database(CITUS_URL, name, distributed=False)
+    url = citus_database(coordinator, name, distributed=False)
     try:
         key = create_key(url, "grown", "write")
         headers = {"Authorization": f"Bearer {key}"}
@@ -128,7 +178,7 @@ def test_a_store_that_served_on_one_node_distributes_and_answers_as_before(tmp_p
             server.stop()
         assert query(url, "SELECT count(*) FROM embedding_queue")[0][0] == queued + 1  # the new thread's trigger ran
     finally:
-        drop_citus_database(CITUS_URL, name)
+        drop_citus_database(coordinator, name)
 
 
 def test_tenants_land_on_every_worker(database_url: str, base_url: str) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import inspect
+import itertools
 import pkgutil
 import re
 import uuid
@@ -33,7 +35,7 @@ import asyncpg
 import pytest
 from helpers import run_script, run_sql, with_database
 
-from recall_server.db import citus, queries
+from recall_server.db import citus, queries, tenancy
 from recall_server.db.migrate import migrate, schema_path
 
 # Not distributed by tenant_id. Reference tables are replicated to every node; coordinator tables
@@ -192,8 +194,10 @@ def _statements(module: ModuleType) -> dict[str, list[str]]:
                 texts.append(sub.value)
             elif isinstance(sub, ast.JoinedStr):
                 texts.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in sub.values))
-            elif isinstance(sub, ast.Name) and isinstance(template := getattr(module, sub.id, None), (str, dict)):
-                texts += [template] if isinstance(template, str) else [v for v in template.values() if isinstance(v, str)]
+            elif isinstance(sub, ast.Name) and isinstance(template := getattr(module, sub.id, None),
+                                                          (str, dict, tenancy.Keyed)):
+                for t in template.values() if isinstance(template, dict) else [template]:
+                    texts += [t] if isinstance(t, str) else [f for f in t[:3] if f] if isinstance(t, tenancy.Keyed) else []
         sql = [t for t in texts if _SQL.search(t)]
         if sql:
             found[node.name] = sql
@@ -315,73 +319,91 @@ def test_migrate_citus_is_refused_where_citus_is_not_installed(store: str) -> No
         asyncio.run(migrate(store, citus=True))
 
 
-def test_on_a_coordinator_the_searches_filter_the_views_constant_columns_through_recall_opaque() -> None:
-    """citus._CONSTANT_COLUMN_FILTERS: a kind or status filter the planner could fold would drop arms of
-    recall_searchable, and with them the tenant filters Citus routes by."""
-    readers = {citus._DEFINES.match(s).group(1): citus.replacement(s) for s in citus.statements(schema_path().read_text())
-               if citus._DEFINES.match(s) and re.search(r"FROM recall_searchable\b", s)}
-    assert {"recall_search_hits", "recall_lexical_hits"} <= set(readers)
-    for name in ("recall_search_hits", "recall_lexical_hits"):
-        assert "ANY(recall_opaque(p_kinds))" in readers[name] and "recall_opaque(x.status) = p_status" \
-            in readers[name].replace("recall_opaque(s.status)", "recall_opaque(x.status)")
-    foldable = [n for n, body in readers.items() if re.search(r"\.kind = ANY\(p_kinds\)|\.status = p_status\b", body)]
+def test_the_searches_filter_the_views_constant_columns_through_recall_opaque() -> None:
+    """A kind or status filter the planner could fold would drop arms of recall_searchable on a coordinator, and
+    with them the tenant filters Citus routes by: every such filter goes through recall_opaque, which one node
+    inlines (schema.sql, SQL) and a coordinator cannot fold (citus.sql, PL/pgSQL)."""
+    readers = {re.search(r"FUNCTION (\w+)\(", s).group(1): s for s in citus.statements(schema_path().read_text())
+               if "CREATE OR REPLACE FUNCTION" in s and re.search(r"FROM recall_searchable\b", s)}
+    assert {"recall_search_hits", "recall_lexical_hits", "recall_semantic_hits"} <= set(readers)
+    foldable = [n for n, body in readers.items()
+                if re.search(r"\.kind = ANY\(p_kinds\)|\.status = p_status\b|\.kind = %L", body)]
     assert foldable == []
+    (opaque,) = [s for s in citus.statements(citus.definitions()) if "FUNCTION recall_opaque(" in s]
+    assert "LANGUAGE plpgsql" in opaque
 
 
-def test_on_a_coordinator_the_checkpoint_reads_name_each_row_with_a_type_of_its_fields() -> None:
-    """citus._forms: each ROW(...) a checkpoint read returns is cast to a type of CITUS_TYPES with as many fields."""
-    fields = {re.search(r"CREATE TYPE (\w+)", t).group(1): re.search(r"AS \((.*)\);", t).group(1).count(",") + 1
-              for t in citus.CITUS_TYPES}
-    forms = list(citus._forms().values())
-    assert len(forms) == 2
-    for form in forms:
-        rows = re.findall(r"ROW\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)::(\w+)", form)
-        assert sorted(name for _, name in rows) == sorted(fields)
-        for inside, name in rows:
-            top_level = re.sub(r"\((?:[^()]|\([^()]*\))*\)", "", inside)
-            assert top_level.count(",") + 1 == fields[name], (name, inside)
+def _keyed_statements() -> Iterator[tuple[str, tenancy.Keyed]]:
+    """Every statement behind the key check that the queries modules hold, by name: module constants, tables of
+    them, and what each cached builder of flags makes for every combination of its flags."""
+    for info in pkgutil.iter_modules(queries.__path__):
+        module = importlib.import_module(f"recall_server.db.queries.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, tenancy.Keyed):
+                yield f"{info.name}.{name}", value
+            elif isinstance(value, dict):
+                yield from ((f"{info.name}.{name}[{k}]", v) for k, v in value.items() if isinstance(v, tenancy.Keyed))
+            elif callable(value) and hasattr(value, "cache_info") and value.__module__ == module.__name__:
+                flags = [p.annotation for p in inspect.signature(value).parameters.values()]
+                sizes = [1 if f in (bool, "bool") else 3 if "tuple[bool, bool, bool]" in str(f) else 0 for f in flags]
+                if flags and all(sizes):
+                    for bits in itertools.product((False, True), repeat=sum(sizes)):
+                        args, at = [], 0
+                        for size in sizes:
+                            args.append(bits[at] if size == 1 else tuple(bits[at:at + size]))
+                            at += size
+                        made = value(*args)
+                        if isinstance(made, tenancy.Keyed):
+                            yield f"{info.name}.{name}{tuple(args)}", made
 
 
-def test_the_citus_form_of_recall_prune_checkpoints_prunes_as_schema_sqls_does(store: str) -> None:
-    """citus._WRITERS_AS_PLPGSQL: the PL/pgSQL form a coordinator gets, run on one node against the same rows."""
-    schema = schema_path().read_text()
-    (defined,) = [s for s in citus.statements(schema) if "FUNCTION recall_prune_checkpoints(" in s and "CREATE" in s]
-    as_citus = citus.replacement(defined)
-    assert "LANGUAGE plpgsql" in as_citus and "LANGUAGE sql" in defined
+def _parameters(sql: str) -> set[int]:
+    return {int(n) for n in re.findall(r"\$(\d+)", sql)}
 
-    async def prune_with(definition: str) -> tuple[int, list[tuple[str, int]]]:
+
+def test_every_keyed_statement_has_a_sharded_form_naming_its_tenant_as_a_value() -> None:
+    """Each statement's coordinator form (tenancy.Keyed.sharded) is built with it: the same parameters from $3 on,
+    the tenant as $1 wherever a table's tenant_id is compared, never the key check's row (Citus routes a statement
+    to the tenant's shard only when each table's tenant is a value). A write without one has its steps, or says
+    that the caller's transaction writes it."""
+    found = dict(_keyed_statements())
+    assert len(found) > 60, sorted(found)
+    for name, stmt in found.items():
+        if stmt.sharded is None:
+            assert stmt.scopes, f"{name}: a read without a form for a coordinator"
+            continue
+        assert _parameters(stmt.sharded) - {1, 2} == _parameters(stmt.single) - {1, 2}, name
+        assert "auth." not in stmt.sharded and "gate.tenant" not in stmt.sharded, name
+        compared = re.findall(r"\btenant_id = ([^\s)]+)", stmt.sharded)
+        assert compared and set(compared) <= {"$1::text", "$1"}, (name, set(compared))
+
+
+def test_every_sharded_form_returns_the_columns_of_its_one_node_form(store: str) -> None:
+    """Prepared on one node (with the row types citus.sql makes), each statement's coordinator form has the same
+    result columns, by name and order, as its one-node form."""
+    named_rows = [s for s in citus.statements(citus.definitions()) if "CREATE TYPE" in s]
+
+    async def compare() -> list[str]:
         conn = await asyncpg.connect(store)
+        differ = []
         try:
             async with conn.transaction():
-                await conn.execute(definition)
-                await conn.execute("INSERT INTO tenants (id) VALUES ('prune') ON CONFLICT DO NOTHING")
-                await conn.execute("INSERT INTO checkpoint_threads (tenant_id, thread_id) VALUES ('prune', 'a')")
-                await conn.executemany(
-                    "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, type, checkpoint,"
-                    " channel_versions, metadata, request_hash) VALUES ('prune', 'a', '', $1, 't', '', $2::jsonb,"
-                    " '{}', sha256(''))", [("1", '{"c": "1"}'), ("2", '{"c": "2"}'), ("3", '{"c": "2"}')])
-                await conn.executemany(
-                    "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob)"
-                    " VALUES ('prune', 'a', '', 'c', $1, 't', '')", [("1",), ("2",)])
-                await conn.executemany(
-                    "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx,"
-                    " channel, type, blob, task_path) VALUES ('prune', 'a', '', $1, 'task', 0, 'c', 't', '', '')",
-                    [("1",), ("3",)])
-                went = await conn.fetchval("SELECT recall_prune_checkpoints('prune', ARRAY['a'], 1, NULL)")
-                left = await conn.fetch(
-                    "SELECT 'checkpoint ' || checkpoint_id FROM checkpoints WHERE tenant_id = 'prune'"
-                    " UNION ALL SELECT 'value ' || version FROM checkpoint_blobs WHERE tenant_id = 'prune'"
-                    " UNION ALL SELECT 'write ' || checkpoint_id FROM checkpoint_writes WHERE tenant_id = 'prune'"
-                    " ORDER BY 1")
-                raise _RolledBack(went, [r[0] for r in left])
+                for statement in named_rows:
+                    await conn.execute(statement)
+                for name, stmt in _keyed_statements():
+                    if stmt.sharded is None:
+                        continue
+                    single = [a.name for a in (await conn.prepare(stmt.single)).get_attributes()]
+                    sharded = [a.name for a in (await conn.prepare(stmt.sharded)).get_attributes()]
+                    if single != sharded:
+                        differ.append(f"{name}: {single} != {sharded}")
+                raise _RolledBack(differ)
         except _RolledBack as done:
-            return done.args
+            return done.args[0]
         finally:
             await conn.close()
 
-    expected = (2, ["checkpoint 3", "value 2", "write 3"])
-    assert asyncio.run(prune_with(defined)) == expected
-    assert asyncio.run(prune_with(as_citus)) == expected
+    assert asyncio.run(compare()) == []
 
 
 class _RolledBack(Exception):

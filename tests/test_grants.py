@@ -134,7 +134,7 @@ def test_another_subjects_thread_is_refused_before_any_of_its_events_are_read(
     thread = mine.post("/threads", json={"title": "t", "namespace": ["users", one]}).json()["id"]
     for i in range(20):
         mine.post(f"/threads/{thread}/events", json={"summary": f"event {i}"})
-    sql = tenancy._bound(event_queries._EVENTS)
+    sql = event_queries._EVENTS.bound
 
     def loops(node: dict, relation: str) -> list[int]:
         found = [node["Actual Loops"]] if node.get("Relation Name") == relation else []

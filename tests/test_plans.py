@@ -74,7 +74,9 @@ def test_reads_by_id_use_a_generic_plan(database_url: str, api_key: str, graph: 
 
 
 class Recording:
-    """A connection that keeps every statement sent through it, with its arguments."""
+    """A connection to one node that keeps every statement sent through it, with its arguments."""
+
+    sharded = False
 
     def __init__(self, conn: Any) -> None:
         self.conn, self.sent = conn, []

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from helpers import CITUS_URL, Graph, ServerProcess, assert_problem, cli, create_key, uid
 
+from recall_server.db import pool
 from recall_server import auth
 from recall_server.auth import REVOCATION_WINDOW, KeyCache
 from recall_server.cli import _owner as cli_owner
@@ -345,7 +346,7 @@ def test_a_pooled_connection_never_carries_one_tenants_session_into_the_next(
 
 def app_role_query(database_url: str, tenant: str | None, sql: str) -> list[asyncpg.Record]:
     async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(as_app_role(database_url))
+        conn = await pool.connect(as_app_role(database_url))
         try:
             async with conn.transaction():
                 if tenant is not None and CITUS_URL:  # a SET the coordinator repeats on the workers (tenancy.py)

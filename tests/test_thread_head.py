@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from recall_server import auth, spill
-from recall_server.db import queries
+from recall_server.db import pool, queries
 from recall_server.db.pool import as_app_role
 
 TENANT = "head-property"
@@ -140,7 +140,7 @@ async def rendered(dsn: str, key: str, world: World) -> list[tuple[str, bytes, b
     """Each thread's and worker's row and default view, from its head and from the tables, in one
     snapshot (one now())."""
     cred = auth.parse(f"Bearer {key}")
-    conn = await asyncpg.connect(dsn)
+    conn = await pool.connect(dsn)
     try:
         out = []
         async with conn.transaction(isolation="repeatable_read"):

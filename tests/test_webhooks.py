@@ -17,6 +17,7 @@ import httpx
 import pytest
 from helpers import CITUS_URL, ServerProcess, assert_problem, cli, create_key, run_sql
 
+from recall_server.db import pool
 from recall_server import auth, ids
 from recall_server.db.pool import as_app_role
 from recall_server.webhooks import signing
@@ -239,7 +240,7 @@ def test_a_hook_of_another_tenant_writes_only_there(hook: Hook, database_url: st
 
 def test_the_app_role_cannot_read_hook_secrets(database_url: str, hook: Hook) -> None:
     async def go() -> None:
-        conn = await asyncpg.connect(as_app_role(database_url))
+        conn = await pool.connect(as_app_role(database_url))
         try:
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await conn.fetch("SELECT hmac_ipad FROM hooks")

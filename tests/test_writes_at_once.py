@@ -13,6 +13,7 @@ import httpx
 import pytest
 from helpers import Graph, create_key, uid
 
+from recall_server.db import pool
 from recall_server import auth, config
 from recall_server.app import create_app
 from recall_server.db import queries
@@ -22,7 +23,7 @@ from recall_server.errors import Forbidden
 
 def run(database_url: str, key: str, call: Any) -> Any:
     async def go() -> Any:
-        conn = await asyncpg.connect(as_app_role(database_url))
+        conn = await pool.connect(as_app_role(database_url))
         try:
             return await call(conn, auth.parse(f"Bearer {key}"))
         finally:
@@ -268,7 +269,7 @@ def test_notes_that_lose_a_deadlock_are_all_left_to_their_own_paths(database_url
 
     async def go() -> list[Any]:
         other = await asyncpg.connect(database_url)
-        batch = await asyncpg.connect(as_app_role(database_url))
+        batch = await pool.connect(as_app_role(database_url))
         try:
             await other.execute("SET deadlock_timeout = '10s'")
             tx = other.transaction()

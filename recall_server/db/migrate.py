@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 
 from recall_server.db import citus as citus_db
+from recall_server.db.pool import is_sharded
 
 _LOCK_KEY = 0x7265_6361_6C6C  # "recall": serialises concurrent migrations
 ATTEMPTS = 5
@@ -37,9 +38,9 @@ async def migrate(dsn: str, *, again: bool = False, citus: bool = False) -> int:
     is the migration, nothing of it was applied, and it is tried again (up to ATTEMPTS times) rather
     than failing the server's start.
 
-    On a Citus coordinator the schema is sent one statement at a time (citus.statements), and with
-    `citus` the tables and functions are then distributed by tenant_id (citus.distribute), in the same
-    transaction; a second run finds them distributed and leaves them.
+    On a Citus coordinator the schema is sent one statement at a time (citus.statements); with `citus`
+    the tables and functions are then distributed by tenant_id (citus.distribute), and citus.sql defines
+    what differs there, in the same transaction; a second run finds them distributed and leaves them.
     """
     sql = schema_path().read_text()
     digest = hashlib.sha256(sql.encode()).digest()
@@ -47,7 +48,7 @@ async def migrate(dsn: str, *, again: bool = False, citus: bool = False) -> int:
     try:
         if not again and not citus and (version := await _applied(conn, digest)) is not None:
             return version
-        on_citus = await citus_db.present(conn)
+        on_citus = await is_sharded(conn)
         if citus and not on_citus:
             raise RuntimeError("--citus: the citus extension is not installed in this database")
         for attempt in range(1, ATTEMPTS):
@@ -75,10 +76,11 @@ async def _apply(conn: asyncpg.Connection, sql: str, digest: bytes, on_citus: bo
         if on_citus:
             await citus_db.prepare(conn)
             for statement in citus_db.statements(sql):
-                await conn.execute(citus_db.replacement(statement))
-            await citus_db.adapt(conn)
+                await conn.execute(statement)
             if distribute:
                 await citus_db.distribute(conn)
+            for statement in citus_db.statements(citus_db.definitions()):
+                await conn.execute(statement)
         else:
             await conn.execute(sql)
         await conn.execute(

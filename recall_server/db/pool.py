@@ -7,6 +7,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -29,6 +30,23 @@ APP_ROLE = "recall_app"
 # and the semantic arm's walk with its sort in one statement spent 1.1 s a search compiling where PostgreSQL
 # has LLVM (Debian's) to run for 15 ms.
 SESSION = {"client_min_messages": "warning", "jit": "off"}
+
+# What connections to a Citus coordinator ask for at connect, beside SESSION:
+SHARDED_SESSION = {
+    # asyncpg looks up each type it has no codec for (bigint[], timestamptz[]) once per connection, with a
+    # query joining pg_type to pg_class. Citus hides shards from clients by filtering pg_class through a
+    # function, row by row, which took that lookup from ~20 ms to 500-800 ms, inside a request's transaction:
+    # a retraction's under its thread's row lock, so eight at once on fresh connections queued past the
+    # statement timeout (tests/test_messages.py, concurrent pops). The server lists no tables: it sees shards.
+    "citus.override_table_visibility": "off",
+}
+
+SHARDED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+
+
+async def is_sharded(conn: asyncpg.Connection) -> bool:
+    """Whether the store is a Citus coordinator (the citus extension exists in its database)."""
+    return bool(await conn.fetchval(SHARDED))
 
 
 def as_app_role(dsn: str) -> str:
@@ -53,10 +71,27 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 
 class Connection(asyncpg.Connection):
-    """The pool's connections: whether they reach a Citus coordinator (read through the pool's proxy by
-    tenancy, which then binds the tenant so that it reaches the workers; citus.CitusConnection)."""
+    """A connection to a store on one node. `sharded` says which form of a statement to run: each
+    statement that differs on Citus has both, in the module that owns it (tenancy.Keyed, and the steps
+    of the queries modules)."""
 
-    citus = False
+    sharded: ClassVar[bool] = False
+
+
+class ShardedConnection(Connection):
+    """A connection to a Citus coordinator: tenancy binds the tenant so that it reaches the workers."""
+
+    sharded: ClassVar[bool] = True
+
+
+async def connect(dsn: str, **kw: object) -> Connection:
+    """One connection of the right class for the store (the operator's commands, migrations)."""
+    conn: Connection = await asyncpg.connect(dsn, connection_class=Connection, **kw)  # type: ignore[arg-type]
+    if await is_sharded(conn):
+        await conn.close()
+        conn = await asyncpg.connect(dsn, connection_class=ShardedConnection,  # type: ignore[arg-type]
+                                     server_settings=SHARDED_SESSION, **kw)
+    return conn
 
 
 def _closed(conn: asyncpg.Connection) -> bool:
@@ -77,8 +112,10 @@ class Database:
     Under an overload the queue holds about `queue_wait` seconds of work; a stall shorter than that
     is ridden out. The count is the backstop on what waiting requests hold."""
 
-    def __init__(self, pool: asyncpg.Pool, timeout: float, queue_limit: int, queue_wait: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, timeout: float, queue_limit: int, queue_wait: float,
+                 sharded: bool = False) -> None:
         self.pool = pool
+        self.sharded = sharded  # a Citus coordinator: its connections are ShardedConnections
         self.timeout = timeout
         self.queue_limit = queue_limit
         self.queue_wait = queue_wait
@@ -89,23 +126,21 @@ class Database:
     async def open(cls, dsn: str, *, min_size: int, max_size: int, timeout: float, queue_limit: int,
                    queue_wait: float, name: str = "recall-server") -> Database:
         """`name`: the connections' application_name, as pg_stat_activity shows it."""
-        # A Citus coordinator is recognised once, here: its connections say so (tenancy._run).
+        # A Citus coordinator is recognised once, here: its connections say so (Connection.sharded).
         probe = await asyncpg.connect(dsn, timeout=timeout)
         try:
-            on_citus = await probe.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            sharded = await is_sharded(probe)
         finally:
             await probe.close()
-        from recall_server.db import citus
-
         # min_size connections are opened here and kept (asyncpg >= 0.32 restores that floor after a loss,
         # and closes only connections above it that idled for a minute).
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=timeout,
             max_inactive_connection_lifetime=60, reset=_reset,
-            server_settings={**SESSION, **(citus.SESSION if on_citus else {}), "application_name": name},
-            connection_class=citus.CitusConnection if on_citus else Connection,
+            server_settings={**SESSION, **(SHARDED_SESSION if sharded else {}), "application_name": name},
+            connection_class=ShardedConnection if sharded else Connection,
         )
-        return cls(pool, timeout, queue_limit, queue_wait)
+        return cls(pool, timeout, queue_limit, queue_wait, sharded)
 
     async def close(self) -> None:
         await asyncio.wait_for(self.pool.close(), timeout=self.timeout)

@@ -25,12 +25,15 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an
   unknown or revoked hook, 401 for a wrong signature; either way the transaction writes nothing.
 
-On a Citus coordinator (the pool's connections say so, pool.CitusConnection) set_config would bind
-the coordinator alone: the shard queries run on the workers, where row-level security is checked.
-There the key check is a statement of its own, and the tenant is bound with `SET LOCAL app.tenant_id`
-and `citus.propagate_set_commands = 'local'` in the request's transaction, which Citus repeats on
-every worker connection of the transaction. The same reads and writes then run with the tenant as
-$1 in place of `auth.tenant` and `gate.tenant` (_citus_shape). The section at the end of this file.
+Each statement is a `Keyed`: its texts for one node (`single`, and `bound` behind BOUND) and for a
+Citus coordinator (`sharded`), built once from the same parts. On a coordinator (the pool's connections
+say so: pool.ShardedConnection) set_config would bind the coordinator alone: the shard queries run on
+the workers, where row-level security is checked. There the key check is a statement of its own, and
+the tenant is bound with `SET LOCAL app.tenant_id` and `citus.propagate_set_commands = 'local'` in the
+request's transaction, which Citus repeats on every worker connection of the transaction; the read or
+write then runs with the tenant as $1 where the one-node form names `auth.tenant` or `gate.tenant`.
+A write Citus cannot plan as one statement runs as the steps its own module gives (`steps`), or not at
+all (`sharded=False`: the caller's transaction writes it). The section at the end of this file.
 
 The binding is transaction-local (`is_local`, SET LOCAL), so a pooled connection never carries one
 request's tenant into the next.
@@ -44,11 +47,10 @@ check found ($1, $2). A revoke, or a change of grants, returns only after that w
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
-import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -61,27 +63,54 @@ KEY_CHECK = """SELECT set_config('app.tenant_id', a.tenant_id, true) AS tenant,
                FROM recall_authenticate($1, $2) a"""
 BOUND = """SELECT set_config('app.tenant_id', $1::text, true) AS tenant, set_config('app.access', $2::text, true) AS scope"""
 
+# How a keyed read names its tenant (and a keyed write, `gate.tenant`): the key check's row on one node, $1 on a
+# Citus coordinator, where the tenant is bound before the statement runs. A read compares every table's
+# tenant_id with it (never one table's with another's): Citus routes a statement to the tenant's shard only
+# when each table's tenant is a value, and sends it to every shard otherwise (~150 ms).
+TENANT = "auth.tenant"
+GATE_TENANT = "gate.tenant"
+SHARD_TENANT = "$1::text"
 
-@functools.cache
-def _bound(sql: str) -> str:
-    """A statement behind KEY_CHECK, behind BOUND instead."""
-    assert sql.count(KEY_CHECK) == 1
-    return sql.replace(KEY_CHECK, BOUND)
+# A write's steps on a Citus coordinator, once the tenant is bound: (connection, tenant, scope, the statement's
+# own parameters) -> the row `done` would have returned, or None when it wrote nothing.
+Steps = Callable[..., Awaitable[Any]]
 
 
-async def _run(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple[object, ...],
-               many: bool = False) -> list[asyncpg.Record]:
+class Keyed(NamedTuple):
+    """A statement behind the key check, in each form a store runs it; built once by keyed() or keyed_write()."""
+
+    single: str  # one node: the key check, the binding and the statement in one
+    bound: str  # one node, for a key this process checked within the window: behind BOUND
+    sharded: str | None  # a Citus coordinator, the tenant bound: the tenant $1, the scope $2; None: steps or none
+    scopes: frozenset[str] = frozenset()  # a write: the scopes that may write (empty: a read)
+    steps: Steps | None = None  # a write Citus cannot plan as one statement: its steps there
+
+
+def _keyed(auth: str, read: str) -> str:
+    return f"""
+        WITH auth AS MATERIALIZED ({auth})
+        SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, v.*
+          FROM auth LEFT JOIN LATERAL ({read} OFFSET 0) v ON true
+    """
+
+
+# The key check alone: verify() and session().
+CHECK = Keyed(KEY_CHECK, BOUND, None)
+
+
+async def _run(conn: asyncpg.Connection, cred: Credential, stmt: Keyed, args: tuple[object, ...],
+               many: bool = False) -> list[Any]:
     """A statement behind the key check, or behind BOUND for a key the process checked within the
     window. Its rows start with the tenant and the scope; a check that found the key is remembered."""
-    if getattr(conn, "citus", False):  # pool.CitusConnection
-        return await _run_on_citus(conn, cred, sql, args, many)
+    if conn.sharded:
+        return await _run_sharded(conn, cred, stmt, args)
     run = conn.fetch if many else conn.fetchrow
     if cred.keys is not None and (bound := cred.keys.get(cred)) is not None:
         cred.access = bound[1]
-        found = await run(_bound(sql), *bound, *args)
+        found = await run(stmt.bound, *bound, *args)
         return found if many else [found]
     sent = cred.keys.clock() if cred.keys is not None else 0.0
-    found = await run(sql, cred.key_id, cred.secret_sha256, *args)
+    found = await run(stmt.single, cred.key_id, cred.secret_sha256, *args)
     rows = found if many else [] if found is None else [found]
     if not rows:
         raise unknown_key()
@@ -99,7 +128,7 @@ async def verify(db: Database, cred: Credential) -> None:
     if cred.keys is not None and cred.keys.get(cred) is not None:
         return
     async with db.connection() as conn:
-        await _run(conn, cred, KEY_CHECK, ())
+        await _run(conn, cred, CHECK, ())
 
 
 async def after_revoking() -> None:
@@ -108,30 +137,31 @@ async def after_revoking() -> None:
     await asyncio.sleep(REVOCATION_WINDOW)
 
 
-def keyed(read: str) -> str:
+def keyed(read: str, sharded: str | None = None) -> Keyed:
     """`read` (for tenant `auth.tenant`, parameters from $3) as one statement behind the key check.
 
     The row it returns starts with the key's tenant and scope; the read's own columns follow, all NULL
-    when it found nothing (so a read's first column must never be NULL on a row it found).
+    when it found nothing (so a read's first column must never be NULL on a row it found). `sharded`:
+    the read as a coordinator runs it, when it differs (built by its module from the same parts).
+
+    No OFFSET 0 on a coordinator: it makes the read a subplan Citus runs on every shard, not on the tenant's.
     """
-    return f"""
-        WITH auth AS MATERIALIZED ({KEY_CHECK})
-        SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, v.*
-          FROM auth LEFT JOIN LATERAL ({read} OFFSET 0) v ON true
-    """
+    on_shards = (sharded or read).replace(TENANT, SHARD_TENANT)
+    return Keyed(_keyed(KEY_CHECK, read), _keyed(BOUND, read),
+                 f"SELECT $1::text AS bound_tenant, $2::text AS bound_scope, v.* FROM ({on_shards}) v")
 
 
-async def fetch(conn: asyncpg.Connection, cred: Credential, sql: str, *args: object
+async def fetch(conn: asyncpg.Connection, cred: Credential, stmt: Keyed, *args: object
                 ) -> tuple[str, asyncpg.Record | None]:
     """Run a `keyed` read: (the key's tenant, the row or None when the read found none). 401 for a bad key."""
-    row = (await _run(conn, cred, sql, args))[0]
+    row = (await _run(conn, cred, stmt, args))[0]
     return row[0], None if row[2] is None else row
 
 
-async def fetch_many(conn: asyncpg.Connection, cred: Credential, sql: str, *args: object
+async def fetch_many(conn: asyncpg.Connection, cred: Credential, stmt: Keyed, *args: object
                      ) -> tuple[str, list[asyncpg.Record]]:
     """Run a `keyed` read of several rows: (the key's tenant, the rows it found, maybe none). 401 for a bad key."""
-    rows = await _run(conn, cred, sql, args, many=True)
+    rows = await _run(conn, cred, stmt, args, many=True)
     return rows[0][0], [row for row in rows if row[2] is not None]
 
 
@@ -144,23 +174,36 @@ def _require_scope(access: str, needed: str) -> None:
         raise Forbidden("This key has grants; administering keys and webhooks needs an admin key without grants.")
 
 
-def keyed_write(write: str, scope: str) -> str:
-    """`write` (CTEs ending in one named `done`, for tenant `gate.tenant`, parameters from $3) as one
-    statement behind the key check, writing only for a key with `scope`. Its row: the key's tenant, the
-    key's scope, then `done`'s columns (all NULL when it wrote nothing)."""
-    allowed = ", ".join(f"'{name}'" for name, rank in SCOPES.items() if rank >= SCOPES[scope])
+def _keyed_write(auth: str, allowed: str, write: str) -> str:
     return f"""
-        WITH auth AS MATERIALIZED ({KEY_CHECK}),
+        WITH auth AS MATERIALIZED ({auth}),
         gate AS MATERIALIZED (SELECT tenant FROM auth WHERE split_part(scope, E'\\n', 1) IN ({allowed})),
         {write}
         SELECT auth.tenant AS bound_tenant, auth.scope AS bound_scope, d.* FROM auth LEFT JOIN done d ON true
     """
 
 
-async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql: str, *args: object
+def keyed_write(write: str, scope: str, *, steps: Steps | None = None, sharded: bool = True) -> Keyed:
+    """`write` (CTEs ending in one named `done`, for tenant `gate.tenant`, parameters from $3) as one
+    statement behind the key check, writing only for a key with `scope`. Its row: the key's tenant, the
+    key's scope, then `done`'s columns (all NULL when it wrote nothing).
+
+    On a Citus coordinator: the same CTEs with the tenant as $1; or `steps` in their place, when Citus cannot
+    plan the statement; or, `sharded=False`, nothing (the caller's transaction writes it, as after a write the
+    statement did not make)."""
+    scopes = frozenset(name for name, rank in SCOPES.items() if rank >= SCOPES[scope])
+    allowed = ", ".join(f"'{name}'" for name in SCOPES if name in scopes)
+    on_shards = None if steps is not None or not sharded else (
+        f"WITH gate AS (SELECT $1::text AS tenant), {write.replace(GATE_TENANT, SHARD_TENANT)}"
+        " SELECT $1::text AS bound_tenant, $2::text AS bound_scope, d.* FROM done d")
+    return Keyed(_keyed_write(KEY_CHECK, allowed, write), _keyed_write(BOUND, allowed, write), on_shards,
+                 scopes, steps)
+
+
+async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, stmt: Keyed, *args: object
                      ) -> tuple[str, list[asyncpg.Record]]:
     """Run a `keyed_write`: (the key's tenant, the rows its `done` wrote, maybe none). 401 bad key, 403 scope."""
-    rows = await _run(conn, cred, sql, args, many=True)
+    rows = await _run(conn, cred, stmt, args, many=True)
     _require_scope(rows[0][1], scope)
     return rows[0][0], [row for row in rows if row[2] is not None]
 
@@ -169,7 +212,7 @@ async def write_many(conn: asyncpg.Connection, cred: Credential, scope: str, sql
 async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
     """A transaction bound to the key's tenant: (connection, tenant). 401 unknown/revoked key, 403 scope."""
     async with db.connection() as conn, conn.transaction():
-        tenant, granted = (await _run(conn, cred, KEY_CHECK, ()))[0]
+        tenant, granted = (await _run(conn, cred, CHECK, ()))[0]
         _require_scope(granted, scope)
         yield conn, tenant
 
@@ -190,14 +233,14 @@ async def hook_session(db: Database, hook_id: str, source: str, body: bytes, sig
         # constant time: how much of a forged signature is right must not show in the response time
         if not hmac.compare_digest(found[2], signature):
             raise bad_signature()
-        if getattr(conn, "citus", False):
-            await conn.execute(_citus_binding(found[0]))
+        if conn.sharded:
+            await conn.execute(_sharded_binding(found[0]))
         yield conn, found[0]
 
 
 # ---- Citus -------------------------------------------------------------------------------------
 
-CITUS_KEY_CHECK = "SELECT a.tenant_id, a.scope FROM recall_authenticate($1, $2) a"
+SHARDED_KEY_CHECK = "SELECT a.tenant_id, a.scope FROM recall_authenticate($1, $2) a"
 
 
 def _literal(text: str) -> str:
@@ -205,51 +248,22 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _citus_binding(tenant: str, access: str | None = None) -> str:
+def _sharded_binding(tenant: str, access: str | None = None) -> str:
     """The tenant (and the key's access: its scope, then its grants) bound for the transaction, on the
     coordinator and on each worker connection it opens."""
     bind = f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL app.tenant_id = {_literal(tenant)}"
     return bind if access is None else f"{bind}; SET LOCAL app.access = {_literal(access)}"
 
 
-@functools.cache
-def _citus_shape(sql: str) -> tuple[str, str, frozenset[str]]:
-    """A statement of this module (KEY_CHECK, `keyed`, `keyed_write`) as Citus runs it once the tenant is
-    bound: ("check", "", {}), ("read", the read, {}) or ("write", the write, the scopes that may write).
-    The tenant is $1 and the scope $2; the read's or write's own parameters keep their numbers."""
-    if sql == KEY_CHECK:
-        return "check", "", frozenset()
-    if any(f in sql for f in ("recall_append_notes(", "recall_file_on_threads(", "recall_append_events(",
-                              "INSERT INTO triggers")):
-        # The batched hot writes and the plain message append: Citus plans neither a data-modifying CTE of
-        # INSERT ... SELECT FROM unnest nor a call of a distributed function in a CTE; the caller's
-        # transaction writes each one instead.
-        return "write", "", frozenset()
-    if (gate := re.search(r"gate AS MATERIALIZED \(SELECT tenant FROM auth WHERE split_part\(scope, E'\\n', 1\)"
-                          r" IN \(([^)]*)\)\),", sql)):
-        write = sql[gate.end():sql.rindex("SELECT auth.tenant AS bound_tenant")]
-        return "write", (f"WITH gate AS (SELECT $1::text AS tenant), {write.replace('gate.tenant', '$1::text')}"
-                         " SELECT $1::text AS bound_tenant, $2::text AS bound_scope, d.* FROM done d"), \
-            frozenset(re.findall(r"'(\w+)'", gate.group(1)))
-    read = sql[sql.index("LEFT JOIN LATERAL (") + len("LEFT JOIN LATERAL ("):sql.rindex(" OFFSET 0) v ON true")]
-    # No OFFSET 0 here: it makes the read a subplan Citus runs on every shard, not on the tenant's one. And
-    # a correlated subquery's `c.tenant_id = t.tenant_id` compares both with the tenant itself (the same
-    # rows: every row a read touches is the tenant's), or Citus sends the read to all shards (~150 ms).
-    read = re.sub(r"\b(\w+)\.tenant_id = (\w+)\.tenant_id\b", r"\1.tenant_id = $1::text AND \2.tenant_id = $1::text",
-                  read.replace("auth.tenant", "$1::text"))
-    return "read", f"SELECT $1::text AS bound_tenant, $2::text AS bound_scope, v.* FROM ({read}) v", frozenset()
-
-
-async def _run_on_citus(conn: asyncpg.Connection, cred: Credential, sql: str, args: tuple[object, ...],
-                        many: bool) -> list[asyncpg.Record]:
-    """_run on a Citus coordinator: the key check (unless remembered), then the binding, then the statement,
-    in one transaction (the caller's, if it has one). Rows as _run's: the tenant and scope first, and a row
-    of them alone when the statement found or wrote nothing."""
-    shape, statement, may_write = _citus_shape(sql)
+async def _run_sharded(conn: asyncpg.Connection, cred: Credential, stmt: Keyed, args: tuple[object, ...]
+                       ) -> list[Any]:
+    """_run on a Citus coordinator: the key check (unless remembered), then the binding, then the statement
+    (or its steps), in one transaction (the caller's, if it has one). Rows as _run's: the tenant and scope
+    first, and a row of them alone when the statement found or wrote nothing."""
     bound = cred.keys.get(cred) if cred.keys is not None else None
     if bound is None:
         sent = cred.keys.clock() if cred.keys is not None else 0.0
-        found = await conn.fetchrow(CITUS_KEY_CHECK, cred.key_id, cred.secret_sha256)
+        found = await conn.fetchrow(SHARDED_KEY_CHECK, cred.key_id, cred.secret_sha256)
         if found is None:
             raise unknown_key()
         bound = (found[0], found[1])
@@ -257,13 +271,17 @@ async def _run_on_citus(conn: asyncpg.Connection, cred: Credential, sql: str, ar
             cred.keys.put(cred, sent, *bound)
     tenant, scope = bound
     cred.access = scope
-    if shape == "check":
+    if stmt is CHECK:
         if conn.is_in_transaction():
-            await conn.execute(_citus_binding(tenant, scope))
+            await conn.execute(_sharded_binding(tenant, scope))
         return [bound]
-    if shape == "write" and (scope.partition("\n")[0] not in may_write or not statement):
+    if stmt.scopes and (scope.partition("\n")[0] not in stmt.scopes or (stmt.sharded is None and stmt.steps is None)):
         return [(tenant, scope, None)]  # write_many answers 403; or the caller's transaction writes it
     async with conn.transaction():
-        await conn.execute(_citus_binding(tenant, scope))
-        rows = await conn.fetch(statement, tenant, scope, *args)
+        await conn.execute(_sharded_binding(tenant, scope))
+        if stmt.steps is not None:
+            row = await stmt.steps(conn, tenant, scope, *args)
+            rows = [] if row is None else [row]
+        else:
+            rows = await conn.fetch(stmt.sharded, tenant, scope, *args)
     return rows if rows else [(tenant, scope, None)]

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
 import asyncpg
 import msgspec
 
+from recall_server.db.pool import Connection
 from recall_server.models import Event, Link
 from recall_server.rows import Labels
 
-Conn = asyncpg.Connection
+Conn = Connection  # `conn.sharded`: a Citus coordinator, where a statement that differs runs its other form
 
 links_json = msgspec.json.Decoder(list[Link])
 events_json = msgspec.json.Decoder(list[Event])
@@ -63,14 +64,14 @@ def given(labels: Labels) -> tuple[bool, bool, bool]:
     return labels.app_id is not None, labels.agent_id is not None, labels.run_id is not None
 
 
-def shown(links: str, table: str, tenant: str) -> str:
+def shown(links: str, table: str) -> str:
     """A stored head's links (`[{id, summary, ...}]`: a thread's owners, a worker's threads or reports, kept for
     every reader alike) as the bound key may see them: whole for a key without grants; else those whose row of
     `table` its policies let it read, as the log views, which read those rows, show them. A scalar subquery
     per link, so each is a primary-key probe (as EXISTS it became a join reading the whole table)."""
     return (f"CASE WHEN (SELECT recall_reads()) IS NULL THEN {links} ELSE ("
             f"SELECT coalesce(jsonb_agg(l ORDER BY n), '[]') FROM jsonb_array_elements({links}) WITH ORDINALITY a(l, n)"
-            f" WHERE (SELECT true FROM {table} x WHERE x.tenant_id = {tenant} AND x.id = l->>'id')) END")
+            f" WHERE (SELECT true FROM {table} x WHERE x.tenant_id = auth.tenant AND x.id = l->>'id')) END")
 
 
 def under(column: str, param: str) -> str:
@@ -96,3 +97,34 @@ HEAD_PREPEND = """recall_head_with(jsonb_build_array(recall_head_event(t.last_se
 def arrays(rows: Iterable[msgspec.Struct]) -> list[list[Any]]:
     """Structs of one type as one array per field, in field order: what a batch statement's unnest takes."""
     return [list(column) for column in zip(*(msgspec.structs.astuple(r) for r in rows), strict=True)]
+
+
+def least(*times: datetime | None) -> datetime | None:
+    """least() as PostgreSQL has it: NULLs ignored."""
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
+
+
+def positions(table: str, owner: str, item: str) -> Callable[[Conn, str, str, list[str]], Awaitable[None]]:
+    """The statement that files an object's ordered list (`table`'s (tenant_id, `owner`, position, `item`) rows,
+    positions from 1): one INSERT ... SELECT FROM unnest WITH ORDINALITY; on a Citus coordinator rows of
+    VALUES, since Citus sends an INSERT ... SELECT from no distributed table as a COPY, which row-level
+    security refuses."""
+    from_unnest = (f"INSERT INTO {table} (tenant_id, {owner}, position, {item})"
+                   f" SELECT $1, $2, n.position, n.id FROM unnest($3::text[]) WITH ORDINALITY AS n(id, position)")
+    values = f"INSERT INTO {table} (tenant_id, {owner}, position, {item}) VALUES ($1, $2, $3, $4)"
+
+    async def insert(conn: Conn, tenant: str, owner_id: str, items: list[str]) -> None:
+        if conn.sharded:
+            await conn.executemany(values, [(tenant, owner_id, n, x) for n, x in enumerate(items, 1)])
+        else:
+            await conn.execute(from_unnest, tenant, owner_id, items)
+
+    return insert
+
+
+async def thread_expiry(conn: Conn, tenant: str, thread_id: str | None) -> datetime | None:
+    """A thread's expiry, which caps what is filed on it (None: no thread, or none set)."""
+    if thread_id is None:
+        return None
+    return await conn.fetchval("SELECT expires_at FROM threads WHERE tenant_id = $1 AND id = $2", tenant, thread_id)

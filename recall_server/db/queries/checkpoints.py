@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -25,27 +26,37 @@ def _inline(blob: str) -> str:
 
 # The columns of a checkpoint tuple as read: the checkpoint, the values of the channel versions it names, and
 # the pending writes of the step after it (in LangGraph's writes_sort_key order: task_path, task_id, idx);
-# of each value and write, its bytes when inlined (_inline) and its size.
-_TUPLE_COLUMNS = f"""
+# of each value and write, its bytes when inlined (_inline) and its size. `named`: each value and write a row of
+# the type recall_checkpoint_value or recall_checkpoint_write (citus.sql): a Citus shard query passes its rows to
+# the coordinator as text, and an anonymous ROW(...) has no input function there.
+def _tuple_columns(named: bool) -> str:
+    value, write = ("::recall_checkpoint_value", "::recall_checkpoint_write") if named else ("", "")
+    return f"""
     c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.checkpoint, c.metadata::text AS metadata,
     c.created_at,
-    ARRAY(SELECT ROW(b.channel, b.type, {_inline("b.blob")}, octet_length(b.blob), b.version)
+    ARRAY(SELECT ROW(b.channel, b.type, {_inline("b.blob")}, octet_length(b.blob), b.version){value}
             FROM jsonb_each_text(c.channel_versions) v
-            JOIN checkpoint_blobs b ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id
+            JOIN checkpoint_blobs b ON b.tenant_id = auth.tenant AND b.thread_id = c.thread_id
                  AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value
            ORDER BY b.channel) AS blobs,
-    ARRAY(SELECT ROW(w.task_id, w.channel, w.type, {_inline("w.blob")}, w.task_path, w.idx, octet_length(w.blob))
+    ARRAY(SELECT ROW(w.task_id, w.channel, w.type, {_inline("w.blob")}, w.task_path, w.idx, octet_length(w.blob)){write}
             FROM checkpoint_writes w
-           WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+           WHERE w.tenant_id = auth.tenant AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
              AND w.checkpoint_id = c.checkpoint_id
            ORDER BY w.task_path, w.task_id, w.idx) AS writes
 """
 
+
+def _both(read: str) -> tenancy.Keyed:
+    """A checkpoint read, its values and writes as named rows on a Citus coordinator."""
+    return keyed(read.format(columns=_tuple_columns(False)), read.format(columns=_tuple_columns(True)))
+
+
 # One checkpoint of a thread (the newest of the namespace when $5 is NULL), and whether the thread is erased.
-_TUPLE = keyed(f"""
+_TUPLE = _both("""
     SELECT t.deleted_at IS NOT NULL AS gone, x.* FROM checkpoint_threads t
       LEFT JOIN LATERAL (
-        SELECT {_TUPLE_COLUMNS} FROM checkpoints c
+        SELECT {columns} FROM checkpoints c
          WHERE c.tenant_id = auth.tenant AND c.thread_id = t.thread_id AND c.checkpoint_ns = $4
            AND ($5::text IS NULL OR c.checkpoint_id = $5)
          ORDER BY c.checkpoint_id DESC LIMIT 1) x ON true
@@ -65,8 +76,8 @@ async def fetch_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpo
 # A page of checkpoints, newest first (checkpoint ID, then thread and namespace), below the cursor's position
 # ($6-$8) and below `before` ($5); of one thread ($3, or every thread) and namespace ($4, or every namespace);
 # whose metadata contains $9 (jsonb @>).
-_LIST = keyed(f"""
-    SELECT {_TUPLE_COLUMNS} FROM checkpoints c
+_LIST = _both("""
+    SELECT {columns} FROM checkpoints c
      WHERE c.tenant_id = auth.tenant AND ($3::text IS NULL OR c.thread_id = $3)
        AND ($4::text IS NULL OR c.checkpoint_ns = $4) AND ($5::text IS NULL OR c.checkpoint_id < $5)
        AND ($6::text IS NULL OR (c.checkpoint_id, c.thread_id, c.checkpoint_ns) < ($6, $7, $8))
@@ -82,7 +93,7 @@ _LIST_GONE = keyed("""
 # One channel value of a thread's namespace, by version, and whether the thread is erased.
 _VALUE = keyed("""
     SELECT t.deleted_at IS NOT NULL AS gone, b.blob, sha256(b.blob) AS sha256 FROM checkpoint_threads t
-      LEFT JOIN checkpoint_blobs b ON b.tenant_id = t.tenant_id AND b.thread_id = t.thread_id
+      LEFT JOIN checkpoint_blobs b ON b.tenant_id = auth.tenant AND b.thread_id = t.thread_id
                                   AND b.checkpoint_ns = $4 AND b.channel = $5 AND b.version = $6
      WHERE t.tenant_id = auth.tenant AND t.thread_id = $3
 """)
@@ -100,7 +111,7 @@ async def fetch_channel_value(conn: Conn, cred: Credential, thread_id: str, chec
 # One pending write of a checkpoint, by task and idx, and whether the thread is erased.
 _WRITE_VALUE = keyed("""
     SELECT t.deleted_at IS NOT NULL AS gone, w.blob, sha256(w.blob) AS sha256 FROM checkpoint_threads t
-      LEFT JOIN checkpoint_writes w ON w.tenant_id = t.tenant_id AND w.thread_id = t.thread_id
+      LEFT JOIN checkpoint_writes w ON w.tenant_id = auth.tenant AND w.thread_id = t.thread_id
                                    AND w.checkpoint_ns = $4 AND w.checkpoint_id = $5 AND w.task_id = $6 AND w.idx = $7
      WHERE t.tenant_id = auth.tenant AND t.thread_id = $3
 """)
@@ -129,16 +140,19 @@ async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -
     return row is not None
 
 
-_CLAIM_THREAD = """INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace)
-           VALUES ($1, $2, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3))
-           ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id
-           RETURNING deleted_at"""
-
-
 async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str, like: str) -> datetime | None:
     """The thread's row, made if new (in the namespace of thread `like`) and locked until the transaction ends;
     its erasure time (None: live)."""
-    return await conn.fetchval(_CLAIM_THREAD, tenant, thread_id, like)
+    # The namespace of `like` read first: Citus refuses a subquery in an INSERT's VALUES (a rare write: a copy's).
+    return await conn.fetchval(
+        "INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) VALUES ($1, $2, $3)"
+        " ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id RETURNING deleted_at",
+        tenant, thread_id, await _namespace_of(conn, tenant, like))
+
+
+async def _namespace_of(conn: Conn, tenant: str, thread_id: str) -> str | None:
+    return await conn.fetchval("SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $2",
+                               tenant, thread_id)
 
 
 async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]) -> dict[str, State]:
@@ -164,6 +178,75 @@ _THREAD_SHARED = """
                     FOR SHARE OF t),
     th AS (SELECT * FROM made_thread UNION ALL SELECT * FROM old_thread),"""
 
+async def _shared_thread_steps(conn: Conn, tenant: str, thread_id: str, namespace: str) -> Any:
+    """_THREAD_SHARED on a Citus coordinator: the thread's row made if new (in `namespace`), else locked FOR SHARE
+    when the key's grants cover it; its (deleted_at, namespace), or None when the key cannot see it."""
+    made = await conn.fetchrow(
+        "INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) VALUES ($1, $2, $3)"
+        " ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING deleted_at, namespace", tenant, thread_id, namespace)
+    if made is not None:
+        return made
+    return await conn.fetchrow(
+        "SELECT deleted_at, namespace FROM checkpoint_threads"
+        " WHERE tenant_id = $1 AND thread_id = $2 AND recall_granted(namespace, true) FOR SHARE", tenant, thread_id)
+
+
+async def _put_steps(conn: Conn, tenant: str, scope: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
+                     parent_id: Any, type_: str, checkpoint: bytes, channel_versions: str, metadata: str,
+                     request_hash: bytes, channels: list[str], versions: list[str], types: list[str],
+                     blobs: list[bytes], namespace: str) -> Any:
+    """_PUT on a Citus coordinator (no data-modifying CTE in front of an INSERT): the thread's row, then unless it
+    was erased each channel value new in it and the checkpoint unless its ID is taken; the row `done` returns."""
+    thread = await _shared_thread_steps(conn, tenant, thread_id, namespace)
+    if thread is None:
+        return None
+    stored, written = None, 0
+    if thread["deleted_at"] is None:
+        for channel, version, type_of, blob in zip(channels, versions, types, blobs, strict=True):
+            written += await conn.fetchval(
+                "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob,"
+                " namespace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING RETURNING 1",
+                tenant, thread_id, checkpoint_ns, channel, version, type_of, blob, thread["namespace"]) or 0
+        stored = await conn.fetchval(
+            "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,"
+            " channel_versions, metadata, request_hash, namespace)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11)"
+            " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id) DO NOTHING RETURNING request_hash",
+            tenant, thread_id, checkpoint_ns, checkpoint_id, parent_id, type_, checkpoint, channel_versions, metadata,
+            request_hash, thread["namespace"])
+    return await conn.fetchrow(
+        "SELECT $1::text AS bound_tenant, $2::text AS bound_scope, $3::boolean AS gone, $4::boolean AS made,"
+        " coalesce($5::bytea, (SELECT request_hash FROM checkpoints WHERE tenant_id = $1 AND thread_id = $6"
+        " AND checkpoint_ns = $7 AND checkpoint_id = $8)) AS stored, $9::bigint AS blobs",
+        tenant, scope, thread["deleted_at"] is not None, stored is not None, stored, thread_id, checkpoint_ns,
+        checkpoint_id, written)
+
+
+async def _put_writes_steps(conn: Conn, tenant: str, scope: str, thread_id: str, checkpoint_ns: str,
+                            checkpoint_id: str, task_id: str, task_path: str, idxs: list[int], channels: list[str],
+                            types: list[str], blobs: list[bytes], namespace: str) -> Any:
+    """_PUT_WRITES on a Citus coordinator: the thread's row, then unless it was erased each write once per
+    (task, idx), a special channel's (idx < 0) replacing the stored one; the row `done` returns."""
+    thread = await _shared_thread_steps(conn, tenant, thread_id, namespace)
+    if thread is None:
+        return None
+    written = 0
+    if thread["deleted_at"] is None:
+        for idx, channel, type_of, blob in zip(idxs, channels, types, blobs, strict=True):
+            written += await conn.fetchval(
+                "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,"
+                " idx, channel, type, blob, namespace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                " ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
+                " DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob,"
+                " task_path = EXCLUDED.task_path WHERE EXCLUDED.idx < 0 RETURNING 1",
+                tenant, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type_of, blob,
+                thread["namespace"]) or 0
+    return await conn.fetchrow(
+        "SELECT $1::text AS bound_tenant, $2::text AS bound_scope, $3::boolean AS gone, $4::bigint AS written",
+        tenant, scope, thread["deleted_at"] is not None, written)
+
+
 # A put in one statement behind the key check: the thread's row (made if new, locked), then, unless the thread
 # was erased, the channel values new in it (a version already stored is not written again) and the
 # checkpoint unless its ID is taken; `stored` is the request hash under that ID (a retry's, or a clash's).
@@ -188,7 +271,7 @@ _PUT = keyed_write(f"""{_THREAD_SHARED.format(ns="$16")}
                             AND c.checkpoint_id = $5)) AS stored,
                (SELECT count(*) FROM blobs) AS blobs
           FROM th)
-""", "write")
+""", "write", steps=_put_steps)
 
 
 async def put_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str, checkpoint_id: str,
@@ -230,7 +313,7 @@ _PUT_WRITES = keyed_write(f"""{_THREAD_SHARED.format(ns="$12")}
         WHERE EXCLUDED.idx < 0
         RETURNING 1),
     done AS (SELECT th.deleted_at IS NOT NULL AS gone, (SELECT count(*) FROM written) AS written FROM th)
-""", "write")
+""", "write", steps=_put_writes_steps)
 
 
 async def put_checkpoint_writes(conn: Conn, cred: Credential, thread_id: str, checkpoint_ns: str,
@@ -295,33 +378,29 @@ async def delete_checkpoint_runs(conn: Conn, tenant: str, run_ids: list[str]) ->
         tenant, run_ids)
 
 
-_COPY_THREAD = """WITH c AS (
-     INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,
-                              channel_versions, metadata, request_hash, namespace)
-     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions,
-            metadata, request_hash, (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-       FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2
-     ON CONFLICT DO NOTHING RETURNING 1),
-   b AS (
-     INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)
-     SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob,
-            (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-       FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2
-     ON CONFLICT DO NOTHING RETURNING 1),
-   w AS (
-     INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel,
-                                    type, blob, task_path, namespace)
-     SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path,
-            (SELECT namespace FROM checkpoint_threads WHERE tenant_id = $1 AND thread_id = $3)
-       FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2
-     ON CONFLICT DO NOTHING RETURNING 1)
-   SELECT count(*)::integer FROM c"""
-
-
 async def copy_checkpoint_thread(conn: Conn, tenant: str, source: str, target: str) -> int:
     """Copy every checkpoint, channel value and write of `source` to `target`, in the target's namespace (what
     `target` has already under the same keys stays); how many checkpoints were copied."""
-    return await conn.fetchval(_COPY_THREAD, tenant, source, target)
+    # The target's namespace read first, then each table's rows copied by an INSERT ... SELECT of their own: Citus
+    # refuses data-modifying CTEs in front of an INSERT ... SELECT with a subquery (a rare write, on any store).
+    namespace = await _namespace_of(conn, tenant, target)
+    copied = [await conn.execute(sql, tenant, source, target, namespace) for sql in _COPY]
+    return int(copied[0].rsplit(" ", 1)[1])
+
+
+_COPY = (
+    "INSERT INTO checkpoints (tenant_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint,"
+    " channel_versions, metadata, request_hash, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, channel_versions, metadata,"
+    " request_hash, $4 FROM checkpoints WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+    "INSERT INTO checkpoint_blobs (tenant_id, thread_id, checkpoint_ns, channel, version, type, blob, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, channel, version, type, blob, $4"
+    " FROM checkpoint_blobs WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+    "INSERT INTO checkpoint_writes (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type,"
+    " blob, task_path, namespace)"
+    " SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, task_path, $4"
+    " FROM checkpoint_writes WHERE tenant_id = $1 AND thread_id = $2 ON CONFLICT DO NOTHING",
+)
 
 
 async def prune_checkpoints(conn: Conn, tenant: str, thread_ids: list[str], keep: int) -> int:

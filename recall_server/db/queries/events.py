@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import msgspec
 
@@ -25,7 +27,7 @@ _EVENTS = keyed("""
                    THEN (recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)::jsonb || '{"retracted": true}')::json
                    ELSE recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) END ORDER BY e.seq), '[]')
               FROM thread_events e
-             WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id
+             WHERE e.tenant_id = auth.tenant AND e.thread_id = t.id
                AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
@@ -60,14 +62,41 @@ async def append_event(conn: Conn, tenant: str, thread_id: str, type_: str, summ
     The UPDATE holds the row lock until commit, so appends to one thread commit in seq order; it
     prepends the event to the thread's head (dropping the oldest beyond recall_head_size()).
     """
-    row = await conn.fetchrow(_APPEND, tenant, thread_id, type_, summary, ref)
+    if conn.sharded:
+        row = await append_event_steps(conn, tenant, thread_id, type_, summary, ref)
+    else:
+        row = await conn.fetchrow(_APPEND, tenant, thread_id, type_, summary, ref)
     return None if row is None else Event(seq=row[0], type=row[1], at=row[2], summary=row[3], ref=row[4])
+
+
+_UNSET: Any = object()
+
+
+async def append_event_steps(conn: Conn, tenant: str, thread_id: str, type_: str, summary: str, ref: str | None,
+                             gone_at: Any = _UNSET) -> Any:
+    """_APPEND on a Citus coordinator, which plans no data-modifying CTE in front of an INSERT: the thread's next
+    seq under its row lock, its head, the event (`gone_at`: the ref's expiry, when the caller knows it)."""
+    row = await conn.fetchrow("SELECT last_seq, clock_timestamp() AS at, head_events::text AS head FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if row is None:
+        return None
+    if gone_at is _UNSET:
+        gone_at = None if ref is None else await conn.fetchval("SELECT recall_expiry($1, $2)", tenant, ref)
+    seq = row["last_seq"] + 1
+    head = await conn.fetchval("SELECT recall_head_with(jsonb_build_array(recall_head_event($1, $2, $3, $4, $5, $6)),"
+                               " $7::jsonb)::text", seq, type_, row["at"], summary, ref, gone_at, row["head"])
+    await conn.execute("UPDATE threads SET last_seq = $3, updated_at = $4, head_events = $5::jsonb"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, seq, row["at"], head)
+    return await conn.fetchrow(
+        "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary, ref, ref_gone_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq, type, at, summary, ref",
+        tenant, thread_id, seq, type_, row["at"], summary, ref, gone_at)
 
 
 _NOTE_MANY = keyed_write("""
     done AS (SELECT f.note_n AS n, f.note_seq AS seq, f.note_at AS at
                FROM gate, recall_append_notes(gate.tenant, $3::text[], $4::text[], $5::text[]) f)
-""", "write")
+""", "write", sharded=False)  # Citus plans no call of a distributed function in a CTE
 
 
 class NewNote(msgspec.Struct, array_like=True):

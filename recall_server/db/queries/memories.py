@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import msgspec
 
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import Conn, given, label_filters, labels_of, links_json, under
+from recall_server.db.queries._common import Conn, given, label_filters, labels_of, links_json, positions, under
 from recall_server.db.tenancy import keyed
 from recall_server.ids import State
 from recall_server.models import Link
@@ -30,11 +31,11 @@ _MEMORY_COLUMNS = """
     m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
     m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
     CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
-                                   WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
+                                   WHERE c.tenant_id = auth.tenant AND c.id = m.chain) END AS chain_created_at,
     CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
     CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
-       FROM memory_sources s WHERE s.tenant_id = m.tenant_id AND s.memory_id = m.id) AS sources
+       FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id) AS sources
 """
 _MEMORY = keyed(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3")
 _MEMORY_CURRENT = keyed(f"""
@@ -101,7 +102,7 @@ _MEMORIES = """
       SELECT m.id, m.namespace, m.key, m.kind, m.version, m.summary, m.content_type, m.tags, m.confirmed,
              m.created_at, m.expires_at,
              CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
-                                            WHERE c.tenant_id = m.tenant_id AND c.id = m.chain) END AS chain_created_at,
+                                            WHERE c.tenant_id = auth.tenant AND c.id = m.chain) END AS chain_created_at,
              CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
@@ -173,7 +174,7 @@ _VERSIONS = keyed("""
            (SELECT coalesce(json_agg(x ORDER BY x.version DESC), '[]') FROM (
               SELECT v.id, v.version, v.summary, v.current, recall_is_gone(v.deleted_at, v.expires_at) AS gone,
                      v.created_at
-                FROM memories v WHERE v.tenant_id = m.tenant_id AND v.chain = m.chain AND v.version < $4
+                FROM memories v WHERE v.tenant_id = auth.tenant AND v.chain = m.chain AND v.version < $4
                ORDER BY v.version DESC LIMIT $5) x) AS versions
     FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3
 """)
@@ -220,6 +221,15 @@ _LOCK_PAIR = "SELECT recall_lock_memory_pair($1, $2, $3)"  # as deletes take it
 
 async def lock_memory_pair(conn: Conn, tenant: str, namespace: str, key: str) -> None:
     """Serialise writers of one (namespace, key) for this transaction (no space occurs in a tenant or namespace)."""
+    if conn.sharded:
+        # The pair's lock on the coordinator, as every writer and delete takes it, by a transaction that has read
+        # the pair on the tenant's worker first. That read makes it a distributed transaction: Citus's deadlock
+        # detection counts every waiting process that is not in one as one and the same process, so writers
+        # queued on the lock (each waiting for those ahead of it) made a cycle, and one was cancelled (a 503;
+        # tests/test_memories.py, twenty concurrent writers). A delete reads the memory before it takes the lock
+        # (recall_erase).
+        await conn.fetchval("SELECT 1 FROM memories WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND current",
+                            tenant, namespace, key)
     await conn.execute(_LOCK_PAIR, tenant, namespace, key)
 
 
@@ -254,21 +264,38 @@ async def insert_memory(
     Without `expires_at`, scratchpad and state memories take their tenant's default lifetime.
     The caller holds the pair's lock, so the chain stays gap-free.
     """
+    args = (tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
+            labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at, embed)
+    if conn.sharded:
+        return await _insert_memory_steps(conn, *args)
+    return await conn.fetchval(_INSERT_MEMORY, *args)
+
+
+async def _insert_memory_steps(conn: Conn, tenant: str, memory_id: str, namespace: str, key: str, pair: bytes,
+                               kind: str, summary: str, content_type: str, value: bytes, sha: bytes, tags: str,
+                               confirmed: str, app_id: Any, agent_id: Any, run_id: Any, req_hash: bytes,
+                               expires_at: Any, embed: bool) -> int:
+    """_INSERT_MEMORY on a Citus coordinator (no STABLE function of a column in an UPDATE, no data-modifying CTE in
+    front of an INSERT): the pair's current version closed (superseded unless gone), then the new one."""
+    old = await conn.fetchrow(
+        "SELECT id, chain, version, recall_is_gone(deleted_at, expires_at) AS gone FROM memories"
+        " WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND current", tenant, namespace, key)
+    if old is not None:
+        await conn.execute("UPDATE memories SET current = false, superseded_by = $3 WHERE tenant_id = $1 AND id = $2",
+                           tenant, old["id"], None if old["gone"] else memory_id)
+    prev = None if old is None or old["gone"] else old
+    if expires_at is None:
+        expires_at = await conn.fetchval(
+            "SELECT clock_timestamp() + CASE $2 WHEN 'scratchpad' THEN memory_scratchpad_ttl"
+            " WHEN 'state' THEN memory_state_ttl END FROM tenants WHERE id = $1", tenant, kind)
     return await conn.fetchval(
-        _INSERT_MEMORY,
+        "INSERT INTO memories (tenant_id, id, namespace, key, pair, kind, summary, content_type, value, value_sha256,"
+        " tags, confirmed, app_id, agent_id, run_id, request_hash, chain, version, current, supersedes, expires_at,"
+        " embed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16, $17, $18, true,"
+        " $19, $20, $21) RETURNING version",
         tenant, memory_id, namespace, key, pair, kind, summary, content_type, value, sha, tags, confirmed,
-        labels.app_id, labels.agent_id, labels.run_id, req_hash, expires_at, embed,
-    )
+        app_id, agent_id, run_id, req_hash, memory_id if prev is None else prev["chain"],
+        1 if prev is None else prev["version"] + 1, None if prev is None else prev["id"], expires_at, embed)
 
 
-_INSERT_SOURCES = """
-        INSERT INTO memory_sources (tenant_id, memory_id, position, source_id)
-        SELECT $1, $2, s.position, s.id FROM unnest($3::text[]) WITH ORDINALITY AS s(id, position)
-        """
-
-
-async def insert_memory_sources(conn: Conn, tenant: str, memory_id: str, sources: list[str]) -> None:
-    await conn.execute(
-        _INSERT_SOURCES,
-        tenant, memory_id, sources,
-    )
+insert_memory_sources = positions("memory_sources", "memory_id", "source_id")

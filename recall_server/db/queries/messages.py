@@ -72,6 +72,8 @@ _APPEND = """
 async def append_messages(conn: Conn, tenant: str, thread_id: str, rows: list[NewMessageRow]
                           ) -> list[tuple[int, datetime]]:
     """Append the messages to the thread's log, in order: each one's (seq, at). The caller holds the row lock."""
+    if conn.sharded:
+        return await _append_messages_steps(conn, tenant, thread_id, rows)
     n = len(rows)
     found = await conn.fetch(
         _APPEND, tenant, thread_id, [thread_id] * n, [r.summary for r in rows], [None] * n, [None] * n,
@@ -99,7 +101,7 @@ _APPEND_KEYED = tenancy.keyed_write("""
           ON u.n = ev.event_n
       RETURNING seq, at),
     done AS (SELECT seq, at FROM m)
-""", "write")
+""", "write", sharded=False)  # Citus plans no call of a distributed function in a CTE
 
 
 async def append_messages_keyed(conn: Conn, cred: Credential, thread_id: str, rows: list[NewMessageRow]
@@ -138,7 +140,7 @@ _PAGE = """
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
            (SELECT coalesce(json_agg({render} ORDER BY m.seq {order}), '[]') FROM (
               SELECT * FROM thread_messages m
-               WHERE m.tenant_id = t.tenant_id AND m.thread_id = t.id AND m.seq <= t.last_seq AND {after}
+               WHERE m.tenant_id = auth.tenant AND m.thread_id = t.id AND m.seq <= t.last_seq AND {after}
                  AND ($5::text IS NULL OR m.role = $5) AND ($6::timestamptz IS NULL OR m.at >= $6)
                  AND ($7::timestamptz IS NULL OR m.at < $7)
                  AND ($8 OR NOT recall_message_retracted(m.tenant_id, m.thread_id, m.seq))
@@ -232,6 +234,8 @@ async def retract_messages(conn: Conn, tenant: str, thread_id: str, summary: str
                            ) -> tuple[int, datetime]:
     """Append the retraction's event and its ranges (first, last seq) in one statement: its (seq, at). The
     caller holds the thread's row lock."""
+    if conn.sharded:
+        return await _retract_messages_steps(conn, tenant, thread_id, summary, ranges)
     row = await conn.fetchrow(_RETRACT, tenant, thread_id, summary, [f for f, _ in ranges], [t for _, t in ranges])
     return row[0], row[1]
 
@@ -239,7 +243,7 @@ async def retract_messages(conn: Conn, tenant: str, thread_id: str, summary: str
 _CONTENT = keyed("""
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone, m.seq IS NOT NULL AS found, m.content_type,
            CASE WHEN m.content_sha256 = $5 THEN NULL ELSE m.content END AS data, m.content_sha256
-      FROM threads t LEFT JOIN thread_messages m ON m.tenant_id = t.tenant_id AND m.thread_id = t.id AND m.seq = $4
+      FROM threads t LEFT JOIN thread_messages m ON m.tenant_id = auth.tenant AND m.thread_id = t.id AND m.seq = $4
      WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
@@ -273,3 +277,56 @@ async def message_findings(conn: Conn, tenant: str, thread_id: str) -> list[str]
         tenant, thread_id,
     )
     return [r[0] for r in rows]
+
+
+# ---- on a Citus coordinator: no call of a distributed function in a CTE, so the same writes as steps ----------
+
+async def _append_events_steps(conn: Conn, tenant: str, thread_id: str, type_: str, summaries: list[str]
+                               ) -> tuple[list[int], datetime] | None:
+    """recall_append_events for events of one thread without refs: under the thread's row lock, its next seqs,
+    one time for all, the events prepended to its head, the events; (seqs, at), or None when the thread is
+    missing or gone."""
+    row = await conn.fetchrow(
+        "SELECT last_seq, clock_timestamp() AS at, head_events::text AS head FROM threads"
+        " WHERE tenant_id = $1 AND id = $2 AND NOT recall_is_gone(deleted_at, expires_at) FOR NO KEY UPDATE",
+        tenant, thread_id)
+    if row is None:
+        return None
+    seqs = [row["last_seq"] + n for n in range(1, len(summaries) + 1)]
+    head = await conn.fetchval(
+        "SELECT recall_head_with((SELECT jsonb_agg(recall_head_event($1 + u.i, $2, $3, u.s, NULL::text,"
+        " NULL::timestamptz) ORDER BY u.i DESC) FROM unnest($4::text[]) WITH ORDINALITY u(s, i)), $5::jsonb)::text",
+        row["last_seq"], type_, row["at"], summaries, row["head"])
+    await conn.execute("UPDATE threads SET last_seq = $3, updated_at = $4, head_events = $5::jsonb"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, seqs[-1], row["at"], head)
+    await conn.executemany(
+        "INSERT INTO thread_events (tenant_id, thread_id, seq, type, at, summary) VALUES ($1, $2, $3, $4, $5, $6)",
+        [(tenant, thread_id, seq, type_, row["at"], summary) for seq, summary in zip(seqs, summaries, strict=True)])
+    return seqs, row["at"]
+
+
+async def _append_messages_steps(conn: Conn, tenant: str, thread_id: str, rows: list[NewMessageRow]
+                                 ) -> list[tuple[int, datetime]]:
+    """_APPEND as steps: each message's event, then its row under the event's seq; each one's (seq, at)."""
+    appended = await _append_events_steps(conn, tenant, thread_id, "message", [r.summary for r in rows])
+    if appended is None:
+        return []
+    seqs, event_at = appended
+    values = [(tenant, thread_id, seq, r.role, r.name, r.tool_call_id, event_at if r.at is None else r.at,
+               r.content_type, r.content, r.metadata) for seq, r in zip(seqs, rows, strict=True)]
+    await conn.executemany(
+        "INSERT INTO thread_messages (tenant_id, thread_id, seq, role, name, tool_call_id, at, content_type, content,"
+        " content_sha256, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, sha256($9), $10::jsonb)", values)
+    return [(v[2], v[6]) for v in values]
+
+
+async def _retract_messages_steps(conn: Conn, tenant: str, thread_id: str, summary: str,
+                                  ranges: list[tuple[int, int]]) -> tuple[int, datetime]:
+    """_RETRACT as steps: the retraction's event, then its ranges; (seq, at)."""
+    appended = await _append_events_steps(conn, tenant, thread_id, "messages_retracted", [summary])
+    assert appended is not None, "the caller holds the live thread's row lock"
+    (seq,), at = appended
+    await conn.executemany(
+        "INSERT INTO message_retractions (tenant_id, thread_id, by_seq, from_seq, to_seq) VALUES ($1, $2, $3, $4, $5)",
+        [(tenant, thread_id, seq, first, last) for first, last in ranges])
+    return seq, at

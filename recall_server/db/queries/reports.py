@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import NEWEST, Conn, given, label_filters, labels_of, links_json
+from recall_server.db.queries._common import (NEWEST, Conn, given, label_filters, labels_of, least, links_json,
+                                              positions, thread_expiry)
 from recall_server.db.tenancy import keyed
 from recall_server.ids import State
 from recall_server.models import ReportIndexEntry
@@ -23,8 +25,8 @@ _REPORT = keyed("""
       r.created_at, r.app_id, r.agent_id, r.run_id, r.expires_at, r.namespace, recall_is_gone(r.deleted_at, r.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(t.id, t.summary, recall_is_gone(t.deleted_at, t.expires_at))
                                 ORDER BY rr.position), '[]')
-         FROM report_refs rr JOIN triggers t ON t.tenant_id = rr.tenant_id AND t.id = rr.trigger_id
-        WHERE rr.tenant_id = r.tenant_id AND rr.report_id = r.id) AS refs
+         FROM report_refs rr JOIN triggers t ON t.tenant_id = auth.tenant AND t.id = rr.trigger_id
+        WHERE rr.tenant_id = auth.tenant AND rr.report_id = r.id) AS refs
     FROM reports r WHERE r.tenant_id = auth.tenant AND r.id = $3
 """)
 
@@ -46,7 +48,7 @@ _REPORTS = """
     SELECT recall_is_gone(w.deleted_at, w.expires_at) AS gone,
            (SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') FROM (
               SELECT r.id, r.thread_id, r.summary, r.created_at FROM reports r
-               WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
+               WHERE r.tenant_id = auth.tenant AND r.worker_id = w.id AND NOT recall_is_gone(r.deleted_at, r.expires_at)
                  AND (r.created_at, r.id) < ($4, $5)
                  AND {labels}
                ORDER BY r.created_at DESC, r.id DESC LIMIT $6) x) AS reports
@@ -105,21 +107,28 @@ async def insert_report(conn: Conn, tenant: str, report_id: str, worker_id: str,
                         content_type: str, body: bytes, sha: bytes, labels: Labels, req_hash: bytes,
                         expires_at: datetime | None) -> bool:
     """Insert (counted on the worker row); False when the ID exists."""
-    return await conn.fetchval(
-        _INSERT_REPORT,
-        tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
-        labels.app_id, labels.agent_id, labels.run_id, expires_at, labels.namespace,
-    ) is not None
+    args = (tenant, report_id, worker_id, thread_id, summary, content_type, body, sha, req_hash,
+            labels.app_id, labels.agent_id, labels.run_id, expires_at, labels.namespace)
+    if conn.sharded:
+        return await _insert_report_steps(conn, *args)
+    return await conn.fetchval(_INSERT_REPORT, *args) is not None
 
 
-_INSERT_REFS = """
-        INSERT INTO report_refs (tenant_id, report_id, position, trigger_id)
-        SELECT $1, $2, r.position, r.id FROM unnest($3::text[]) WITH ORDINALITY AS r(id, position)
-        """
+async def _insert_report_steps(conn: Conn, tenant: str, report_id: str, worker_id: str, thread_id: str,
+                               *rest: Any) -> bool:
+    """_INSERT_REPORT on a Citus coordinator (no subquery in an INSERT's VALUES, no data-modifying CTE in front of
+    an UPDATE across tables): the report (its expiry capped by its thread's), then its count on its worker."""
+    *columns, expires_at, namespace = rest
+    expires_at = least(expires_at, await thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchval(
+        "INSERT INTO reports (tenant_id, id, worker_id, thread_id, summary, content_type, body, body_sha256,"
+        " request_hash, app_id, agent_id, run_id, expires_at, namespace)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING RETURNING true",
+        tenant, report_id, worker_id, thread_id, *columns, expires_at, namespace)
+    if made is None:
+        return False
+    return await conn.fetchrow("UPDATE workers SET reports_total = reports_total + 1"
+                               " WHERE tenant_id = $1 AND id = $2 RETURNING true", tenant, worker_id) is not None
 
 
-async def insert_refs(conn: Conn, tenant: str, report_id: str, refs: list[str]) -> None:
-    await conn.execute(
-        _INSERT_REFS,
-        tenant, report_id, refs,
-    )
+insert_refs = positions("report_refs", "report_id", "trigger_id")

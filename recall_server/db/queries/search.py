@@ -61,7 +61,7 @@ _HYDRATE = f"""
       UNION ALL
       SELECT e.summary, {_HEADLINE.format(text=f"recall_search_text(x.content_type, x.content, {SEARCH_PREFIX})")},
              x.thread_id
-        FROM thread_messages x JOIN thread_events e ON e.tenant_id = x.tenant_id AND e.thread_id = x.thread_id
+        FROM thread_messages x JOIN thread_events e ON e.tenant_id = auth.tenant AND e.thread_id = x.thread_id
                                                    AND e.seq = x.seq
        WHERE h.hit_kind = 'message' AND x.tenant_id = auth.tenant AND recall_message_ref(x.thread_id, x.seq) = h.hit_id
     ) s ON true
@@ -179,24 +179,24 @@ def _branch(relation: str, kind: str, linking: str, select_from: str, where: str
 
 _BACKLINK_BRANCHES = {
     "cites": [_branch("cites", "report", "rr.report_id",
-                      "report_refs rr JOIN reports x ON x.tenant_id = rr.tenant_id AND x.id = rr.report_id",
-                      "rr.tenant_id = o.tenant_id AND rr.trigger_id = o.id")],
+                      "report_refs rr JOIN reports x ON x.tenant_id = auth.tenant AND x.id = rr.report_id",
+                      "rr.tenant_id = auth.tenant AND rr.trigger_id = o.id")],
     "neighbour": [_branch("neighbour", "trigger", "nb.trigger_id",
-                          "trigger_neighbours nb JOIN triggers x ON x.tenant_id = nb.tenant_id AND x.id = nb.trigger_id",
-                          "nb.tenant_id = o.tenant_id AND nb.neighbour_id = o.id")],
+                          "trigger_neighbours nb JOIN triggers x ON x.tenant_id = auth.tenant AND x.id = nb.trigger_id",
+                          "nb.tenant_id = auth.tenant AND nb.neighbour_id = o.id")],
     "event": [_branch("event", "thread", "e.thread_id",
-                      "thread_events e JOIN threads x ON x.tenant_id = e.tenant_id AND x.id = e.thread_id",
-                      "e.tenant_id = o.tenant_id AND e.ref = o.id")],
+                      "thread_events e JOIN threads x ON x.tenant_id = auth.tenant AND x.id = e.thread_id",
+                      "e.tenant_id = auth.tenant AND e.ref = o.id")],
     "owner": [_branch("owner", "thread", "ow.thread_id",
-                      "thread_owners ow JOIN threads x ON x.tenant_id = ow.tenant_id AND x.id = ow.thread_id",
-                      "ow.tenant_id = o.tenant_id AND ow.worker_id = o.id")],
-    "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id"),
-               _branch("thread", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.thread_id = o.id")],
-    "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = o.tenant_id AND x.worker_id = o.id")],
+                      "thread_owners ow JOIN threads x ON x.tenant_id = auth.tenant AND x.id = ow.thread_id",
+                      "ow.tenant_id = auth.tenant AND ow.worker_id = o.id")],
+    "thread": [_branch("thread", "trigger", "x.id", "triggers x", "x.tenant_id = auth.tenant AND x.thread_id = o.id"),
+               _branch("thread", "report", "x.id", "reports x", "x.tenant_id = auth.tenant AND x.thread_id = o.id")],
+    "worker": [_branch("worker", "report", "x.id", "reports x", "x.tenant_id = auth.tenant AND x.worker_id = o.id")],
     # a memory's sources: only current versions (a superseded one is history, not a link to follow)
     "source": [_branch("source", "memory", "ms.memory_id",
-                       "memory_sources ms JOIN memories x ON x.tenant_id = ms.tenant_id AND x.id = ms.memory_id",
-                       "ms.tenant_id = o.tenant_id AND ms.source_id = o.id AND x.current")],
+                       "memory_sources ms JOIN memories x ON x.tenant_id = auth.tenant AND x.id = ms.memory_id",
+                       "ms.tenant_id = auth.tenant AND ms.source_id = o.id AND x.current")],
 }
 BACKLINK_RELATIONS = {  # kind of the linked-to object -> the relations that can point at it
     "trigger": ["cites", "neighbour", "event", "source"],

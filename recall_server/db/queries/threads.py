@@ -36,9 +36,9 @@ from recall_server.rows import Labels, ThreadRow
 _THREAD_HEAD = keyed(f"""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-      {shown("t.head_owners", "workers", "t.tenant_id")}::text AS owners, t.head_events::text AS events, now() AS now,
+      {shown("t.head_owners", "workers")}::text AS owners, t.head_events::text AS events, now() AS now,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
-        WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
+        WHERE c.tenant_id = auth.tenant AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
@@ -51,13 +51,13 @@ _THREAD_LOG = keyed("""
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
                                 ORDER BY o.assigned_at, w.id), '[]')
-         FROM thread_owners o JOIN workers w ON w.tenant_id = o.tenant_id AND w.id = o.worker_id
-        WHERE o.tenant_id = t.tenant_id AND o.thread_id = t.id) AS owners,
+         FROM thread_owners o JOIN workers w ON w.tenant_id = auth.tenant AND w.id = o.worker_id
+        WHERE o.tenant_id = auth.tenant AND o.thread_id = t.id) AS owners,
       (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
-        WHERE e.tenant_id = t.tenant_id AND e.thread_id = t.id AND e.seq > t.last_seq - $4
+        WHERE e.tenant_id = auth.tenant AND e.thread_id = t.id AND e.seq > t.last_seq - $4
           AND NOT (e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq))) AS events,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
-        WHERE c.tenant_id = t.tenant_id AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
+        WHERE c.tenant_id = auth.tenant AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
@@ -140,7 +140,7 @@ def _threads(owned: bool, status: bool, labels: tuple[bool, bool, bool], namespa
     store's 11,500 cost a scan of all of them (8 ms; tests/test_plans.py). A namespace is a range of
     threads_by_namespace, its threads sorted (a page of the namespace, not a walk of the tenant)."""
     return keyed(_THREADS_PAGE.format(
-        threads="thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id"
+        threads="thread_owners o JOIN threads t ON t.tenant_id = auth.tenant AND t.id = o.thread_id"
         if owned else "threads t",
         owner="o.tenant_id = auth.tenant AND o.worker_id = $4" if owned else "$4::text IS NULL",
         status=equal("t.status", "$3", status), labels=label_filters("t", 8, labels),
@@ -218,11 +218,35 @@ async def update_thread(conn: Conn, tenant: str, thread_id: str, title: str | No
     Closing or merging a thread starts the tenant's closed-thread retention, if it has one.
     Returns (old status, new status), or None when the thread does not exist.
     """
-    row = await conn.fetchrow(
-        _UPDATE_THREAD,
-        tenant, thread_id, title, summary, status,
-    )
+    if conn.sharded:
+        return await _update_thread_steps(conn, tenant, thread_id, title, summary, status)
+    row = await conn.fetchrow(_UPDATE_THREAD, tenant, thread_id, title, summary, status)
     return None if row is None else (row[0], row[1])
+
+
+async def _update_thread_steps(conn: Conn, tenant: str, thread_id: str, title: str | None, summary: str | None,
+                               status: str | None) -> tuple[str, str] | None:
+    """_UPDATE_THREAD on a Citus coordinator, which plans no UPDATE with a non-IMMUTABLE function in a CASE: the
+    given fields under the row lock, updated_at only on a real change, a close or merge starting the tenant's
+    closed-thread retention."""
+    old = await conn.fetchrow("SELECT title, summary, status, expires_at, clock_timestamp() AS at FROM threads"
+                              " WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE", tenant, thread_id)
+    if old is None:
+        return None
+    new = (old["title"] if title is None else title, old["summary"] if summary is None else summary,
+           old["status"] if status is None else status)
+    if new == (old["title"], old["summary"], old["status"]):
+        return (old["status"], old["status"])
+    expires_at = old["expires_at"]
+    if new[2] in ("closed", "merged") and old["status"] not in ("closed", "merged"):
+        capped = await conn.fetchrow(
+            "SELECT least(coalesce($2::timestamptz, 'infinity'), $3::timestamptz + closed_thread_retention)"
+            " FROM tenants WHERE id = $1 AND closed_thread_retention IS NOT NULL", tenant, expires_at, old["at"])
+        if capped is not None:
+            expires_at = capped[0]
+    await conn.execute("UPDATE threads SET title = $3, summary = $4, status = $5, updated_at = $6, expires_at = $7"
+                       " WHERE tenant_id = $1 AND id = $2", tenant, thread_id, *new, old["at"], expires_at)
+    return (old["status"], new[2])
 
 
 async def insert_owner(conn: Conn, tenant: str, thread_id: str, worker_id: str) -> bool:

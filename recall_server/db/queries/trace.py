@@ -36,16 +36,16 @@ _READ_PAGE = """
     SELECT coalesce(json_agg(x ORDER BY x.pos, x.tick), '[]') FROM (
       SELECT r.run_id AS run, r.at, r.object_id, r.route, r.status, r.bytes, r.key_id, r.request_id, r.pos, r.tick
         FROM trace_reads r
-       WHERE r.tenant_id = {tenant} AND {match}
+       WHERE r.tenant_id = auth.tenant AND {match}
          AND r.pos < now() - make_interval(secs => $4)
          AND (r.pos, r.tick) > ($5, $6)
        ORDER BY r.pos, r.tick LIMIT $7) x
 """
-_RUN_READS = keyed(f"SELECT ({_READ_PAGE.format(tenant='auth.tenant', match='r.run_id = $3')}) AS reads")
+_RUN_READS = keyed(f"SELECT ({_READ_PAGE.format(match='r.run_id = $3')}) AS reads")
 _OBJECT_READS = {  # kind -> the object's state and its reads (of any run), from its table
     kind: keyed(f"""
         SELECT recall_is_gone(o.deleted_at, o.expires_at) AS gone,
-               ({_READ_PAGE.format(tenant='o.tenant_id', match='r.object_id = o.id')}) AS reads
+               ({_READ_PAGE.format(match='r.object_id = o.id')}) AS reads
         FROM {table} o WHERE o.tenant_id = auth.tenant AND o.id = $3
     """)
     for kind, table in ids.PLURAL.items()

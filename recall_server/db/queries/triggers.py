@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import msgspec
 
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import HEAD_PREPEND, Conn, arrays, labels_of, links_json
+from recall_server.db.queries._common import (HEAD_PREPEND, Conn, arrays, labels_of, least, links_json, positions,
+                                              thread_expiry)
+from recall_server.db.queries.events import append_event_steps
 from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.rows import Labels, TriggerRow
 
@@ -24,8 +27,8 @@ _TRIGGER = keyed("""
       recall_is_gone(tr.deleted_at, tr.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(n.id, n.summary, recall_is_gone(n.deleted_at, n.expires_at))
                                 ORDER BY nb.position), '[]')
-         FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = nb.tenant_id AND n.id = nb.neighbour_id
-        WHERE nb.tenant_id = tr.tenant_id AND nb.trigger_id = tr.id) AS neighbours
+         FROM trigger_neighbours nb JOIN triggers n ON n.tenant_id = auth.tenant AND n.id = nb.neighbour_id
+        WHERE nb.tenant_id = auth.tenant AND nb.trigger_id = tr.id) AS neighbours
     FROM triggers tr WHERE tr.tenant_id = auth.tenant AND tr.id = $3
 """)
 
@@ -55,17 +58,7 @@ async def payload_sha(conn: Conn, tenant: str, trigger_id: str) -> bytes | None:
                                tenant, trigger_id)
 
 
-_INSERT_NEIGHBOURS = """
-        INSERT INTO trigger_neighbours (tenant_id, trigger_id, position, neighbour_id)
-        SELECT $1, $2, n.position, n.id FROM unnest($3::text[]) WITH ORDINALITY AS n(id, position)
-        """
-
-
-async def insert_neighbours(conn: Conn, tenant: str, trigger_id: str, neighbours: list[str]) -> None:
-    await conn.execute(
-        _INSERT_NEIGHBOURS,
-        tenant, trigger_id, neighbours,
-    )
+insert_neighbours = positions("trigger_neighbours", "trigger_id", "neighbour_id")
 
 
 _TRIGGER_COLUMNS = """tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256, request_hash,
@@ -100,10 +93,31 @@ async def insert_trigger(conn: Conn, tenant: str, trigger_id: str, source: str, 
                          expires_at: datetime | None) -> bool:
     """File a trigger (on a thread whose row lock the caller holds: with its event) in one statement;
     False, having written nothing, when the ID or the (source, external_id) delivery already exists."""
-    return await conn.fetchval(
-        _FILE_TRIGGER, tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash,
-        occurred_at, labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at, labels.namespace,
-    ) is not None
+    args = (tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+            labels.app_id, labels.agent_id, labels.run_id, external_id, expires_at, labels.namespace)
+    if conn.sharded:
+        return await _file_trigger_steps(conn, *args)
+    return await conn.fetchval(_FILE_TRIGGER, *args) is not None
+
+
+async def _file_trigger_steps(conn: Conn, tenant: str, trigger_id: str, source: str, thread_id: str | None,
+                              summary: str, content_type: str, payload: bytes, sha: bytes, req_hash: bytes,
+                              occurred_at: Any, app_id: Any, agent_id: Any, run_id: Any, external_id: Any,
+                              expires_at: Any, namespace: str) -> bool:
+    """_FILE_TRIGGER on a Citus coordinator (no subquery in an INSERT's VALUES, no data-modifying CTE in front of
+    an INSERT): the trigger (its expiry capped by its thread's), then on its thread the trigger_filed event."""
+    expires_at = least(expires_at, await thread_expiry(conn, tenant, thread_id))
+    made = await conn.fetchrow(
+        "INSERT INTO triggers (tenant_id, id, source, thread_id, summary, content_type, payload, payload_sha256,"
+        " request_hash, occurred_at, app_id, agent_id, run_id, external_id, expires_at, namespace) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, clock_timestamp()), $11, $12, $13, $14, $15, $16)"
+        " ON CONFLICT DO NOTHING RETURNING expires_at",
+        tenant, trigger_id, source, thread_id, summary, content_type, payload, sha, req_hash, occurred_at,
+        app_id, agent_id, run_id, external_id, expires_at, namespace)
+    if made is None:
+        return False
+    if thread_id is not None:
+        await append_event_steps(conn, tenant, thread_id, "trigger_filed", summary, trigger_id, made["expires_at"])
+    return True
 
 
 # Writes in one statement (tenancy.keyed_write).
@@ -124,7 +138,7 @@ _INGEST_MANY = keyed_write(f"""
              AS x(id, source, summary, content_type, payload, sha, hash, occurred_at, app_id, agent_id, run_id,
                   external_id, expires_at)
       RETURNING id, occurred_at, created_at, expires_at)
-""", "write")
+""", "write", sharded=False)  # Citus plans neither INSERT ... SELECT FROM unnest nor a function call in a CTE
 
 
 class NewTrigger(msgspec.Struct, array_like=True):
@@ -152,7 +166,7 @@ _FILE_ON_THREADS = keyed_write("""
                                                  $7::text[], $8::bytea[], $9::bytea[], $10::bytea[],
                                                  $11::timestamptz[], $12::text[], $13::text[], $14::text[],
                                                  $15::text[], $16::timestamptz[]) f)
-""", "write")
+""", "write", sharded=False)  # Citus plans neither INSERT ... SELECT FROM unnest nor a function call in a CTE
 
 
 async def file_on_threads(conn: Conn, cred: Credential, filings: list[tuple[str, NewTrigger]]

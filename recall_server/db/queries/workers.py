@@ -23,17 +23,17 @@ from recall_server.rows import Labels, WorkerRow
 
 # A worker's totals: kept on its row, or for a key with grants counted under its policies (what it may see).
 _THREADS_TOTAL = ("CASE WHEN (SELECT recall_reads()) IS NULL THEN w.threads_total ELSE ("
-                  "SELECT count(*) FROM thread_owners o JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id"
-                  " WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id) END")
+                  "SELECT count(*) FROM thread_owners o JOIN threads t ON t.tenant_id = auth.tenant AND t.id = o.thread_id"
+                  " WHERE o.tenant_id = auth.tenant AND o.worker_id = w.id) END")
 _REPORTS_TOTAL = ("CASE WHEN (SELECT recall_reads()) IS NULL THEN w.reports_total ELSE ("
-                  "SELECT count(*) FROM reports r WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id) END")
+                  "SELECT count(*) FROM reports r WHERE r.tenant_id = auth.tenant AND r.worker_id = w.id) END")
 
 # The default view reads the worker's head (workers.head_threads, head_reports), like a thread's.
 _WORKER_HEAD = keyed(f"""
     SELECT w.id, w.name, w.summary, w.created_at, w.app_id, w.agent_id, w.run_id, w.expires_at, w.namespace,
       recall_is_gone(w.deleted_at, w.expires_at) AS gone, {_THREADS_TOTAL} AS threads_total,
-      {shown("w.head_threads", "threads", "w.tenant_id")}::text AS threads, {_REPORTS_TOTAL} AS reports_total,
-      {shown("w.head_reports", "reports", "w.tenant_id")}::text AS reports, now() AS now
+      {shown("w.head_threads", "threads")}::text AS threads, {_REPORTS_TOTAL} AS reports_total,
+      {shown("w.head_reports", "reports")}::text AS reports, now() AS now
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """)
 
@@ -43,8 +43,8 @@ _WORKER_LOG = keyed(f"""
       {_THREADS_TOTAL} AS threads_total,
       (SELECT coalesce(json_agg(recall_link(x.id, x.summary, recall_is_gone(x.deleted_at, x.expires_at))), '[]') FROM (
          SELECT t.id, t.summary, t.deleted_at, t.expires_at FROM thread_owners o
-           JOIN threads t ON t.tenant_id = o.tenant_id AND t.id = o.thread_id
-          WHERE o.tenant_id = w.tenant_id AND o.worker_id = w.id
+           JOIN threads t ON t.tenant_id = auth.tenant AND t.id = o.thread_id
+          WHERE o.tenant_id = auth.tenant AND o.worker_id = w.id
           ORDER BY o.assigned_at DESC, t.id DESC LIMIT $4) x) AS threads,
       {_REPORTS_TOTAL} AS reports_total,
       (SELECT coalesce(json_agg(CASE WHEN recall_is_gone(x.deleted_at, x.expires_at)
@@ -53,10 +53,10 @@ _WORKER_LOG = keyed(f"""
                        '[]')
          FROM (
          SELECT r.id, r.summary, r.deleted_at, r.expires_at,
-                ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = r.tenant_id
+                ARRAY(SELECT rr.trigger_id FROM report_refs rr WHERE rr.tenant_id = auth.tenant
                        AND rr.report_id = r.id ORDER BY rr.position) AS refs
            FROM reports r
-          WHERE r.tenant_id = w.tenant_id AND r.worker_id = w.id
+          WHERE r.tenant_id = auth.tenant AND r.worker_id = w.id
           ORDER BY r.created_at DESC, r.id DESC LIMIT $4) x) AS reports
     FROM workers w WHERE w.tenant_id = auth.tenant AND w.id = $3
 """)
