@@ -13,10 +13,11 @@ header each /mcp request is its own run.
 
 from __future__ import annotations
 
+import inspect
 import re
 import secrets
 from urllib.parse import urlsplit
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -47,8 +48,6 @@ INSTRUCTIONS = (
     "(or lists a namespace), recall_remember writes a new version. A conversation on a thread is its messages: "
     "recall_messages replays them, recall_say appends."
 )
-WRITE_TOOLS = frozenset({"recall_note", "recall_file_trigger", "recall_file_report", "recall_assign",
-                         "recall_set_status", "recall_remember", "recall_say"})
 _STATE = "recall.mcp"  # where the /mcp gate leaves the caller's binding in the ASGI scope state
 _CONTENT_URI = re.compile(r"^recall://(triggers|reports)/([^/]+)/(payload|body)$")
 _encode = msgspec.json.encode
@@ -164,171 +163,223 @@ class RecallMCP(FastMCP):
         return [ReadResourceContents(content=data, mime_type=found.content_type.split(";")[0].strip())]
 
 
-def _register(server: RecallMCP) -> None:
-    def client() -> AsyncRecallClient:
-        return server.binding().client
+# The tools, one call of the caller's client each. FastMCP reads a tool's input schema from its parameters
+# after `client` (see `_bound`): their names, annotations and defaults are what MCP clients see.
 
-    @server.tool(description="Inline view of any recall ID: its fields, linked IDs with one-line summaries, recent "
-                             "events. Start from a thread ID and follow the IDs you see; spilled content comes with "
-                             "a preview and a link.")
-    async def recall_get(id: Id, budget: Budget = None) -> CallToolResult:
-        return await _answer(client().get(id, budget))
+async def recall_get(client: AsyncRecallClient, id: Id, budget: Budget = None) -> CallToolResult:
+    return await _answer(client.get(id, budget))
 
-    @server.tool(description="A page of a thread's event log, oldest first. Pass next_cursor back for the next page "
-                             "(it also finds events appended later).")
-    async def recall_events(thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
-        return await _answer(client().list_events(thread_id, cursor, limit))
 
-    @server.tool(description="A spilled trigger payload (trg_) or report body (rpt_). With a pattern: only the "
-                             "matching lines, each with its line number and a byte range (grep first, it reads "
-                             "little); without: the content, or bytes start-end of it (e.g. a match's range).")
-    async def recall_read(id: Id, start: Annotated[int | None, Field(ge=0, description="First byte.")] = None,
-                          end: Annotated[int | None, Field(ge=0, description="Last byte (inclusive).")] = None,
-                          pattern: Annotated[str | None, Field(
-                              description="Answer only the lines matching this (literal unless regex).")] = None,
-                          regex: Annotated[bool, Field(description="pattern is an RE2 regular expression.")] = False,
-                          context: Annotated[int, Field(ge=0, le=10, description="Lines around each match.")] = 0,
-                          max: Annotated[int | None, Field(ge=1, le=100, description="Most matches (20).")] = None,
+async def recall_events(client: AsyncRecallClient, thread_id: Id, cursor: CursorArg = None,
+                        limit: LimitArg = None) -> CallToolResult:
+    return await _answer(client.list_events(thread_id, cursor, limit))
+
+
+async def recall_read(client: AsyncRecallClient, id: Id,
+                      start: Annotated[int | None, Field(ge=0, description="First byte.")] = None,
+                      end: Annotated[int | None, Field(ge=0, description="Last byte (inclusive).")] = None,
+                      pattern: Annotated[str | None, Field(
+                          description="Answer only the lines matching this (literal unless regex).")] = None,
+                      regex: Annotated[bool, Field(description="pattern is an RE2 regular expression.")] = False,
+                      context: Annotated[int, Field(ge=0, le=10, description="Lines around each match.")] = 0,
+                      max: Annotated[int | None, Field(ge=1, le=100, description="Most matches (20).")] = None,
+                      ) -> CallToolResult:
+    if pattern is not None:
+        if start is not None or end is not None:
+            return _failed("Give a pattern or a byte range (start, end), not both.")
+        return await _answer(client.grep(id, pattern, regex, context, max))
+
+    async def read() -> str:
+        return _readable(id, await client.read(id, start, end))
+
+    return await _answer(read())
+
+
+async def recall_search(client: AsyncRecallClient, query: str,
+                        mode: Annotated[Literal["hybrid", "lexical", "semantic", "exact"] | None, Field(
+                            description="hybrid (default): words and meaning; lexical: words and their forms; "
+                                        "semantic: meaning only; exact: every object with all the words.")] = None,
+                        type: Annotated[list[str] | str | None, Field(
+                            description="Only these kinds: trigger, thread, worker, report, memory, message.")] = None,
+                        status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
+                        since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
+                        until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
+                        cursor: CursorArg = None,
+                        limit: Annotated[int | None, Field(ge=1, le=100, description="Hits (default 10).")] = None,
+                        ) -> CallToolResult:
+    async def found() -> dict[str, Any]:
+        page = await client.search(query, mode=mode, type=type, status=status, since=since, until=until,
+                                   cursor=cursor, limit=limit or 10)
+        hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
+                 **({"thread_id": h.thread_id} if h.thread_id else {}),
+                 **({"seq": h.seq} if h.seq is not None else {})} for h in page.data]
+        return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
+                **({"note": page.note} if page.note else {})}
+
+    return await _answer(found())
+
+
+async def recall_backlinks(client: AsyncRecallClient, id: Id, cursor: CursorArg = None,
+                           limit: LimitArg = None) -> CallToolResult:
+    async def found() -> dict[str, Any]:
+        page = await client.backlinks(id, cursor, limit)
+        links = [{"id": b.id, "type": b.type, "relation": b.relation, "summary": b.summary} for b in page.data]
+        return {"links": links, **({"next_cursor": page.next_cursor} if page.has_more else {})}
+
+    return await _answer(found())
+
+
+async def recall_threads(client: AsyncRecallClient, status: str | None = None, owner: Annotated[str | None, Field(
+                             description="Only threads this worker (wkr_) owns.")] = None,
+                         app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                         cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+    return await _answer(client.list_threads(status=status, owner=owner, app_id=app_id, agent_id=agent_id,
+                                             run_id=run_id, cursor=cursor, limit=limit))
+
+
+async def recall_messages(client: AsyncRecallClient, thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None,
+                          role: Annotated[Literal["user", "assistant", "system", "tool"] | None, Field(
+                              description="Only messages of this role.")] = None,
+                          newest: Annotated[bool, Field(description="Newest first.")] = False,
+                          include_retracted: Annotated[bool, Field(
+                              description="Show retracted messages too, marked.")] = False) -> CallToolResult:
+    return await _answer(client.list_messages(thread_id, cursor, limit, role=role, order="desc" if newest else None,
+                                              include_retracted=include_retracted))
+
+
+async def recall_say(client: AsyncRecallClient, thread_id: Id, messages: Annotated[list[dict[str, Any]], Field(
+                         description="1-100 messages.")]) -> CallToolResult:
+    return await _answer(client.append_messages(thread_id, messages))
+
+
+async def recall_note(client: AsyncRecallClient, thread_id: Id, summary: str, ref: str | None = None,
+                      ) -> CallToolResult:
+    return await _answer(client.add_note(thread_id, summary, ref))
+
+
+async def recall_file_trigger(client: AsyncRecallClient, source: str, summary: str, thread_id: str | None = None,
+                              payload: Any = None, content_type: str | None = None,
+                              neighbours: list[str] | None = None, id: str | None = None,
+                              external_id: str | None = None) -> CallToolResult:
+    return await _answer(client.create_trigger(
+        source=source, summary=summary, thread_id=thread_id, payload=payload, content_type=content_type,
+        neighbours=neighbours or [], id=id, external_id=external_id))
+
+
+async def recall_file_report(client: AsyncRecallClient, worker_id: Id, thread_id: Id, summary: str, body: Any = None,
+                             content_type: str | None = None, refs: list[str] | None = None,
+                             id: str | None = None) -> CallToolResult:
+    return await _answer(client.create_report(
+        worker_id, thread_id=thread_id, summary=summary, body=body, content_type=content_type, refs=refs or [],
+        id=id))
+
+
+async def recall_assign(client: AsyncRecallClient, thread_id: Id, worker_id: Id) -> CallToolResult:
+    return await _answer(client.assign_owner(thread_id, worker_id))
+
+
+async def recall_set_status(client: AsyncRecallClient, thread_id: Id, status: str) -> CallToolResult:
+    return await _answer(client.update_thread(thread_id, status=status))
+
+
+async def recall_recall(client: AsyncRecallClient, namespace: NamespaceArg, key: Annotated[str | None, Field(
+                            description="The memory's key; omit to list the namespace.")] = None,
+                        cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+    if key is not None:
+        return await _answer(client.current_memory(namespace, key))
+    return await _answer(client.list_memories(namespace=namespace, cursor=cursor, limit=limit))
+
+
+async def recall_remember(client: AsyncRecallClient, namespace: NamespaceArg, key: str, value: Any, summary: str = "",
+                          kind: Annotated[str, Field(description="profile, preference, fact (default), procedure, "
+                                                                 "scratchpad or state.")] = "fact",
+                          sources: Annotated[list[str] | None, Field(
+                              description="IDs it was learned from (each must exist).")] = None,
+                          tags: Annotated[dict[str, str] | None, Field(
+                              description="At most 16 key: value tags.")] = None,
+                          confirmed: Annotated[str, Field(
+                              description="user, agent or unconfirmed (default).")] = "unconfirmed",
                           ) -> CallToolResult:
-        if pattern is not None:
-            if start is not None or end is not None:
-                return _failed("Give a pattern or a byte range (start, end), not both.")
-            return await _answer(client().grep(id, pattern, regex, context, max))
+    segments = namespace.split("/") if isinstance(namespace, str) else namespace
+    return await _answer(client.remember(namespace=segments, key=key, value=value, summary=summary, kind=kind,
+                                         sources=sources or [], tags=tags or {}, confirmed=confirmed))
 
-        async def read() -> str:
-            return _readable(id, await client().read(id, start, end))
 
-        return await _answer(read())
+ToolFn = Callable[..., Awaitable[CallToolResult]]
 
-    @server.tool(description="Search for an ID to start from, best first: each hit's id, type, summary, snippet "
-                             "(and thread_id for a trigger or report). Only when you hold no ID: then follow IDs with "
-                             "recall_get. Ask in your own words (by default words and meaning are both used); "
-                             "\"exact phrase\" and -word hold in every mode.")
-    async def recall_search(query: str, mode: Annotated[Literal["hybrid", "lexical", "semantic", "exact"] | None, Field(
-                                description="hybrid (default): words and meaning; lexical: words and their forms; "
-                                            "semantic: meaning only; exact: every object with all the words.")] = None,
-                            type: Annotated[list[str] | str | None, Field(
-                                description="Only these kinds: trigger, thread, worker, report, memory, message.")] = None,
-                            status: Annotated[str | None, Field(description="Only threads with this status.")] = None,
-                            since: Annotated[str | None, Field(description="Created at or after (RFC 3339).")] = None,
-                            until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
-                            cursor: CursorArg = None,
-                            limit: Annotated[int | None, Field(ge=1, le=100, description="Hits (default 10).")] = None,
-                            ) -> CallToolResult:
-        async def found() -> dict[str, Any]:
-            page = await client().search(query, mode=mode, type=type, status=status, since=since, until=until,
-                                         cursor=cursor, limit=limit or 10)
-            hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
-                     **({"thread_id": h.thread_id} if h.thread_id else {}),
-                     **({"seq": h.seq} if h.seq is not None else {})} for h in page.data]
-            return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
-                    **({"note": page.note} if page.note else {})}
+# The tool set in tools/list order: (tool, the key scope it needs, its description).
+TOOLS: tuple[tuple[ToolFn, Literal["read", "write"], str], ...] = (
+    (recall_get, "read",
+     "Inline view of any recall ID: its fields, linked IDs with one-line summaries, recent events. Start from a "
+     "thread ID and follow the IDs you see; spilled content comes with a preview and a link."),
+    (recall_events, "read",
+     "A page of a thread's event log, oldest first. Pass next_cursor back for the next page (it also finds events "
+     "appended later)."),
+    (recall_read, "read",
+     "A spilled trigger payload (trg_) or report body (rpt_). With a pattern: only the matching lines, each with "
+     "its line number and a byte range (grep first, it reads little); without: the content, or bytes start-end of "
+     "it (e.g. a match's range)."),
+    (recall_search, "read",
+     "Search for an ID to start from, best first: each hit's id, type, summary, snippet (and thread_id for a "
+     "trigger or report). Only when you hold no ID: then follow IDs with recall_get. Ask in your own words (by "
+     "default words and meaning are both used); \"exact phrase\" and -word hold in every mode."),
+    (recall_backlinks, "read",
+     "What links to an ID, and how: reports citing a trigger (cites), threads whose log names it (event), triggers "
+     "naming it as a neighbour, threads it owns (owner), what was filed on a thread (thread) or by a worker "
+     "(worker), memories learned from it (source)."),
+    (recall_threads, "read",
+     "Index of threads, newest first, filtered by status, owner worker and labels. Use it only when you have no "
+     "thread ID to start from."),
+    (recall_messages, "read",
+     "A page of a thread's conversation: its messages (role, content, time, metadata) oldest first, retracted ones "
+     "left out. newest=true: the newest first. Large content comes as a preview with an href; pass next_cursor "
+     "back for the next page."),
+    (recall_say, "write",
+     "Append messages to a thread's conversation, in order, in one transaction: each {role: "
+     "user|assistant|system|tool, content: text or JSON parts, name?, tool_call_id?, at?, metadata?: {string: "
+     "string}}. Answers each one's seq."),
+    (recall_note, "write", "Append a one-line note to a thread's log, optionally citing an ID (ref)."),
+    (recall_file_trigger, "write",
+     "File an incoming event (a trigger): source, one-line summary, its payload, optionally on a thread and citing "
+     "neighbour triggers."),
+    (recall_file_report, "write",
+     "File a worker's report on a thread: one-line summary, the body, and the IDs it cites (refs)."),
+    (recall_assign, "write", "Make a worker (wkr_) an owner of a thread."),
+    (recall_set_status, "write", "Set a thread's status (e.g. open, merged, closed)."),
+    (recall_recall, "read",
+     "The current memory at (namespace, key): its value, summary, version and sources. Without a key: a page of "
+     "the current memories under the namespace (a prefix of whole segments), in (namespace, key) order."),
+    (recall_remember, "write",
+     "Remember something between runs: write the memory at (namespace, key). A memory already there is superseded "
+     "by this new version (the old one stays readable by ID)."),
+)
+WRITE_TOOLS = frozenset(tool.__name__ for tool, scope, _ in TOOLS if scope == "write")
 
-        return await _answer(found())
 
-    @server.tool(description="What links to an ID, and how: reports citing a trigger (cites), threads whose log "
-                             "names it (event), triggers naming it as a neighbour, threads it owns (owner), what was "
-                             "filed on a thread (thread) or by a worker (worker), memories learned from it (source).")
-    async def recall_backlinks(id: Id, cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
-        async def found() -> dict[str, Any]:
-            page = await client().backlinks(id, cursor, limit)
-            links = [{"id": b.id, "type": b.type, "relation": b.relation, "summary": b.summary} for b in page.data]
-            return {"links": links, **({"next_cursor": page.next_cursor} if page.has_more else {})}
+def _bound(server: RecallMCP, tool: ToolFn) -> ToolFn:
+    """The tool as FastMCP sees it: its name, and its parameters after `client`, which is the caller's."""
+    async def call(**arguments: Any) -> CallToolResult:
+        return await tool(server.binding().client, **arguments)
 
-        return await _answer(found())
+    signature = inspect.signature(tool, eval_str=True)  # evaluated here: FastMCP takes a __signature__ as it is
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=tuple(signature.parameters.values())[1:])
+    call.__name__ = tool.__name__  # also names the argument model, which validation errors quote
+    return call
 
-    @server.tool(description="Index of threads, newest first, filtered by status, owner worker and labels. Use it "
-                             "only when you have no thread ID to start from.")
-    async def recall_threads(status: str | None = None, owner: Annotated[str | None, Field(
-                                 description="Only threads this worker (wkr_) owns.")] = None,
-                             app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
-                             cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
-        return await _answer(client().list_threads(status=status, owner=owner, app_id=app_id, agent_id=agent_id,
-                                                   run_id=run_id, cursor=cursor, limit=limit))
 
-    @server.tool(description="A page of a thread's conversation: its messages (role, content, time, metadata) "
-                             "oldest first, retracted ones left out. newest=true: the newest first. Large content "
-                             "comes as a preview with an href; pass next_cursor back for the next page.")
-    async def recall_messages(thread_id: Id, cursor: CursorArg = None, limit: LimitArg = None,
-                              role: Annotated[Literal["user", "assistant", "system", "tool"] | None, Field(
-                                  description="Only messages of this role.")] = None,
-                              newest: Annotated[bool, Field(description="Newest first.")] = False,
-                              include_retracted: Annotated[bool, Field(
-                                  description="Show retracted messages too, marked.")] = False) -> CallToolResult:
-        return await _answer(client().list_messages(thread_id, cursor, limit, role=role, order="desc" if newest else None,
-                                                    include_retracted=include_retracted))
-
-    @server.tool(description="Append messages to a thread's conversation, in order, in one transaction: each "
-                             "{role: user|assistant|system|tool, content: text or JSON parts, name?, tool_call_id?, "
-                             "at?, metadata?: {string: string}}. Answers each one's seq.")
-    async def recall_say(thread_id: Id, messages: Annotated[list[dict[str, Any]], Field(
-                             description="1-100 messages.")]) -> CallToolResult:
-        return await _answer(client().append_messages(thread_id, messages))
-
-    @server.tool(description="Append a one-line note to a thread's log, optionally citing an ID (ref).")
-    async def recall_note(thread_id: Id, summary: str, ref: str | None = None) -> CallToolResult:
-        return await _answer(client().add_note(thread_id, summary, ref))
-
-    @server.tool(description="File an incoming event (a trigger): source, one-line summary, its payload, "
-                             "optionally on a thread and citing neighbour triggers.")
-    async def recall_file_trigger(source: str, summary: str, thread_id: str | None = None, payload: Any = None,
-                                  content_type: str | None = None, neighbours: list[str] | None = None,
-                                  id: str | None = None, external_id: str | None = None) -> CallToolResult:
-        return await _answer(client().create_trigger(
-            source=source, summary=summary, thread_id=thread_id, payload=payload, content_type=content_type,
-            neighbours=neighbours or [], id=id, external_id=external_id))
-
-    @server.tool(description="File a worker's report on a thread: one-line summary, the body, and the IDs it "
-                             "cites (refs).")
-    async def recall_file_report(worker_id: Id, thread_id: Id, summary: str, body: Any = None,
-                                 content_type: str | None = None, refs: list[str] | None = None,
-                                 id: str | None = None) -> CallToolResult:
-        return await _answer(client().create_report(
-            worker_id, thread_id=thread_id, summary=summary, body=body, content_type=content_type, refs=refs or [],
-            id=id))
-
-    @server.tool(description="Make a worker (wkr_) an owner of a thread.")
-    async def recall_assign(thread_id: Id, worker_id: Id) -> CallToolResult:
-        return await _answer(client().assign_owner(thread_id, worker_id))
-
-    @server.tool(description="Set a thread's status (e.g. open, merged, closed).")
-    async def recall_set_status(thread_id: Id, status: str) -> CallToolResult:
-        return await _answer(client().update_thread(thread_id, status=status))
-
-    @server.tool(description="The current memory at (namespace, key): its value, summary, version and sources. "
-                             "Without a key: a page of the current memories under the namespace (a prefix of whole "
-                             "segments), in (namespace, key) order.")
-    async def recall_recall(namespace: NamespaceArg, key: Annotated[str | None, Field(
-                                description="The memory's key; omit to list the namespace.")] = None,
-                            cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
-        if key is not None:
-            return await _answer(client().current_memory(namespace, key))
-        return await _answer(client().list_memories(namespace=namespace, cursor=cursor, limit=limit))
-
-    @server.tool(description="Remember something between runs: write the memory at (namespace, key). A memory "
-                             "already there is superseded by this new version (the old one stays readable by ID).")
-    async def recall_remember(namespace: NamespaceArg, key: str, value: Any, summary: str = "",
-                              kind: Annotated[str, Field(description="profile, preference, fact (default), procedure, "
-                                                                     "scratchpad or state.")] = "fact",
-                              sources: Annotated[list[str] | None, Field(
-                                  description="IDs it was learned from (each must exist).")] = None,
-                              tags: Annotated[dict[str, str] | None, Field(
-                                  description="At most 16 key: value tags.")] = None,
-                              confirmed: Annotated[str, Field(
-                                  description="user, agent or unconfirmed (default).")] = "unconfirmed",
-                              ) -> CallToolResult:
-        segments = namespace.split("/") if isinstance(namespace, str) else namespace
-        return await _answer(client().remember(namespace=segments, key=key, value=value, summary=summary, kind=kind,
-                                               sources=sources or [], tags=tags or {}, confirmed=confirmed))
+def _register(server: RecallMCP) -> None:
+    for tool, _, description in TOOLS:
+        server.add_tool(_bound(server, tool), description=description)
 
     # Listed for discovery; read_resource above serves them with the content's own type.
     @server.resource("recall://triggers/{id}/payload", description="A trigger's full payload.")
     async def payload(id: str) -> bytes:
-        return (await client().read(id)).data
+        return (await server.binding().client.read(id)).data
 
     @server.resource("recall://reports/{id}/body", description="A report's full body.")
     async def body(id: str) -> bytes:
-        return (await client().read(id)).data
+        return (await server.binding().client.read(id)).data
 
 
 def serve_stdio(url: str | None, key: str | None, run: str | None) -> None:
