@@ -18,14 +18,14 @@
 --   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
 --                message_retractions (appended, never rewriting the log)
 --   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
---                searches (recall_search_hits exact, recall_lexical_hits); version 7
+--                searches (recall_search_hits exact, recall_lexical_hits)
 --   vectors      embeddings (pgvector), embedding_queue and its triggers, recall_semantic_hits
---   version 5    the ID, namespace and run CHECKs PostgreSQL matches quickly
+--   ID checks    the ID, namespace and run CHECKs PostgreSQL matches quickly
 --   checkpoints  LangGraph checkpoints: checkpoint_threads (the erasure tombstones), checkpoints,
 --                checkpoint_blobs (a channel's value once per version), checkpoint_writes; the
 --                per-tenant retention the sweep applies (recall_checkpoint_retention), and the writes
 --                without their checkpoint it deletes (recall_checkpoint_orphans)
---   version 8    grants: a key's subject and grants (api_keys), every object's namespace (threads,
+--   grants       grants: a key's subject and grants (api_keys), every object's namespace (threads,
 --                workers, triggers, reports), the policies and searches that apply them
 
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS server_secrets (
 );
 
 CREATE TABLE IF NOT EXISTS tenants (
-    id                      text PRIMARY KEY,  -- its CHECK (like every ID's): version 5, at the end
+    id                      text PRIMARY KEY,  -- its CHECK (like every ID's): the ID checks, at the end
     -- threads that reach status closed/merged expire this long after (NULL: kept until deleted)
     closed_thread_retention interval CHECK (closed_thread_retention > interval '0'),
     created_at              timestamptz NOT NULL DEFAULT now()
@@ -59,7 +59,7 @@ INSERT INTO tenants (id) VALUES ('default') ON CONFLICT DO NOTHING;
 
 CREATE TABLE IF NOT EXISTS threads (
     tenant_id    text NOT NULL REFERENCES tenants (id),
-    id           text NOT NULL,  -- its CHECK: version 5, at the end
+    id           text NOT NULL,  -- its CHECK: the ID checks, at the end
     title        text NOT NULL,
     summary      text NOT NULL,
     status       text NOT NULL,
@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS threads (
     deleted_at   timestamptz,
     PRIMARY KEY (tenant_id, id)
 );
--- The thread's head (version 4): its newest recall_head_size() events and its owners, as the raw data
+-- The thread's head (the heads section): its newest recall_head_size() events and its owners, as the raw data
 -- a view needs (the owner's summary and deletion, expires_at; each event's ref_gone_at), so the view is
 -- a read of this one row. Kept by the statements that change them, under the thread's row lock:
 -- append_event prepends, everything else (owners, erasure, expiry caps) calls recall_rebuild_head.
@@ -94,7 +94,7 @@ CREATE INDEX IF NOT EXISTS threads_by_run ON threads (tenant_id, run_id, created
 
 CREATE TABLE IF NOT EXISTS workers (
     tenant_id    text NOT NULL REFERENCES tenants (id),
-    id           text NOT NULL,  -- its CHECK: version 5, at the end
+    id           text NOT NULL,  -- its CHECK: the ID checks, at the end
     name         text NOT NULL,
     summary      text NOT NULL,
     app_id       text,
@@ -105,13 +105,13 @@ CREATE TABLE IF NOT EXISTS workers (
     expires_at   timestamptz,
     deleted_at   timestamptz,
     -- rows of thread_owners and reports naming this worker (they are never deleted), kept by the
-    -- statements that insert them: the worker's view reads them instead of counting (version 2)
+    -- statements that insert them: the worker's view reads them instead of counting (worker counts)
     threads_total bigint NOT NULL DEFAULT 0,
     reports_total bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant_id, id)
 );
 
--- The worker's head (version 4): its newest recall_head_size() owned threads and reports, as the raw
+-- The worker's head (the heads section): its newest recall_head_size() owned threads and reports, as the raw
 -- data its view needs (summaries, deletion, expires_at, a report's cited trigger IDs), so the view is a
 -- read of this one row. Rendered again (recall_rebuild_worker_head) under the worker's row lock by
 -- every write that changes what it shows: an owner assigned, a report filed, a thread's summary or
@@ -135,7 +135,7 @@ CREATE INDEX IF NOT EXISTS thread_owners_by_worker ON thread_owners (tenant_id, 
 -- the first chunk instead of detoasting 64 KB to show 300 bytes.
 CREATE TABLE IF NOT EXISTS triggers (
     tenant_id      text NOT NULL REFERENCES tenants (id),
-    id             text NOT NULL,  -- its CHECK: version 5, at the end
+    id             text NOT NULL,  -- its CHECK: the ID checks, at the end
     source         text NOT NULL,
     thread_id      text,
     summary        text NOT NULL,
@@ -198,7 +198,7 @@ CREATE TABLE IF NOT EXISTS trigger_neighbours (
 
 CREATE TABLE IF NOT EXISTS reports (
     tenant_id    text NOT NULL REFERENCES tenants (id),
-    id           text NOT NULL,  -- its CHECK: version 5, at the end
+    id           text NOT NULL,  -- its CHECK: the ID checks, at the end
     worker_id    text NOT NULL,
     thread_id    text NOT NULL,
     summary      text NOT NULL,
@@ -309,7 +309,7 @@ ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 -- namespace prefix a plain index range: [p || '/', p || '0').
 CREATE TABLE IF NOT EXISTS memories (
     tenant_id     text NOT NULL REFERENCES tenants (id),
-    id            text NOT NULL,  -- its CHECK, and the namespace's and key's: version 5, at the end
+    id            text NOT NULL,  -- its CHECK, and the namespace's and key's: the ID checks, at the end
     namespace     text COLLATE "C" NOT NULL,
     key           text COLLATE "C" NOT NULL,
     pair          bytea NOT NULL CHECK (octet_length(pair) = 32),
@@ -403,7 +403,7 @@ GRANT SELECT, INSERT, UPDATE ON api_keys TO recall_app;
 -- for a key with grants, a line of the namespaces its grants let it read and one of those it may write, each
 -- as space-separated LIKE patterns (ids.grant_lines resolves the grants for the key's subject when the key is
 -- made: `users/u123/**` is `users/u123 users/u123/%`, `**` is `%`, a namespace's `_` escaped). A key without
--- grants binds its scope alone, and reaches its whole tenant as before.
+-- grants binds its scope alone, and reaches its whole tenant.
 --
 -- The patterns of what `access` lets the key read, or write: built-in functions only, so it is inlined.
 CREATE OR REPLACE FUNCTION recall_grant_patterns(access text, write boolean) RETURNS text[]
@@ -874,7 +874,7 @@ $$;
 -- a worker being erased, the owners of an erased thread and the workers of erased reports. Rendering
 -- those heads one object at a time took the locks in no fixed order, and two erasures of threads that
 -- point at each other deadlocked (tests/test_lifecycle.py, concurrent erasures of cross-linked threads).
--- A reference appended after this ran is locked when its head is rendered, as before.
+-- A reference appended after this ran is locked when its head is rendered.
 CREATE OR REPLACE FUNCTION recall_lock_erasure(t text, obj text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE kind text := left(obj, 4); thr text; wkr text;
@@ -1046,7 +1046,7 @@ GRANT EXECUTE ON FUNCTION recall_keys_used(text[], timestamptz[]) TO recall_app;
 
 INSERT INTO schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING;
 
--- Version 2: workers keep their thread and report counts (a worker's view cost grew with them).
+-- Worker counts (schema version 2): workers keep their thread and report counts (a worker's view cost grew with them).
 -- Stop version-1 servers before migrating: they insert without counting.
 ALTER TABLE workers ADD COLUMN IF NOT EXISTS threads_total bigint NOT NULL DEFAULT 0;
 ALTER TABLE workers ADD COLUMN IF NOT EXISTS reports_total bigint NOT NULL DEFAULT 0;
@@ -1060,7 +1060,7 @@ BEGIN
     END IF;
 END $$;
 
--- Version 3: the field limits that let the smallest inline view (4096 bytes) hold an object's core
+-- Field limits (schema version 3): the field limits that let the smallest inline view (4096 bytes) hold an object's core
 -- and every link ID, enforced by PostgreSQL as well as by the request Structs (recall_server/models.py),
 -- so a row written by any path (the operator, a restore, a seed script) keeps the guarantee. Erasure
 -- overwrites titles, names and summaries with '' (recall_erase), so '' is allowed once deleted_at is set.
@@ -1217,7 +1217,7 @@ CREATE TABLE IF NOT EXISTS trace_reads (
     -- no REFERENCES tenants: rows come only through recall_record_reads, from a key of an existing tenant
     tenant_id  text NOT NULL,
     tick       bigint NOT NULL,  -- unique per read: a counter from a random 62-bit start per server process
-    run_id     text NOT NULL,  -- its CHECK: version 5, at the end
+    run_id     text NOT NULL,  -- its CHECK: the ID checks, at the end
     at         timestamptz NOT NULL,
     pos        timestamptz NOT NULL,
     object_id  text CHECK (length(object_id) <= 200),  -- the path's ID as requested (NULL: an index read)
@@ -1346,7 +1346,7 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
                     WHERE r.tenant_id = t AND r.thread_id = thr AND r.to_seq >= s AND r.from_seq <= s)
 $$;
 
--- Version 4: the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
+-- Heads (schema version 4): the thread and worker heads (threads.head_events, head_owners; workers.head_threads,
 -- head_reports), filled once for rows written before them (after the messages section: a head skips
 -- retracted messages). Stop version-3 servers before migrating: they append without keeping the head.
 DO $$
@@ -1450,7 +1450,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT AS $$
     SELECT regexp_replace(q::text, '''((?:[^'']|'''')*)''', '''' || tenant || ':\1''', 'g')::tsquery
 $$;
 
--- Version 7 (tenant-scoped lexemes): the generated columns are made again with the new expression below.
+-- Tenant-scoped lexemes (schema version 7): the generated columns are made again with the new expression below.
 -- Dropping a column drops its GIN index with it; adding a STORED generated column rewrites the table.
 DO $$
 BEGIN
@@ -1462,7 +1462,7 @@ BEGIN
         ALTER TABLE memories DROP COLUMN IF EXISTS search;
     END IF;
 END $$;
--- Version 9 (a memory's lexemes scoped to its namespace too): its column is made again, and the view
+-- Namespace-scoped memory lexemes (schema version 9): its column is made again, and the view
 -- reading it with it.
 DO $$
 BEGIN
@@ -2249,11 +2249,11 @@ REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], t
 GRANT EXECUTE ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
     timestamptz, timestamptz, integer, text) TO recall_app;
 
--- Version 5: the ID, namespace and run CHECKs without bounded repetitions. PostgreSQL's regex engine
+-- ID checks (schema version 5): the ID, namespace and run CHECKs without bounded repetitions. PostgreSQL's regex engine
 -- unrolls `{1,64}` into its automaton and pays for it on every match: per value, a trigger ID cost
 -- 5.3 µs against 0.5 as `+` with a length check, a memory's namespace 20.7 against 1.9, a traced
 -- read's run 6.8 against 0.3 (100,000 values each, on the bench store); that was 40% of the
--- statement that writes a batch of traced reads. The same values pass as before
+-- statement that writes a batch of traced reads. The same values pass either way
 -- (tests/test_schema_limits.py compares each with the API's pattern). Replaced once, and validated
 -- then: one scan of each table under the migration's lock. api_keys and hooks keep their fixed
 -- counts ({16}, {32}: 1-2.5 µs, once per key or hook made).
@@ -2284,7 +2284,7 @@ BEGIN
     END IF;
 END $$;
 
--- Version 6: data written before two rules.
+-- Data made valid for two rules (schema version 6): rows written before them.
 -- Stored idempotent responses of memory writes listed no mem_ ID in `shows` (ids.shown_in did not match
 -- them), so erasing a memory left its value in the response that created it (tests/test_lifecycle.py,
 -- an erased object of every kind): their `shows` are read again from their bodies (the same pattern),
@@ -2519,6 +2519,6 @@ $$;
 REVOKE ALL ON FUNCTION recall_checkpoint_orphans(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_checkpoint_orphans(integer) TO recall_app;
 
--- Version 8: grants. Its columns, policies and search filters are in the sections they belong to (api_keys,
+-- Grants (schema version 8). Its columns, policies and search filters are in the sections they belong to (api_keys,
 -- the namespace of threads, workers, triggers and reports, isolation, search).
 INSERT INTO schema_migrations (version) VALUES (8) ON CONFLICT DO NOTHING;

@@ -136,7 +136,7 @@ def from_sqlstate(sqlstate: str | None, message: str) -> Problem | None:
         return Unavailable("The database is unavailable; retry shortly.")
     if sqlstate == "RG403":  # a write the key's grants do not cover (recall_grants_cover names the namespace)
         return Forbidden(message)
-    if sqlstate == "23514":  # a CHECK in schema.sql: the field limits models.py also states
+    if sqlstate == "23514":  # a CHECK in schema.sql: the field limits recall_server/models also states
         return BadRequest("A value in the request breaks a field limit (length, characters or count).")
     if sqlstate.startswith("22"):  # data exceptions: a value the client sent that PostgreSQL cannot hold
         return BadRequest("A value in the request cannot be stored (out of range, or text with a NUL character).")

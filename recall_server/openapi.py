@@ -52,7 +52,7 @@ _PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemor
           "Search", "ListBacklinks"}
 _PAGES |= {"ListRunReads", "ListObjectReads"}  # the recall trace
 _PAGES |= {"ListCheckpoints"}  # LangGraph checkpoints
-# The named ID schemas: the same patterns models.py enforces in bodies.
+# The named ID schemas: the same patterns recall_server/models enforces in bodies.
 _ID_SCHEMAS = {
     "ThreadId": ids.pattern("thread"), "WorkerId": ids.pattern("worker"), "TriggerId": ids.pattern("trigger"),
     "ReportId": ids.pattern("report"), "MemoryId": ids.pattern("memory"), "AnyId": ids.ANY_ID_PATTERN,

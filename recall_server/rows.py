@@ -1,6 +1,6 @@
 """Internal rows: what queries read from PostgreSQL and spill renders (never on the wire).
 
-Wire shapes live in models.py, which holds only what openapi.yaml publishes.
+Wire shapes live in recall_server/models, which holds only what openapi.yaml publishes.
 """
 
 from __future__ import annotations

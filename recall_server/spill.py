@@ -1,7 +1,7 @@
 """Inline-vs-spill rendering of objects under a byte budget (pure).
 
 Every view is built the same way: the fixed core first (its size is bounded by the field
-limits in models.py), then linked objects, most useful first, each with its summary while
+limits in recall_server/models), then linked objects, most useful first, each with its summary while
 it fits and as a bare ID after that, then recent events or reports, then content inline or
 as a spill pointer with a preview. Sizes are counted in encoded JSON bytes, so the response
 body never exceeds the budget.
@@ -60,7 +60,7 @@ def _all_fit(items: list[Any], room: _Room) -> bool:
 def _links(items: list[Link], room: _Room) -> list[Link]:
     """Every linked ID, always; then summaries, in order, while they fit. No neighbour is ever lost.
 
-    The field limits in models.py make the bare IDs fit even the smallest budget.
+    The field limits in recall_server/models make the bare IDs fit even the smallest budget.
     """
     if _all_fit(items, room):
         return list(items)

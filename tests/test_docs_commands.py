@@ -29,6 +29,7 @@ NOT_RUN_HERE = {
     ".venv/bin/python bench/": "the benchmark: minutes of load; its flags are checked against its --help below",
     "recall-server migrate --citus": "needs a Citus coordinator: the Citus tier runs it (helpers.citus_database)",
     "RECALL_TEST_CITUS_URL=": "the Citus tier itself: needs a Citus cluster (tests/test_citus.py)",
+    "RECALL_TEST_CITUS=1": "the Citus tier itself, on a throwaway cluster: the whole suite again (tests/test_citus.py)",
     "grep -v -e 'EXTENSION - citus'": "a Citus store's dump: tests/test_citus_dump_restore.py runs it on the tier",
 }
 

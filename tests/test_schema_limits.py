@@ -84,7 +84,7 @@ CASES = [
     ("title 120 characters", THREAD, ("t" * 120, "s", "open", None), ("t" * 121, "s", "open", None), "threads_title_limit"),
     ("title not empty", THREAD, ("t", "s", "open", None), ("", "s", "open", None), "threads_title_limit"),
     ("title one line", THREAD, ("a title", "s", "open", None), ("a\ntitle", "s", "open", None), "threads_title_limit"),
-    # models.py's patterns end in `$`, which in Python also matches before one final newline: the API takes
+    # recall_server/models' patterns end in `$`, which in Python also matches before one final newline: the API takes
     # "a title\n", so the database must too (else a 500); anything after that newline is refused.
     ("title one final newline, as the API", THREAD, ("a title\n", "s", "open", None), ("a title\n\n", "s", "open", None),
      "threads_title_limit"),

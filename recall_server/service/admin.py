@@ -65,7 +65,7 @@ class Admin:
 
     async def revoke_key(self, cred: Credential, key_id: str) -> KeyView:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
-            revoked = await q.revoke_key(conn, key_id, tenant)
+            revoked = await q.revoke_key(conn, tenant, key_id)
         if revoked is None:
             raise NotFound(f"No API key with ID {key_id} exists.", id=key_id)
         await tenancy.after_revoking()  # committed: now wait until no process relies on an earlier check
@@ -83,7 +83,7 @@ class Admin:
 
     async def revoke_hook(self, cred: Credential, hook_id: str) -> HookView:
         async with tenancy.session(self.db, cred, "admin") as (conn, tenant):
-            revoked = await q.revoke_hook(conn, hook_id, tenant)
+            revoked = await q.revoke_hook(conn, tenant, hook_id)
         if revoked is None:
             raise NotFound(f"No webhook with ID {hook_id} exists.", id=hook_id)
         return revoked

@@ -44,7 +44,7 @@ async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str, subject: 
     returned NewKey is the only copy of its secret."""
     stored, lines = _grants(grants or [], subject)
     key_id, key, secret_sha256 = auth.generate()
-    info = await q.insert_key(conn, key_id, tenant, scope, secret_sha256, label, subject, stored, lines)
+    info = await q.insert_key(conn, tenant, key_id, scope, secret_sha256, label, subject, stored, lines)
     return NewKey(id=info.id, tenant=info.tenant, scope=info.scope, label=info.label, created_at=info.created_at,
                   key=key, subject=info.subject, grants=info.grants)
 
@@ -59,11 +59,11 @@ async def issue_key_checked(conn: q.Conn, tenant: str, scope: str, label: str, s
 async def set_grants(conn: q.Conn, key_id: str, tenant: str | None, grants: list[Grant]) -> KeyView:
     """Replace a live key's grants (in that tenant, when one is given); 404 when there is no such key. The
     caller waits out tenancy.after_revoking once this has committed."""
-    found = await q.key_subject(conn, key_id, tenant)
+    found = await q.key_subject(conn, tenant, key_id)
     if found is None:
         raise NotFound(f"No live API key with ID {key_id} exists.", id=key_id)
     stored, lines = _grants(grants, found[0])
-    changed = await q.set_grants(conn, key_id, tenant, stored, lines)
+    changed = await q.set_grants(conn, tenant, key_id, stored, lines)
     if changed is None:  # revoked meanwhile
         raise NotFound(f"No live API key with ID {key_id} exists.", id=key_id)
     return changed
@@ -75,7 +75,7 @@ async def list_keys(conn: q.Conn, tenant: str | None) -> list[KeyView]:
 
 async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     """Revoke on an owner connection outside a transaction, and return once every server process refuses it."""
-    revoked = await q.revoke_key(conn, key_id, None)
+    revoked = await q.revoke_key(conn, None, key_id)
     await tenancy.after_revoking()
     return revoked
 
@@ -129,7 +129,7 @@ async def issue_hook(conn: q.Conn, tenant: str, source: str, label: str) -> NewH
     the returned NewHook is the only copy of its secret."""
     hook_id, secret = ids.new_hook_id(), auth.new_hook_secret()
     ipad, opad = auth.padded_keys(secret)
-    info = await q.insert_hook(conn, hook_id, tenant, source, ipad, opad, label)
+    info = await q.insert_hook(conn, tenant, hook_id, source, ipad, opad, label)
     return NewHook(id=info.id, tenant=info.tenant, source=info.source, label=info.label, url=info.url,
                    created_at=info.created_at, secret=secret)
 
@@ -145,4 +145,4 @@ async def list_hooks(conn: q.Conn, tenant: str | None) -> list[HookView]:
 
 
 async def revoke_hook(conn: q.Conn, hook_id: str) -> HookView | None:
-    return await q.revoke_hook(conn, hook_id, None)
+    return await q.revoke_hook(conn, None, hook_id)

@@ -37,9 +37,14 @@ class HeadOwner(msgspec.Struct):
 head_owners_json = msgspec.json.Decoder(list[HeadOwner])
 
 
+def gone_by(deleted: bool, expires_at: datetime | None, now: datetime) -> bool:
+    """recall_is_gone, for a head's copy of an object, read with the statement's `now`."""
+    return deleted or (expires_at is not None and expires_at <= now)
+
+
 def head_owner(o: HeadOwner, now: datetime) -> Link:
     """recall_link of an owner (or a worker's thread), from a head."""
-    if o.deleted or (o.expires_at is not None and o.expires_at <= now):
+    if gone_by(o.deleted, o.expires_at, now):
         return Link(id=o.id, deleted=True)
     return Link(id=o.id, summary=o.summary)
 

@@ -11,7 +11,7 @@ from recall_server.rows import Outcome
 _HOOK_COLUMNS = "id, tenant_id, source, label, '/hooks/' || source || '/' || id, created_at, revoked_at"
 
 
-async def insert_hook(conn: Conn, hook_id: str, tenant: str, source: str, ipad: bytes, opad: bytes,
+async def insert_hook(conn: Conn, tenant: str, hook_id: str, source: str, ipad: bytes, opad: bytes,
                       label: str) -> HookView:
     row = await conn.fetchrow(
         f"""
@@ -32,7 +32,7 @@ async def list_hooks(conn: Conn, tenant: str | None) -> list[HookView]:
     return [HookView(*r) for r in rows]
 
 
-async def revoke_hook(conn: Conn, hook_id: str, tenant: str | None) -> HookView | None:
+async def revoke_hook(conn: Conn, tenant: str | None, hook_id: str) -> HookView | None:
     """Revoke (idempotently); None when no such hook (in that tenant, when one is given). The time comes from
     a subquery: Citus refuses a volatile function in the SET of an UPDATE (docs/scaling.md)."""
     row = await conn.fetchrow(

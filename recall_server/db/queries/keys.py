@@ -23,7 +23,7 @@ def _view(row: object) -> KeyView:
                             "grants": msgspec.json.decode(grants), "last_used_at": last_used_at}, KeyView)
 
 
-async def insert_key(conn: Conn, key_id: str, tenant: str, scope: str, secret_sha256: bytes, label: str,
+async def insert_key(conn: Conn, tenant: str, key_id: str, scope: str, secret_sha256: bytes, label: str,
                      subject: str | None, grants: bytes, grant_lines: str) -> KeyView:
     row = await conn.fetchrow(
         f"""
@@ -58,7 +58,7 @@ async def own_key(conn: Conn, cred: Credential) -> KeyView:
     return _view(row[2:])
 
 
-async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | None:
+async def revoke_key(conn: Conn, tenant: str | None, key_id: str) -> KeyView | None:
     """Revoke (idempotently); None when no such key (in that tenant, when one is given). The time comes from a
     subquery: Citus refuses a volatile function in the SET of an UPDATE (docs/scaling.md)."""
     row = await conn.fetchrow(
@@ -72,7 +72,7 @@ async def revoke_key(conn: Conn, key_id: str, tenant: str | None) -> KeyView | N
     return None if row is None else _view(row)
 
 
-async def key_subject(conn: Conn, key_id: str, tenant: str | None) -> tuple[str | None] | None:
+async def key_subject(conn: Conn, tenant: str | None, key_id: str) -> tuple[str | None] | None:
     """(its subject,) of a live key (in that tenant, when one is given); None when there is no such key."""
     row = await conn.fetchrow(
         "SELECT subject FROM api_keys WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2) AND revoked_at IS NULL",
@@ -81,7 +81,7 @@ async def key_subject(conn: Conn, key_id: str, tenant: str | None) -> tuple[str 
     return None if row is None else (row[0],)
 
 
-async def set_grants(conn: Conn, key_id: str, tenant: str | None, grants: bytes, grant_lines: str) -> KeyView | None:
+async def set_grants(conn: Conn, tenant: str | None, key_id: str, grants: bytes, grant_lines: str) -> KeyView | None:
     """Replace a live key's grants; None when there is no such key (in that tenant, when one is given)."""
     row = await conn.fetchrow(
         f"""

@@ -11,6 +11,7 @@ from recall_server.db import tenancy
 from recall_server.db.queries._common import (
     HEAD_SIZE,
     Conn,
+    gone_by,
     head_owner,
     head_owners_json,
     labels_of,
@@ -76,7 +77,7 @@ _head_reports = msgspec.json.Decoder(list[_HeadReport])
 
 
 def _head_report(r: _HeadReport, now: datetime) -> Link:
-    if r.deleted or (r.expires_at is not None and r.expires_at <= now):
+    if gone_by(r.deleted, r.expires_at, now):
         return Link(id=r.id, deleted=True)
     return Link(id=r.id, summary=r.summary, refs=r.refs)
 
