@@ -30,6 +30,11 @@ from helpers import (
     with_database,
 )
 
+# The suite's servers embed every write their tests make. They run the small, fast embedder (wordllama,
+# ~1/250 of the default's CPU per text) so that two cores keep up; the default (MiniLM) is tested where
+# its quality or its loading is the point (test_embedders.py, and one server in test_hybrid_search.py).
+os.environ.setdefault("RECALL_EMBEDDER", "wordllama")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     _one_tls_context()

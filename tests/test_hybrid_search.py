@@ -21,7 +21,7 @@ import httpx
 import pytest
 from helpers import Graph, ServerProcess, assert_problem, cli, create_key, run_script, run_sql, with_database
 
-from recall_server import demo, ids
+from recall_server import config, demo, ids
 from recall_server.process import free_port
 
 
@@ -360,6 +360,21 @@ def serving(database_url: str, tmp_path: Path, **env: str) -> Iterator[tuple[Ser
             yield server, c
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_the_default_embedder_serves_search_by_meaning(database_url: str, tmp_path: Path) -> None:
+    """A server on the default embedder (MiniLM on onnxruntime, not the suite's fast wordllama) embeds its
+    writes and ranks by meaning a question that shares no word with its answer, over HTTP."""
+    assert config.Settings().embedder == "minilm"
+    with serving(database_url, tmp_path, RECALL_EMBEDDER="minilm") as (server, c):
+        answer = remember(c, ["ops"], "retries", "Card payments are retried three times with exponential backoff")
+        remember(c, ["ops"], "deploys", "Deploys go out on Tuesdays after the release train leaves")
+        Graph(c).thread(summary="Quarterly planning for the design system")
+        indexed(database_url, c)
+        models = run_sql(database_url, "SELECT DISTINCT model FROM embeddings WHERE tenant_id = $1", tenant_of(c))
+        assert [m["model"] for m in models] == ["minilm:all-MiniLM-L6-v2-int8:384"]
+        assert found(c, "how many times do we re-attempt a charge", mode="semantic")[0] == answer["id"]
 
 
 def test_without_an_embedder_search_is_lexical_and_says_so(database_url: str, tmp_path: Path) -> None:
