@@ -495,6 +495,15 @@ BEGIN
                    mine || CASE WHEN granted AND tombstones THEN ' AND (recall_granted(namespace, true)'
                                                   ' OR (deleted_at IS NOT NULL AND namespace = ''''))'
                                 WHEN granted THEN ' AND recall_granted(namespace, true)' ELSE '' END);
+    -- A delete needs a write grant on the row's namespace: the tenant policy's USING (what the key may read)
+    -- would let a read grant delete. It filters, never raises (a delete's scan may pass rows it keeps): a
+    -- write the grants refuse is a 403 before it runs, where it locks its rows (lock_checkpoint_threads).
+    EXECUTE format('DROP POLICY IF EXISTS granted_delete ON %I', tbl);
+    IF granted THEN
+        EXECUTE format('CREATE POLICY granted_delete ON %I AS RESTRICTIVE FOR DELETE TO recall_app USING (%s OR'
+                       ' namespace LIKE ANY (recall_grant_patterns(current_setting(''app.access'', true), true)))',
+                       tbl, ungranted);
+    END IF;
 END
 $$;
 REVOKE ALL ON FUNCTION recall_isolate(text, boolean, boolean, text) FROM PUBLIC;

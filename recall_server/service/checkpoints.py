@@ -25,7 +25,7 @@ from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
 from recall_server.db import tenancy
 from recall_server.db.pool import Database
-from recall_server.errors import BadRequest, Conflict, Gone, NotFound
+from recall_server.errors import BadRequest, Conflict, Forbidden, Gone, NotFound
 from recall_server.ids import State
 from recall_server.models import (
     ChannelValue,
@@ -54,6 +54,11 @@ def _gone(thread_id: str) -> Gone:
 def _retired(thread_id: str) -> Conflict:
     return Conflict(f"The LangGraph thread {thread_id!r} was deleted; its thread_id is retired and is never "
                     "written again.", thread_id=thread_id)
+
+
+def _refused(thread_id: str) -> Forbidden:
+    return Forbidden(f"This key may not write LangGraph thread {thread_id!r}: its grants do not cover it.",
+                     thread_id=thread_id)
 
 
 def metadata_filter(text: str | None) -> str | None:
@@ -226,14 +231,20 @@ class Checkpoints:
         if req.source_thread_id == req.target_thread_id:
             raise BadRequest("source_thread_id and target_thread_id are the same thread.", field="target_thread_id")
         async with tenancy.session(self.db, cred, "write") as (conn, tenant):
-            states = await q.lock_checkpoint_threads(conn, tenant, [req.source_thread_id, req.target_thread_id])
+            states = await q.lock_checkpoint_threads(conn, tenant, [req.target_thread_id], [req.source_thread_id])
             source = states.get(req.source_thread_id, State.MISSING)
             if source is State.MISSING:
                 raise NotFound(f"No LangGraph thread {req.source_thread_id!r} has checkpoints.",
                                thread_id=req.source_thread_id)
             if source is State.GONE:
                 raise _gone(req.source_thread_id)
-            if await q.claim_checkpoint_thread(conn, tenant, req.target_thread_id, req.source_thread_id) is not None:
+            if req.target_thread_id not in states:
+                await q.make_checkpoint_thread(conn, tenant, req.target_thread_id, req.source_thread_id)
+                states = await q.lock_checkpoint_threads(conn, tenant, [req.target_thread_id])
+            target = states.get(req.target_thread_id)
+            if target is None:  # it exists, where the key's grants do not reach
+                raise _refused(req.target_thread_id)
+            if target is State.GONE:
                 raise _retired(req.target_thread_id)
             copied = await q.copy_checkpoint_thread(conn, tenant, req.source_thread_id, req.target_thread_id)
         return CheckpointCount(checkpoints=copied)

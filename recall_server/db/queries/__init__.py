@@ -68,7 +68,7 @@ from recall_server.db.queries.hooks import (
 # thread, deleting runs, copying a thread, pruning and retention (and the writes without their checkpoint), the
 # verify-erasure findings.
 from recall_server.db.queries.checkpoints import (
-    fetch_channel_value, fetch_write_value, fetch_checkpoint, list_checkpoints, checkpoint_thread_gone, claim_checkpoint_thread, lock_checkpoint_threads,
+    fetch_channel_value, fetch_write_value, fetch_checkpoint, list_checkpoints, checkpoint_thread_gone, make_checkpoint_thread, lock_checkpoint_threads,
     put_checkpoint, put_checkpoint_writes, erase_checkpoint_thread,
     checkpoint_threads_of_runs, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints,
     checkpoint_retention, checkpoint_orphans, set_checkpoint_retention, checkpoint_thread_state, checkpoint_erasure_findings
@@ -96,7 +96,7 @@ __all__ = [
     "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",
-    "ping", "fetch_channel_value", "fetch_write_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "claim_checkpoint_thread",
+    "ping", "fetch_channel_value", "fetch_write_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "make_checkpoint_thread",
     "lock_checkpoint_threads", "put_checkpoint",
     "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",
     "copy_checkpoint_thread", "prune_checkpoints", "checkpoint_retention", "checkpoint_orphans",

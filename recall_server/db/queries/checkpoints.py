@@ -140,13 +140,13 @@ async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -
     return row is not None
 
 
-async def claim_checkpoint_thread(conn: Conn, tenant: str, thread_id: str, like: str) -> datetime | None:
-    """The thread's row, made if new (in the namespace of thread `like`) and locked until the transaction ends;
-    its erasure time (None: live)."""
+async def make_checkpoint_thread(conn: Conn, tenant: str, thread_id: str, like: str) -> None:
+    """The thread's row, made if new, in the namespace of thread `like` (a write grant on it is checked: RG403);
+    a row that exists already, seen or not, is left as it is (lock_checkpoint_threads then tells which)."""
     # The namespace of `like` read first: Citus refuses a subquery in an INSERT's VALUES (a rare write: a copy's).
-    return await conn.fetchval(
+    await conn.execute(
         "INSERT INTO checkpoint_threads (tenant_id, thread_id, namespace) VALUES ($1, $2, $3)"
-        " ON CONFLICT (tenant_id, thread_id) DO UPDATE SET thread_id = EXCLUDED.thread_id RETURNING deleted_at",
+        " ON CONFLICT (tenant_id, thread_id) DO NOTHING",
         tenant, thread_id, await _namespace_of(conn, tenant, like))
 
 
@@ -155,12 +155,19 @@ async def _namespace_of(conn: Conn, tenant: str, thread_id: str) -> str | None:
                                tenant, thread_id)
 
 
-async def lock_checkpoint_threads(conn: Conn, tenant: str, thread_ids: list[str]) -> dict[str, State]:
-    """Lock the threads' rows until the transaction ends (writers of a thread wait); each one's state."""
+async def lock_checkpoint_threads(conn: Conn, tenant: str, written: list[str], read: list[str] | None = None
+                                  ) -> dict[str, State]:
+    """Lock the threads' rows until the transaction ends (writers of a thread wait); each one's state, for those
+    the key sees. The grant decision of every write that locks a thread (an erasure, a prune, deleting runs, a
+    copy's target), as a put's _THREAD_SHARED makes it: a `written` thread the key's grants let it read but not
+    write is refused with SQLSTATE RG403 (recall_granted, a 403 naming its namespace); one they do not cover at
+    all is not seen (row-level security), as if it had none. `read` (a copy's source) is locked, not written."""
     rows = await conn.fetch(
         """SELECT thread_id, deleted_at IS NOT NULL AS gone FROM checkpoint_threads
-            WHERE tenant_id = $1 AND thread_id = ANY ($2::text[]) ORDER BY thread_id FOR UPDATE""",
-        tenant, thread_ids)
+            WHERE tenant_id = $1 AND thread_id = ANY ($2::text[] || $3::text[])
+              AND (thread_id <> ALL ($2::text[]) OR recall_granted(namespace, true))
+            ORDER BY thread_id FOR UPDATE""",
+        tenant, written, read or [])
     return {r["thread_id"]: State.of(r["gone"]) for r in rows}
 
 
