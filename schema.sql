@@ -274,6 +274,16 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_shown_id ON idempotency_keys USING gin (shows);
+-- `shows` also names the object a write was about (object_id; queries/idempotency.shows), so erasing a thread
+-- drops the responses of the notes, messages and retractions written on it, whose bodies name no thread.
+-- Rows stored before it gain it here, and those of an object already erased lose their body, as erasing it
+-- drops them now (recall_erase).
+UPDATE idempotency_keys SET shows = array_append(shows, object_id)
+ WHERE object_id ~ '^(trg|thr|wkr|rpt|mem)_' AND NOT shows @> ARRAY[object_id];
+UPDATE idempotency_keys k SET body = NULL
+ WHERE k.body IS NOT NULL AND left(k.object_id, 4) = 'thr_'
+   AND EXISTS (SELECT 1 FROM threads t WHERE t.tenant_id = k.tenant_id AND t.id = k.object_id
+                                        AND t.deleted_at IS NOT NULL);
 
 -- API keys: only a SHA-256 of the 256-bit secret is stored. Revocation is a timestamp, read by
 -- every key check; a server process relies on a check for auth.REVOCATION_WINDOW (0.1 s) at most,

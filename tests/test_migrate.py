@@ -242,6 +242,24 @@ def test_version_6_drops_responses_showing_erased_memories_and_writes_keys_in_nf
     assert found.status_code == 200 and found.json()["id"] == decomposed["id"]
 
 
+def test_migrating_drops_the_stored_responses_of_notes_on_an_erased_thread(
+        client: httpx.Client, database_url: str) -> None:
+    """Data written before: a note's stored response listed no thread ID (its body names none), so erasing the
+    thread left its text there. Migrating names the thread in it, and drops it as the thread is gone."""
+    thread = client.post("/threads", json={"title": "t", "summary": "s"}).json()["id"]
+    headers = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    assert client.post(f"/threads/{thread}/events", json={"summary": "private words"},
+                       headers=headers).status_code == 201
+    run_sql(database_url, "UPDATE idempotency_keys SET shows = '{}' WHERE key = $1", headers["Idempotency-Key"])
+    assert client.delete(f"/threads/{thread}").status_code == 204  # as erased before: body kept
+
+    assert cli(database_url, "migrate").strip() == "schema version 9"
+
+    kept = run_sql(database_url, "SELECT body, shows FROM idempotency_keys WHERE key = $1", headers["Idempotency-Key"])
+    assert (kept[0]["body"], kept[0]["shows"]) == (None, [thread])
+    assert "erased (no content found)" in cli(database_url, "verify-erasure", thread)
+
+
 def test_version_9_scopes_a_memorys_words_to_its_namespace_as_well(database_url: str) -> None:
     """A memory written before holds its words under its tenant only ('default:payment'); migrating makes its
     column again, so it holds them under its namespace as well, where a key with grants looks them up."""

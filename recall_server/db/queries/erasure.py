@@ -45,7 +45,7 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
            WHERE tenant_id = $1 AND thread_id = $2 AND (summary <> '' OR octet_length(body) > 0)
           UNION ALL SELECT 'idempotency_keys: stored response of key ' || key || ' shows it' FROM idempotency_keys
            WHERE tenant_id = $1 AND body IS NOT NULL  -- its bytes, not only `shows`: what erasure looks up
-             AND (shows @> ARRAY[$2] OR position(convert_to('"' || $2 || '"', 'UTF8') in body) > 0)
+             AND (shows @> ARRAY[$2] OR object_id = $2 OR position(convert_to('"' || $2 || '"', 'UTF8') in body) > 0)
           UNION ALL SELECT 'memories: gone version ' || v.id || ' of the pair still has content' FROM memories v
            WHERE v.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
              AND recall_is_gone(v.deleted_at, v.expires_at)

@@ -39,5 +39,12 @@ async def idempotency_put(conn: Conn, tenant: str, key: str, stored: Stored, kee
             created_at = excluded.created_at, expires_at = excluded.expires_at, shows = excluded.shows
         """,
         tenant, key, stored.fingerprint, done.status, done.body, done.location, done.object_id, done.event_seq,
-        keep_seconds, ids.shown_in(done.body or b""),
+        keep_seconds, _shows(done),
     )
+
+
+def _shows(done: Outcome) -> list[str]:
+    """The IDs erasing any of which drops the stored response: those its body shows and the object the write
+    was about (a note's or a retraction's body names no thread, yet echoes what was written on it)."""
+    about = [done.object_id] if ids.kind_of(done.object_id) else []
+    return sorted({*ids.shown_in(done.body or b""), *about})
