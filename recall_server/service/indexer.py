@@ -38,6 +38,7 @@ BATCH = 64  # texts per embedder call and per transaction
 IDLE_POLL, IDLE_MAX = 0.05, 1.0
 STATS_EVERY = 5.0  # seconds between queue metrics
 INDEX_EVERY = 50  # batches between looks at whether the model's vectors need their HNSW index yet
+REINDEX_WAIT = 30.0  # seconds `reindex` waits for due entries another process holds
 QUESTION_WAIT = 1.0  # seconds a search waits for its question's vector (a remote embedder's retries take longer)
 
 
@@ -251,8 +252,15 @@ class Indexer:
         async with self.db.connection() as conn:
             await q.queue_reindex(conn, self.embedder.model, everything)
             total = (await q.embedding_queue_stats(conn)).due
-        done = 0
-        while (n := await self.drain_once()):
-            done += n
-            progress(done, total)
-        return done
+        done, idle_since = 0, time.monotonic()
+        while True:
+            if n := await self.drain_once():
+                done, idle_since = done + n, time.monotonic()
+                progress(done, total)
+                continue
+            # An empty batch while entries are due: another process's indexer (or a writer) holds them. They
+            # are embedded when it commits; wait for that rather than report the queue drained, up to a bound.
+            async with self.db.connection() as conn:
+                if not (await q.embedding_queue_stats(conn)).due or time.monotonic() - idle_since > REINDEX_WAIT:
+                    return done
+            await asyncio.sleep(0.1)
