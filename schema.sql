@@ -2268,6 +2268,59 @@ REVOKE ALL ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], t
 GRANT EXECUTE ON FUNCTION recall_semantic_hits(text, text, text, integer, text[], text, text, text, text, timestamptz,
     timestamptz, timestamptz, integer, text) TO recall_app;
 
+-- The rerank stage (recall_server/rerank.py) reads two more things about a ranked search's candidates.
+-- The objects a question names by ID (`p_ids`, found in its text), filtered like the arms' hits: an ID is
+-- the one exact answer to its own question, whatever its words or vector.
+CREATE OR REPLACE FUNCTION recall_named_hits(p_ids text[], p_kinds text[], p_status text, p_app text, p_agent text,
+    p_run text, p_since timestamptz, p_until timestamptz, p_as_of timestamptz, p_ns text)
+RETURNS TABLE (hit_kind text, hit_id text, hit_created_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE t text := current_setting('app.tenant_id', true); reads text[] := recall_reads();
+BEGIN
+    IF coalesce(t, '') = '' THEN  -- no tenant bound: nothing, never everything
+        RETURN;
+    END IF;
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT s.kind, s.id, s.created_at FROM recall_searchable s
+     WHERE s.kind = ANY(recall_opaque(p_kinds)) AND s.tenant_id = t AND s.id = ANY (p_ids)
+       AND s.created_at <= p_as_of AND NOT recall_is_gone(s.deleted_at, s.expires_at)
+       AND (p_status IS NULL OR recall_opaque(s.status) = p_status)
+       AND (p_app IS NULL OR s.app_id = p_app) AND (p_agent IS NULL OR s.agent_id = p_agent)
+       AND (p_run IS NULL OR s.run_id = p_run)
+       AND recall_searchable_in(s.namespace, p_ns, reads)
+       AND (p_since IS NULL OR s.created_at >= p_since) AND (p_until IS NULL OR s.created_at < p_until);
+END
+$$;
+REVOKE ALL ON FUNCTION recall_named_hits(text[], text[], text, text, text, text, timestamptz, timestamptz, timestamptz,
+    text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_named_hits(text[], text[], text, text, text, text, timestamptz, timestamptz,
+    timestamptz, text) TO recall_app;
+
+-- The cosine similarity of the question's vector (`p_vec`, text form) and each of `p_ids`' vectors of
+-- `p_model` in the bound tenant, for the candidates the semantic arm did not return (an ID without a vector
+-- is absent). Runs as the caller: the tenant policy of embeddings applies. PL/pgSQL plans the statement
+-- when it first runs, so a store without pgvector (no `embedding` column) only returns nothing.
+CREATE OR REPLACE FUNCTION recall_cosines(p_vec text, p_model text, p_ids text[])
+RETURNS TABLE (hit_id text, cosine numeric)
+LANGUAGE plpgsql STABLE SET search_path = public, pg_temp AS $$
+DECLARE t text := current_setting('app.tenant_id', true);
+BEGIN
+    IF coalesce(t, '') = '' THEN
+        RETURN;
+    END IF;
+    IF p_vec IS NULL OR coalesce(cardinality(p_ids), 0) = 0 OR NOT recall_vectors_available() THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT e.object_id, round((1 - (e.embedding <=> p_vec::vector))::numeric, 6) FROM embeddings e
+     WHERE e.tenant_id = t AND e.model = p_model AND e.object_id = ANY (p_ids);
+END
+$$;
+REVOKE ALL ON FUNCTION recall_cosines(text, text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_cosines(text, text, text[]) TO recall_app;
+
 -- ID checks (schema version 5): the ID, namespace and run CHECKs without bounded repetitions. PostgreSQL's regex engine
 -- unrolls `{1,64}` into its automaton and pays for it on every match: per value, a trigger ID cost
 -- 5.3 µs against 0.5 as `+` with a length check, a memory's namespace 20.7 against 1.9, a traced

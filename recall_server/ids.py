@@ -32,6 +32,15 @@ ANY_ID_PATTERN = rf"^({_ANY_PREFIX})_{_BODY}\Z"
 ID_RE = re.compile(ANY_ID_PATTERN)
 _SHOWN = re.compile(rf'"((?:{_ANY_PREFIX})_{_BODY})"'.encode())
 
+_MENTIONED = re.compile(rf"(?<![A-Za-z0-9_-])((?:{_ANY_PREFIX})_{_BODY})(?![A-Za-z0-9_-])")
+MENTIONED_MAX = 16
+
+
+def mentioned(text: str) -> list[str]:
+    """The object IDs a text names, in order, each once (at most MENTIONED_MAX)."""
+    return list(dict.fromkeys(_MENTIONED.findall(text)))[:MENTIONED_MAX]
+
+
 # ---- API keys: rk_<16 hex: the key's ID>.<43 base64url: the secret> --------------------------------------
 _KEY_ID = r"[0-9a-f]{16}"
 KEY_ID_PATTERN = rf"^{_KEY_ID}\Z"

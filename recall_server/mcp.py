@@ -35,7 +35,7 @@ from recall_server import __version__, errors, jsonbody
 from recall_server.client import AsyncRecallClient, Content, RecallError, Unreachable
 from recall_server.limits import read_body, replay
 from recall_server.service import trace
-from recall_server.models import ReportView, TriggerView
+from recall_server.models import ReportView, SearchHit, TriggerView
 from recall_server.observability import ObservabilityMiddleware, request_id
 
 INSTRUCTIONS = (
@@ -195,6 +195,13 @@ async def recall_read(client: AsyncRecallClient, id: Id,
     return await _answer(read())
 
 
+def _compact(h: SearchHit, scored: bool) -> dict[str, Any]:
+    """A search hit as a tool shows it: what to hop from, and its relevance."""
+    return {"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
+            **({"score": round(h.score, 3)} if scored else {}),
+            **({"thread_id": h.thread_id} if h.thread_id else {}), **({"seq": h.seq} if h.seq is not None else {})}
+
+
 async def recall_search(client: AsyncRecallClient, query: str,
                         mode: Annotated[Literal["hybrid", "lexical", "semantic", "exact"] | None, Field(
                             description="hybrid (default): words and meaning; lexical: words and their forms; "
@@ -206,15 +213,17 @@ async def recall_search(client: AsyncRecallClient, query: str,
                         until: Annotated[str | None, Field(description="Created before (RFC 3339).")] = None,
                         cursor: CursorArg = None,
                         limit: Annotated[int | None, Field(ge=1, le=100, description="Hits (default 10).")] = None,
+                        min_score: Annotated[float | None, Field(ge=0, le=1, description=(
+                            "The relevance a hit needs, 0-1 (default 0.5; not with mode=exact)."))] = None,
                         ) -> CallToolResult:
     async def found() -> dict[str, Any]:
         page = await client.search(query, mode=mode, type=type, status=status, since=since, until=until,
-                                   cursor=cursor, limit=limit or 10)
-        hits = [{"id": h.id, "type": h.type, "summary": h.summary, "snippet": h.snippet,
-                 **({"thread_id": h.thread_id} if h.thread_id else {}),
-                 **({"seq": h.seq} if h.seq is not None else {})} for h in page.data]
-        return {"hits": hits, **({"next_cursor": page.next_cursor} if page.has_more else {}),
-                **({"note": page.note} if page.note else {})}
+                                   cursor=cursor, limit=limit or 10, min_score=min_score)
+        ranked = page.mode != "exact"  # an exact page's ts_rank is no relevance: not shown
+        return {"hits": [_compact(h, ranked) for h in page.data],
+                **({"next_cursor": page.next_cursor} if page.has_more else {}),
+                **({"note": page.note} if page.note else {}),
+                **({"nearest": [_compact(h, ranked) for h in page.nearest]} if page.nearest else {})}
 
     return await _answer(found())
 
@@ -320,9 +329,11 @@ TOOLS: tuple[tuple[ToolFn, Literal["read", "write"], str], ...] = (
      "its line number and a byte range (grep first, it reads little); without: the content, or bytes start-end of "
      "it (e.g. a match's range)."),
     (recall_search, "read",
-     "Search for an ID to start from, best first: each hit's id, type, summary, snippet (and thread_id for a "
-     "trigger or report). Only when you hold no ID: then follow IDs with recall_get. Ask in your own words (by "
-     "default words and meaning are both used); \"exact phrase\" and -word hold in every mode."),
+     "Search for an ID to start from, best first: each hit's id, type, summary, snippet, score (relevance 0-1; "
+     "and thread_id for a trigger or report). Only when you hold no ID: then follow IDs with recall_get. Ask in "
+     "your own words (by default words and meaning are both used); \"exact phrase\" and -word hold in every mode. "
+     "Only hits scoring min_score (0.5) or more are shown: note \"no close match\" means nothing stored answers "
+     "well (nearest: the best below it); do not treat those as the answer."),
     (recall_backlinks, "read",
      "What links to an ID, and how: reports citing a trigger (cites), threads whose log names it (event), triggers "
      "naming it as a neighbour, threads it owns (owner), what was filed on a thread (thread) or by a worker "

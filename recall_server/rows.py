@@ -168,6 +168,11 @@ class SearchRow(Struct):
     semantic_rank: int | None = None
     lexical_score: float | None = None
     semantic_score: float | None = None
+    fused_rank: int | None = None  # the hit's rank and score in the arms' fusion, before the rerank stage
+    fused_score: float | None = None
+    cosine: float | None = None  # the question's vector and the object's (None: it has none of the model)
+    named: bool = False  # the question names it by its ID
+    near: bool = False  # below the floor: one of the nearest candidates shown beside a page with no hit
 
 
 class BacklinkRow(Struct):

@@ -261,6 +261,24 @@ def test_search_leads_to_objects(tab: Tab, writer: httpx.Client, tenant: dict[st
     tab.page.wait_for_selector(f"#object-id:text('{thread}')")
 
 
+def test_search_shows_each_hits_relevance_and_says_when_nothing_is_close(
+    tab: Tab, writer: httpx.Client, tenant: dict[str, str]
+) -> None:
+    word = "zq" + uuid.uuid4().hex[:10]
+    thread = Graph(writer).thread(summary=f"the {word} outage")["id"]
+    tab.sign_in(tenant["read"])
+    tab.go(f"#/search?q={word}&mode=lexical")
+    hit = tab.page.wait_for_selector(f"#hits li.hit:has(a.id[data-id='{thread}'])")
+    assert 0.5 <= float(hit.query_selector(".score").text_content()) <= 1
+    tab.go(f"#/search?q=zq{uuid.uuid4().hex[:10]}&mode=lexical")  # a word nothing has
+    tab.page.wait_for_selector("main p.note:text('No close match.')")
+    assert tab.page.text_content("#search-ran") == "lexical search: no close match"
+    assert tab.page.locator("#hits li").count() == 0 and tab.page.is_hidden("#nearest")
+    tab.go(f"#/search?q={word}&mode=exact")
+    hit = tab.page.wait_for_selector(f"#hits li.hit:has(a.id[data-id='{thread}'])")
+    assert hit.query_selector(".score") is None  # an exact page's ts_rank is no relevance
+
+
 @pytest.mark.slow
 def test_a_runs_recall_is_a_timeline_of_hops_with_their_state_now(tab: Tab, writer: httpx.Client,
                                                                     tenant: dict[str, str]) -> None:

@@ -61,6 +61,10 @@ def remember(client: httpx.Client, namespace: list[str], key: str, value: object
 
 
 def search(client: httpx.Client, q: str, **params: object) -> dict:
+    """A page of GET /search; ranked modes show every reranked hit (min_score=0) unless asked otherwise: most
+    tests here are about what the arms find, the floor's own tests ask for it."""
+    if params.get("mode") != "exact" and "min_score" not in params and params.get("rerank") != "false":
+        params["min_score"] = 0
     r = client.get("/search", params={"q": q, **params})
     assert r.status_code == 200, r.text
     return r.json()
@@ -190,6 +194,109 @@ def test_a_cursor_of_another_mode_or_question_is_a_400(mine: httpx.Client) -> No
     assert_problem(mine.get("/search", params={"q": "release", "mode": "lexical", "cursor": page["next_cursor"]}),
                    400, "cursor")
     assert_problem(mine.get("/search", params={"q": "release", "mode": "fuzzy"}), 400)
+
+
+# ---- the rerank stage: relevance in [0, 1], a floor, and IDs first ----------------------------------
+
+
+def test_reranked_scores_are_relevance_and_explain_shows_each_stage(database_url: str, mine: httpx.Client) -> None:
+    g = Graph(mine)
+    answer = g.thread(summary="The payment service timed out during checkout")
+    g.thread(summary="Garden club meets on Thursday")
+    indexed(database_url, mine)
+    page = search(mine, "payment timed out", explain="true", min_score=0.5)
+    assert page["min_score"] == 0.5 and page["note"] is None and page["nearest"] is None
+    assert [h["id"] for h in page["data"]] == [answer["id"]]  # the garden club is below the floor
+    hit = page["data"][0]
+    assert 0.5 <= hit["score"] <= 1
+    why = hit["explain"]
+    assert why["fused_rank"] == 1 and 0 < why["fused_score"] < 0.1  # reciprocal rank: not a relevance
+    assert why["cosine"] == why["semantic_score"] and why["lexical_score"] > 0.5
+    every = search(mine, "payment timed out", explain="true", min_score=0)["data"]
+    assert [h["id"] for h in every][0] == answer["id"] and len(every) == 2
+    assert all(0 <= h["score"] <= 1 for h in every) and every[1]["score"] < 0.5
+    assert every[1]["explain"]["cosine"] is not None  # scored from its stored vector, whichever arm found it
+    plain = search(mine, "payment timed out", explain="true", rerank="false")
+    assert plain["min_score"] is None and len(plain["data"]) == 2
+    assert all(h["score"] == h["explain"]["fused_score"] for h in plain["data"])
+
+
+def test_a_question_nothing_answers_says_no_close_match_with_the_nearest(
+    database_url: str, mine: httpx.Client
+) -> None:
+    g = Graph(mine)
+    for summary in ("Card payments are retried three times", "Deploys go out on Tuesdays",
+                    "Quarterly planning for the design system"):
+        g.thread(summary=summary)
+    indexed(database_url, mine)
+    for mode in ("hybrid", "semantic"):
+        page = search(mine, "what did we decide about the database migration", mode=mode, min_score=0.5)
+        assert page["data"] == [] and page["has_more"] is False and page["next_cursor"] is None
+        assert page["note"] == "no close match" and page["min_score"] == 0.5
+        assert 1 <= len(page["nearest"]) <= 2 and all(h["score"] < 0.5 for h in page["nearest"])
+    answered = search(mine, "how often are card payments retried", min_score=0.5)
+    assert answered["note"] is None and answered["nearest"] is None and answered["data"]
+
+
+def test_min_score_needs_the_rerank_stage_and_a_ranked_mode(mine: httpx.Client) -> None:
+    Graph(mine).thread(summary="release notes")
+    for params in ({"min_score": 0.3, "rerank": "false"}, {"min_score": 0.3, "mode": "exact"},
+                   {"min_score": 1.5}, {"min_score": -0.1}):
+        assert_problem(mine.get("/search", params={"q": "release", **params}), 400, "min_score")
+    assert search(mine, "release", mode="exact")["min_score"] is None
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical", "semantic"])
+def test_an_id_in_the_question_puts_that_object_first(
+    base_url: str, database_url: str, mine: httpx.Client, mode: str
+) -> None:
+    demo.load(base_url, mine.headers["Authorization"].split()[1])
+    indexed(database_url, mine)
+    for question, named in (("trg_8f21", "trg_8f21"), ("who owns thr_pr_412?", "thr_pr_412"),
+                            ("what did wkr_77a0 report", "wkr_77a0")):
+        page = search(mine, question, mode=mode, explain="true", min_score=0.5)
+        assert page["data"][0]["id"] == named and page["data"][0]["score"] == 1, (question, page["data"][:2])
+        assert "id" in page["data"][0]["explain"]["arms"]
+
+
+def test_a_named_id_is_found_only_where_the_key_and_filters_reach(
+    base_url: str, database_url: str, mine: httpx.Client
+) -> None:
+    with tenant_client(base_url, database_url) as other:
+        theirs = Graph(other).thread(summary="their release train")
+    g = Graph(mine)
+    thread = g.thread(summary="our release train")
+    gone = g.thread(summary="an old release train")
+    assert mine.delete(f"/threads/{gone['id']}").status_code in (200, 204)
+    memory = remember(mine, ["ops"], "train", "the release train leaves on Tuesdays")
+    indexed(database_url, mine)
+    assert theirs["id"] not in found(mine, f"what about {theirs['id']}")  # another tenant's: never
+    assert gone["id"] not in found(mine, f"what about {gone['id']}")  # deleted: never
+    assert found(mine, f"what about {thread['id']}", min_score=0.5)[0] == thread["id"]
+    assert thread["id"] not in found(mine, f"what about {thread['id']}", type="memory")  # the kind filter holds
+    assert memory["id"] not in found(mine, f"what about {memory['id']}", namespace="other")  # and the namespace
+    assert found(mine, f"what about {memory['id']}", namespace="ops", min_score=0.5)[0] == memory["id"]
+
+
+def test_reranked_pages_are_exactly_once_and_in_score_order(database_url: str, mine: httpx.Client) -> None:
+    g = Graph(mine)
+    made = [g.thread(summary=f"rollback {i} after a deploy timeout")["id"] for i in range(9)]
+    indexed(database_url, mine)
+    seen: list[dict] = []
+    page = search(mine, "rollback after a deploy timeout", limit=2, min_score=0.2)
+    while True:
+        seen += page["data"]
+        g.thread(summary="rollback after a deploy timeout")  # a new best match between pages
+        if not page["has_more"]:
+            break
+        page = search(mine, "rollback after a deploy timeout", limit=2, min_score=0.2, cursor=page["next_cursor"])
+    assert [h["id"] for h in seen] == list(dict.fromkeys(h["id"] for h in seen)) and set(made) <= {h["id"] for h in seen}
+    keys = [(h["score"]) for h in seen]
+    assert keys == sorted(keys, reverse=True)
+    other_floor = mine.get("/search", params={"q": "rollback after a deploy timeout", "limit": 2, "min_score": 0.3,
+                                               "cursor": search(mine, "rollback after a deploy timeout", limit=2,
+                                                                min_score=0.2)["next_cursor"]})
+    assert_problem(other_floor, 400, "cursor")  # a cursor belongs to its floor
 
 
 # ---- what is gone is never found, and erasure removes the vector ---------------------------------
@@ -363,9 +470,11 @@ def serving(database_url: str, tmp_path: Path, **env: str) -> Iterator[tuple[Ser
 
 
 @pytest.mark.slow
-def test_the_default_embedder_serves_search_by_meaning(database_url: str, tmp_path: Path) -> None:
+def test_the_default_embedder_serves_search_by_meaning(fresh_database: str, tmp_path: Path) -> None:
     """A server on the default embedder (MiniLM on onnxruntime, not the suite's fast wordllama) embeds its
-    writes and ranks by meaning a question that shares no word with its answer, over HTTP."""
+    writes and ranks by meaning a question that shares no word with its answer, over HTTP; a question nothing
+    stored answers gets the "no close match" page. Its own database: no other server's indexer drains its queue."""
+    database_url = fresh_database
     assert config.Settings().embedder == "minilm"
     with serving(database_url, tmp_path, RECALL_EMBEDDER="minilm") as (server, c):
         answer = remember(c, ["ops"], "retries", "Card payments are retried three times with exponential backoff")
@@ -375,6 +484,10 @@ def test_the_default_embedder_serves_search_by_meaning(database_url: str, tmp_pa
         models = run_sql(database_url, "SELECT DISTINCT model FROM embeddings WHERE tenant_id = $1", tenant_of(c))
         assert [m["model"] for m in models] == ["minilm:all-MiniLM-L6-v2-int8:384"]
         assert found(c, "how many times do we re-attempt a charge", mode="semantic")[0] == answer["id"]
+        page = search(c, "how many times do we re-attempt a charge", min_score=0.5)
+        assert [h["id"] for h in page["data"]][:1] == [answer["id"]] and page["data"][0]["score"] >= 0.5
+        page = search(c, "what did we decide about the database", min_score=0.5)
+        assert page["data"] == [] and page["note"] == "no close match" and page["nearest"], page
 
 
 def test_without_an_embedder_search_is_lexical_and_says_so(database_url: str, tmp_path: Path) -> None:

@@ -173,7 +173,8 @@ def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
     hit = found["hits"][0]  # best first: words and meaning (hybrid, the default)
     assert (hit["id"], hit["type"], hit["thread_id"]) == ("trg_8f21", "trigger", "thr_pr_412")
     assert "**PaymentGatewayError**" in hit["snippet"] and hit["summary"].startswith("CI failed on PR #412")
-    assert set(hit) == {"id", "type", "summary", "snippet", "thread_id"}, "compact: no href, no score"
+    assert set(hit) == {"id", "type", "summary", "snippet", "score", "thread_id"}, "compact: no href, no explain"
+    assert hit["score"] == 1 or 0.5 <= hit["score"] < 1  # relevance, at or above the default floor
     assert (reports["hits"][0]["id"], reports["hits"][0]["thread_id"]) == ("rpt_412a", "thr_pr_412")
     assert {h["type"] for h in reports["hits"]} == {"report"}  # type as a string
     assert len(first["hits"]) == 1 and first["next_cursor"]

@@ -128,7 +128,7 @@ function pagedList(container, load, row, { empty = "None.", after } = {}) {
       if (after) await after(page.data);
       cursor = page.next_cursor;
       more.hidden = !page.has_more;
-      status.textContent = list.childElementCount ? "" : empty;
+      status.textContent = list.childElementCount ? "" : (typeof empty === "function" ? empty() : empty);
     } catch (err) {
       status.replaceChildren(errorBox(err));
     } finally {
@@ -237,18 +237,30 @@ async function searchPage(params) {
   const mode = params.get("mode") || "";
   const types = params.getAll("type");
   const ran = el("p", { class: "note", id: "search-ran" });
+  const nearest = el("ol", { id: "nearest", hidden: true });
+  const nearestTitle = el("h2", { hidden: true }, "Nearest, below the relevance floor");
+  const hitRow = (hit) => el("li", { class: "hit" }, idLink(hit.id), " ", el("span", { class: "mono" }, hit.type), " ",
+                             ranked ? el("span", { class: "score mono", title: "relevance, 0-1" }, hit.score.toFixed(2)) : "",
+                             ranked ? " " : "", el("span", { class: "summary" }, hit.summary),
+                             hit.snippet ? el("div", { class: "note" }, marked(hit.snippet)) : "");
+  let ranked = false;
+  let emptyText = "No live object matches.";
   const list = pagedList(el("ol", { id: "hits" }),
                          async (cursor) => {
                            const page = await get("/search" + query({ q, mode, type: types, limit: PAGE, cursor }));
+                           ranked = page.mode !== "exact";
                            ran.textContent = (page.mode ? page.mode + " search" : "") + (page.note ? ": " + page.note : "");
+                           if (page.nearest && page.nearest.length) {
+                             nearest.replaceChildren(...page.nearest.map(hitRow));
+                             nearest.hidden = nearestTitle.hidden = false;
+                           }
+                           if (page.nearest) emptyText = "No close match.";
                            return page;
                          },
-                         (hit) => el("li", { class: "hit" }, idLink(hit.id), " ", el("span", { class: "mono" }, hit.type), " ",
-                                     el("span", { class: "summary" }, hit.summary),
-                                     hit.snippet ? el("div", { class: "note" }, marked(hit.snippet)) : ""),
-                         { empty: "No live object matches." });
+                         hitRow, { empty: () => emptyText });
   show(el("h1", {}, "Search: ", el("span", { class: "mono" }, q)),
-       types.length ? el("p", { class: "note" }, "Only: " + types.join(", ")) : "", ran, list.nodes);
+       types.length ? el("p", { class: "note" }, "Only: " + types.join(", ")) : "", ran, list.nodes,
+       nearestTitle, nearest);
 }
 
 async function objectPage(id) {

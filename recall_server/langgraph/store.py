@@ -177,7 +177,8 @@ class RecallStore(OnClient, BaseStore):
 
     def _ranked_search(self, op: SearchOp, namespace: str | None) -> Steps:
         """A query: the server's ranking (GET /search, memories under the prefix, `search_mode`), each hit read as
-        an item and filtered here, best first, its score the server's."""
+        an item and filtered here, best first, its score the server's. Without the rerank stage: LangGraph's
+        store search returns every match by similarity (no floor), its score the arm's (semantic: a cosine)."""
         found: list[SearchItem] = []
         skip, want = max(op.offset, 0), op.limit
         cursor = None
@@ -186,7 +187,8 @@ class RecallStore(OnClient, BaseStore):
             # without a filter every hit is an item: ask for what is still missing; with one, a page of 100
             ask = 100 if op.filter else min(100, skip + want - len(found))
             page = yield lambda c, cursor=cursor, ask=ask: c.search(query, mode=self.search_mode, type="memory",
-                                                                    namespace=namespace, cursor=cursor, limit=ask)
+                                                                    namespace=namespace, cursor=cursor, limit=ask,
+                                                                    rerank=False)
             for hit in page.data:
                 if len(found) >= skip + want:
                     break

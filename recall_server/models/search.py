@@ -16,8 +16,9 @@ class SearchHit(Struct, omit_defaults=True):
     type: Literal["trigger", "thread", "worker", "report", "memory", "message"]
     summary: str
     href: str  # a message's: its content
-    # exact: ts_rank; lexical: rare-term-weighted match; semantic: cosine similarity; hybrid: reciprocal
-    # rank fusion. Rounded; ties are broken by recency, then ID.
+    # ranked modes (rerank on, the default): relevance in [0, 1] (1: the question names this ID; the floor,
+    # min_score, is 0.5 by default); rerank=false: the arm's own score (lexical: rare-term-weighted match,
+    # semantic: cosine similarity, hybrid: reciprocal rank fusion); exact: ts_rank. Ties: newest, then ID.
     score: float
     snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
     thread_id: ThreadId | None = None  # a trigger's, report's or message's thread: the next hop (omitted for the others)
@@ -26,13 +27,17 @@ class SearchHit(Struct, omit_defaults=True):
 
 
 class SearchExplain(Struct, omit_defaults=True):
-    """Which arm of a ranked search found a hit: its 1-based rank and score in each (absent: not found by it)."""
+    """How a ranked search found a hit: each arm's 1-based rank and score (absent: not found by it), where the
+    arms' fusion put it, and what the rerank stage scored it from."""
 
-    arms: list[Literal["lexical", "semantic"]]
+    arms: list[Literal["lexical", "semantic", "id"]]  # id: the question names this object's ID
     lexical_rank: int | None = None
-    lexical_score: float | None = None
+    lexical_score: float | None = None  # the share of the question's words it has, weighted by rarity
     semantic_rank: int | None = None
     semantic_score: float | None = None  # cosine similarity of the question's vector and the object's
+    fused_rank: int | None = None  # rank after the arms' fusion, before the rerank stage
+    fused_score: float | None = None
+    cosine: float | None = None  # rerank: the cosine it scored (the semantic arm's, or from the object's vector)
 
 
 class SearchPage(Struct):
@@ -40,7 +45,11 @@ class SearchPage(Struct):
     next_cursor: str | None
     has_more: bool
     mode: Literal["hybrid", "lexical", "semantic", "exact"] = "exact"  # the mode that ran
-    note: str | None = None  # why a mode asked for (or the default) ran with fewer arms, e.g. no embedder
+    # why a mode asked for (or the default) ran with fewer arms (e.g. no embedder), or "no close match": no
+    # hit scored min_score or more (then `nearest` holds the best candidates below it)
+    note: str | None = None
+    min_score: float | None = None  # ranked modes with rerank: the floor this page's hits are at or above
+    nearest: list[SearchHit] | None = None  # with note "no close match": the best candidates, below min_score
 
 
 class Backlink(Struct):

@@ -34,7 +34,14 @@ async def search(
                     "words, stems and rare terms first; semantic: by meaning; exact: every object with all the words. "
                     "Default: hybrid, or lexical when search by meaning is unavailable (the page's note says why).")] = None,
     explain: Annotated[bool, Parameter(description="Each hit of a ranked mode says which arm found it, its rank "
-                                                   "and score there.")] = False,
+                                                   "and score there, and what the rerank stage scored.")] = False,
+    rerank: Annotated[bool, Parameter(
+        description="Ranked modes: score the fused best 50 (and any object q names by ID) for relevance in [0, 1], "
+                    "and leave out hits below min_score. false: the arms' fused ranking, every hit, "
+                    "scores not comparable across questions.")] = True,
+    min_score: Annotated[float | None, Parameter(
+        ge=0, le=1, description="With rerank: the relevance a hit needs (default 0.5). A first page with none says "
+                                "\"no close match\" and lists the nearest candidates.")] = None,
     kinds: Annotated[list[Kind] | None, QueryParameter(name="type", description="Only these kinds (repeatable).")] = None,
     status: Annotated[str | None, Parameter(max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z",
                                             description="Only threads with this status.")] = None,
@@ -44,12 +51,12 @@ async def search(
     since: Moment = None,
     until: Moment = None,
     cursor: Cursor = None,
-    limit: SearchLimit = 20,
+    limit: SearchLimit = 10,
 ) -> Response[SearchPage]:
     """Live objects (a memory: its current version) and messages whose title, summary, name, source, key,
     namespace, labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
     return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
-                                                            until, cursor, limit, namespace))
+                                                            until, cursor, limit, namespace, rerank, min_score))
 
 
 @get("/ids/{object_id:str}/backlinks", responses=problems(400, 401, 404, 410, 503), operation_id="ListBacklinks")

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import anyio
 
-from recall_server import grep, ids, spill
+from recall_server import grep, ids, rerank, spill
 from recall_server.auth import Credential
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries as q
@@ -25,6 +25,7 @@ from recall_server.text import one_line
 
 
 SEARCHABLE = (*ids.PLURAL, "message")  # what search finds: every kind of object, and messages
+NO_CLOSE_MATCH = "no close match"  # a reranked first page without a hit at or above the floor
 
 
 class Lens:
@@ -39,9 +40,11 @@ class Lens:
 
     async def search(self, cred: Credential, text: str, mode: str | None, explain: bool, kinds: list[str] | None,
                      status: str | None, labels: Labels, since: str | None, until: str | None, cursor: str | None,
-                     limit: int, namespace: str | None = None) -> SearchPage:
+                     limit: int, namespace: str | None = None, rerank_on: bool = True,
+                     min_score: float | None = None) -> SearchPage:
         """Live objects matching `text`, best first: exact (all the words, every match, keyset by ts_rank) or
-        ranked (lexical, semantic, or both fused), see db/queries/search.py."""
+        ranked (lexical, semantic, or both fused, then reranked unless `rerank_on` is false: only hits scoring
+        `min_score` or more), see db/queries/search.py."""
         if not text.strip():
             raise BadRequest("q must contain something to search for.", field="q")
         wanted = sorted(set(kinds or SEARCHABLE))
@@ -51,10 +54,15 @@ class Lens:
             wanted = [k for k in wanted if k == "memory"]
         start, end = timestamp("since", since), timestamp("until", until)
         ran, note = self._mode(mode)
+        if min_score is not None and (ran == "exact" or not rerank_on):
+            raise BadRequest("min_score is a floor on the rerank stage's relevance: it needs a ranked mode "
+                             "(hybrid, lexical or semantic) with rerank=true.", field="min_score")
         if ran == "exact":
             return await self._exact(cred, text, wanted, status, labels, start, end, cursor, limit, namespace)
+        floor = Decimal(repr(rerank.FLOOR if min_score is None else min_score)) if rerank_on else None
         pager = self.cursors.pager(cursor, tuple[Decimal, datetime, str, datetime], "search", ran, text,
-                                   ",".join(wanted), status, labels.key(), start, end, namespace)
+                                   ",".join(wanted), status, labels.key(), start, end, namespace,
+                                   *([f"rerank {floor}"] if floor is not None else []))
         after = _scored(pager.after)
         as_of = after[3] if after else datetime.now(UTC)
         vector = await self.indexer.question(text) if ran != "lexical" else None
@@ -65,13 +73,18 @@ class Lens:
             ran, note = "lexical", "the embedder could not embed this question: this page is lexical only"
         embedder = self.indexer.embedder
         async with self.db.connection() as conn:
-            tenant, hits = await q.search_ranked(
+            tenant, rows = await q.search_ranked(
                 conn, cred, ran, text, vector, embedder.model if embedder else None, embedder.dims if embedder else None,
-                wanted, status, labels, start, end, as_of, after[:3] if after else None, limit + 1, namespace)
+                wanted, status, labels, start, end, as_of, after[:3] if after else None, limit + 1, namespace, floor)
+        hits = [h for h in rows if not h.near]
+        nearest = [_hit(h, explain) for h in rows if h.near] if floor is not None and not hits and not after else None
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id, as_of])
-        return SearchPage(data=[self._hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
-                          mode=ran, note=note)  # type: ignore[arg-type]
+        if nearest is not None:
+            note = NO_CLOSE_MATCH if note is None else f"{NO_CLOSE_MATCH}; {note}"
+        return SearchPage(data=[_hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
+                          mode=ran, note=note, min_score=float(floor) if floor is not None else None,  # type: ignore[arg-type]
+                          nearest=nearest)
 
     def _mode(self, asked: str | None) -> tuple[str, str | None]:
         """The mode that runs, and a note when it is not the one asked for (or the default)."""
@@ -95,21 +108,8 @@ class Lens:
                                           namespace)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
-        return SearchPage(data=[self._hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,
+        return SearchPage(data=[_hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,
                           mode="exact")
-
-    @staticmethod
-    def _hit(h: SearchRow, explain: bool) -> SearchHit:
-        arms = [arm for arm, rank in (("lexical", h.lexical_rank), ("semantic", h.semantic_rank)) if rank is not None]
-        why = SearchExplain(arms=arms, lexical_rank=h.lexical_rank, lexical_score=h.lexical_score,  # type: ignore[arg-type]
-                            semantic_rank=h.semantic_rank, semantic_score=h.semantic_score) if explain else None
-        if h.type == "message":  # `<thread ID>/<seq>` (schema.sql, recall_message_ref): the thread, and where in it
-            thread, _, seq = h.id.rpartition("/")
-            return SearchHit(id=thread, type="message", summary=h.summary, score=h.score, seq=int(seq),
-                             href=f"/threads/{thread}/messages/{seq}/content", thread_id=thread,
-                             snippet=one_line(h.snippet or h.summary, 300), explain=why)
-        return SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
-                         snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id, explain=why)
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
         """Every live object that links to this one, with the relation, in (relation, id) order."""
@@ -143,6 +143,22 @@ class Lens:
         href = f"/triggers/{object_id}/payload" if kind == "trigger" else f"/reports/{object_id}/body"
         return GrepResult(id=object_id, content_type=content.content_type, bytes=len(data), scanned=result.scanned,
                           matches=result.matches, truncated=result.truncated, href=href)
+
+
+def _hit(h: SearchRow, explain: bool) -> SearchHit:
+    """A row as the API shows it; `explain`: with how each stage ranked it."""
+    arms = [arm for arm, found in (("lexical", h.lexical_rank), ("semantic", h.semantic_rank), ("id", h.named or None))
+            if found is not None]
+    why = SearchExplain(arms=arms, lexical_rank=h.lexical_rank, lexical_score=h.lexical_score,  # type: ignore[arg-type]
+                        semantic_rank=h.semantic_rank, semantic_score=h.semantic_score, fused_rank=h.fused_rank,
+                        fused_score=h.fused_score, cosine=h.cosine) if explain else None
+    if h.type == "message":  # `<thread ID>/<seq>` (schema.sql, recall_message_ref): the thread, and where in it
+        thread, _, seq = h.id.rpartition("/")
+        return SearchHit(id=thread, type="message", summary=h.summary, score=h.score, seq=int(seq),
+                         href=f"/threads/{thread}/messages/{seq}/content", thread_id=thread,
+                         snippet=one_line(h.snippet or h.summary, 300), explain=why)
+    return SearchHit(id=h.id, type=h.type, summary=h.summary, href=ids.href(h.id), score=h.score,  # type: ignore[arg-type]
+                     snippet=one_line(h.snippet or h.summary, 300), thread_id=h.thread_id, explain=why)
 
 
 def _scored(after: Any) -> Any:

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import msgspec
 
-from recall_server import ids
+from recall_server import ids, rerank
 from recall_server.auth import Credential
 from recall_server.db import tenancy
 from recall_server.db.queries._common import Conn
@@ -80,28 +80,41 @@ _SEARCH = keyed(f"""
 # Ranked modes (lexical, semantic, hybrid): each arm's best RANKED_DEPTH hits created at or before the
 # first page's time ($15, `as_of`: later pages rank the same set, so paging is exactly-once while objects
 # are added), fused by reciprocal rank (hybrid: the sum of 1/(RRF_K + rank) over the arms that found a
-# hit; a single arm keeps its own score), cut at the keyset (score, created_at, id). The depth is fixed,
-# so a hit's ranks, and its fused score, do not depend on the page. An arm not asked for is not run.
+# hit; a single arm keeps its own score). With the rerank stage ($22, recall_server/rerank.py) the fused
+# best rerank.DEPTH and the objects the question names by ID ($21) are scored again from their cosine
+# (the semantic arm's, or their stored vector's: recall_cosines) and their share of the question's words
+# (the lexical arm's score), with the embedder's curves ($23), and only those at or above the floor ($24)
+# are hits; a first page with none returns the rerank.NEAREST best, marked `near`. Cut at the keyset
+# (score, created_at, id). The depths are fixed, so a hit's score does not depend on the page. An arm not
+# asked for is not run.
 RANKED_DEPTH = 200
 RRF_K = 60
 LEXICAL_BOOST = 2
+
+_SIGMOID = "1 / (1 + exp(-({x} - ($23::float8[])[{c}]) / ($23::float8[])[{w}]))"
+_RERANKED = (f"round((1 - (1 - coalesce({_SIGMOID.format(x='c.cosine::float8', c=1, w=2)}, 0))"
+             f" * (1 - {_SIGMOID.format(x='coalesce(c.lexical_score, 0)::float8', c=3, w=4)}))::numeric, 6)")
+_ORDER = "hit_score DESC, hit_created_at DESC, hit_id DESC"
 
 _RANKED = keyed(f"""
     SELECT coalesce(json_agg(json_build_object(
              'id', h.hit_id, 'type', h.hit_kind, 'summary', s.summary, 'score', h.hit_score,
              'position', h.hit_score::text, 'created_at', h.hit_created_at, 'snippet', s.snippet,
              'thread_id', s.thread_id, 'lexical_rank', h.lexical_rank, 'semantic_rank', h.semantic_rank,
-             'lexical_score', h.lexical_score, 'semantic_score', h.semantic_score)
-           ORDER BY h.hit_score DESC, h.hit_created_at DESC, h.hit_id DESC), '[]') AS hits
+             'lexical_score', h.lexical_score, 'semantic_score', h.semantic_score, 'fused_rank', h.fused_rank,
+             'fused_score', h.fused_score, 'cosine', h.cosine, 'named', h.named, 'near', h.near)
+           ORDER BY h.near, h.{_ORDER.replace(", hit_", ", h.hit_")}), '[]') AS hits
       FROM (
         WITH lexical AS (
-            SELECT l.*, row_number() OVER (ORDER BY l.hit_score DESC, l.hit_created_at DESC, l.hit_id DESC) AS r
+            SELECT l.*, row_number() OVER (ORDER BY l.{_ORDER.replace(", hit_", ", l.hit_")}) AS r
               FROM recall_lexical_hits($3, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}, $20) l
              WHERE $16::text IN ('lexical', 'hybrid')),
         semantic AS (
-            SELECT v.*, row_number() OVER (ORDER BY v.hit_score DESC, v.hit_created_at DESC, v.hit_id DESC) AS r
+            SELECT v.*, row_number() OVER (ORDER BY v.{_ORDER.replace(", hit_", ", v.hit_")}) AS r
               FROM recall_semantic_hits($3, $17, $18, $19, $4::text[], $5, $6, $7, $8, $9, $10, $15, {RANKED_DEPTH}, $20) v
              WHERE $16::text IN ('semantic', 'hybrid') AND $17::text IS NOT NULL),
+        named AS (
+            SELECT n.* FROM recall_named_hits($21::text[], $4::text[], $5, $6, $7, $8, $9, $10, $15, $20) n WHERE $22),
         fused AS (
             SELECT coalesce(l.hit_kind, v.hit_kind) AS hit_kind, coalesce(l.hit_id, v.hit_id) AS hit_id,
                    coalesce(l.hit_created_at, v.hit_created_at) AS hit_created_at,
@@ -110,11 +123,32 @@ _RANKED = keyed(f"""
                    CASE $16::text WHEN 'lexical' THEN l.hit_score WHEN 'semantic' THEN v.hit_score
                         ELSE round(coalesce((1 + {LEXICAL_BOOST} * least(l.hit_score, 1)) / ({RRF_K} + l.r), 0)
                                    + coalesce(1.0 / ({RRF_K} + v.r), 0), 9)
-                   END AS hit_score
-              FROM lexical l FULL JOIN semantic v ON v.hit_id = l.hit_id)
-        SELECT * FROM fused
-         WHERE $11::numeric IS NULL OR (hit_score, hit_created_at, hit_id) < ($11, $12, $13)
-         ORDER BY hit_score DESC, hit_created_at DESC, hit_id DESC LIMIT $14
+                   END AS fused_score
+              FROM lexical l FULL JOIN semantic v ON v.hit_id = l.hit_id),
+        ranked AS (
+            SELECT f.*, row_number() OVER (ORDER BY f.fused_score DESC, f.hit_created_at DESC, f.hit_id DESC) AS fused_rank
+              FROM fused f),
+        candidates AS (
+            SELECT r.*, n.hit_id IS NOT NULL AS named FROM ranked r LEFT JOIN named n ON n.hit_id = r.hit_id
+             WHERE NOT $22 OR r.fused_rank <= {rerank.DEPTH} OR n.hit_id IS NOT NULL
+            UNION ALL
+            SELECT n.hit_kind, n.hit_id, n.hit_created_at, NULL, NULL, NULL, NULL, NULL, NULL, true FROM named n
+             WHERE NOT EXISTS (SELECT 1 FROM fused f WHERE f.hit_id = n.hit_id)),
+        cosines AS (
+            SELECT * FROM recall_cosines(CASE WHEN $22 THEN $17::text END, $18,
+                                         ARRAY(SELECT c.hit_id FROM candidates c WHERE c.semantic_score IS NULL))),
+        scored AS MATERIALIZED (
+            SELECT c.*, CASE WHEN NOT $22 THEN c.fused_score WHEN c.named THEN 1 ELSE {_RERANKED} END AS hit_score
+              FROM (SELECT c.*, coalesce(c.semantic_score, x.cosine) AS cosine
+                      FROM candidates c LEFT JOIN cosines x ON x.hit_id = c.hit_id) c)
+        (SELECT s.*, false AS near FROM scored s
+          WHERE (NOT $22 OR s.hit_score >= $24::numeric)
+            AND ($11::numeric IS NULL OR (s.hit_score, s.hit_created_at, s.hit_id) < ($11, $12, $13))
+          ORDER BY s.{_ORDER.replace(", hit_", ", s.hit_")} LIMIT $14)
+        UNION ALL
+        (SELECT s.*, true FROM scored s
+          WHERE $22 AND $11::numeric IS NULL AND NOT EXISTS (SELECT 1 FROM scored x WHERE x.hit_score >= $24::numeric)
+          ORDER BY s.{_ORDER.replace(", hit_", ", s.hit_")} LIMIT {rerank.NEAREST})
       ) h
       {_HYDRATE}
 """)
@@ -141,13 +175,16 @@ async def search_ranked(conn: Conn, cred: Credential, mode: str, text: str, vect
                         dims: int | None, kinds: list[str], status: str | None, labels: Labels,
                         since: datetime | None, until: datetime | None, as_of: datetime,
                         after: tuple[Decimal, datetime, str] | None, limit: int,
-                        namespace: str | None = None) -> tuple[str, list[SearchRow]]:
+                        namespace: str | None = None, floor: Decimal | None = None) -> tuple[str, list[SearchRow]]:
     """The key's tenant, and the page of a lexical, semantic or hybrid search after `after` (see _RANKED).
-    `vector`: the question's vector in pgvector's text form, made by `model` (None: no semantic arm)."""
+    `vector`: the question's vector in pgvector's text form, made by `model` (None: no semantic arm).
+    `floor`: rerank, and keep the hits scoring at least this (None: the fused ranking as it is)."""
+    curves = rerank.calibration(model if vector else None)
     tenant, row = await tenancy.fetch(
         conn, cred, _RANKED, text, kinds, status, labels.app_id, labels.agent_id, labels.run_id, since, until,
         after[0] if after else None, after[1] if after else None, after[2] if after else None, limit,
-        as_of, mode, vector, model, dims, namespace,
+        as_of, mode, vector, model, dims, namespace, ids.mentioned(text) if floor is not None else [],
+        floor is not None, list(curves), floor,
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _search_rows.decode(row["hits"])
