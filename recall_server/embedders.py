@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,8 +29,9 @@ class Embedder(Protocol):
     model: str  # stable name recorded beside every vector: a vector is comparable only to one of the same model
     dims: int  # length of every vector (an `openai` embedder without embed_dims: 0 until its first answer)
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        """One unit-length vector of `dims` floats per text, in order; batches as the model needs."""
+    async def embed(self, texts: list[str], *, first: bool = False) -> list[list[float]]:
+        """One unit-length vector of `dims` floats per text, in order; batches as the model needs. `first`: a
+        question a search waits for, encoded ahead of the indexer's batches where the model takes turns."""
         ...
 
     async def aclose(self) -> None: ...
@@ -66,7 +68,9 @@ class LocalEmbedder:
     is encoded, and the model is loaded once per process instead of once per pool process
     (bench/retrieval/evaluate.py --loop-lag measures the loop's stalls both ways). The lock serialises
     calls: a tokenizer is not safe to share across threads, and on a small machine two concurrent
-    encodings only take turns on the same cores."""
+    encodings only take turns on the same cores. It is taken per chunk of `batch` texts, and a search's
+    question goes first: a chunk of the indexer's waits while a question does (MiniLM: 64 queued texts
+    held the lock ~2 s, past a search's wait for its question, QUESTION_WAIT in service/indexer.py)."""
 
     model: str
     dims: int
@@ -74,28 +78,44 @@ class LocalEmbedder:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._questions = 0  # questions waiting for the lock: the indexer's next chunk waits for them
+        self._counting = threading.Lock()
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         raise NotImplementedError
 
-    def embed_sync(self, texts: list[str]) -> list[list[float]]:
+    def embed_sync(self, texts: list[str], *, first: bool = False) -> list[list[float]]:
         """The same vectors, computed on the calling thread."""
         _check(texts)
         # Batched by length: a batch is padded to its longest text, so one long log among short titles
         # would make every text in its batch cost what the log does.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors: list[list[float]] = [[]] * len(texts)
-        with self._lock:
-            for start in range(0, len(order), self.batch):
-                chunk = order[start:start + self.batch]
-                for i, vector in zip(chunk, self._encode([texts[i] for i in chunk]), strict=True):
-                    vectors[i] = vector
+        for start in range(0, len(order), self.batch):
+            chunk = order[start:start + self.batch]
+            for i, vector in zip(chunk, self._take_turn([texts[i] for i in chunk], first), strict=True):
+                vectors[i] = vector
         return vectors
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
+    def _take_turn(self, texts: list[str], first: bool) -> list[list[float]]:
+        if first:
+            with self._counting:
+                self._questions += 1
+            try:
+                with self._lock:
+                    return self._encode(texts)
+            finally:
+                with self._counting:
+                    self._questions -= 1
+        while self._questions:  # a question is waiting: it goes before this chunk
+            time.sleep(0.001)
+        with self._lock:
+            return self._encode(texts)
+
+    async def embed(self, texts: list[str], *, first: bool = False) -> list[list[float]]:
         if not texts:
             return []
-        return await asyncio.to_thread(self.embed_sync, texts)
+        return await asyncio.to_thread(self.embed_sync, texts, first=first)
 
     async def aclose(self) -> None:
         return None
@@ -131,6 +151,10 @@ class MiniLM(LocalEmbedder):
     length; a text is cut at `max_tokens` (the model was trained on 256)."""
 
     max_tokens = 256
+    # Texts per encoding: a question waits for at most one chunk. On 2 cores 8 embedded 75 texts/s and 32
+    # only 43 (a chunk is padded to its longest text), and a question under indexing load waited a median
+    # 96 ms for its turn, against 1.5 s behind chunks of 32.
+    batch = 8
     threads = 2  # intra-op threads: the cores of a small machine; the event loop keeps its own thread
     SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
     VOCAB = Path(__file__).parent / "vocab" / "all-MiniLM-L6-v2" / "vocab.txt"
@@ -204,8 +228,8 @@ class OpenAIEmbedder:
     def __repr__(self) -> str:  # never the key
         return f"OpenAIEmbedder({self._http.base_url}, {self.model})"
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        _check(texts)
+    async def embed(self, texts: list[str], *, first: bool = False) -> list[list[float]]:
+        _check(texts)  # `first` changes nothing: the server takes each request as it comes
         out: list[list[float]] = []
         for i in range(0, len(texts), self.batch):
             out += await self._call(texts[i:i + self.batch])

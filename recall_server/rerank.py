@@ -18,6 +18,7 @@ and a page that has none says so (`note`, with the NEAREST best candidates besid
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 DEPTH = 50  # the fused candidates the stage scores (the arms' best, by reciprocal rank), besides the named IDs
@@ -50,3 +51,15 @@ def calibration(model: str | None) -> Calibration:
         if model and model.startswith(prefix):
             return found
     return DEFAULT
+
+
+def relevance(cosine: float | None, words: float | None, curves: Calibration) -> float:
+    """A candidate's relevance from its cosine (None: no vector of the model) and its share of the question's
+    words (None: the lexical arm did not find it): what search.py's statement computes, in Python."""
+    meaning = 0.0 if cosine is None else _sigmoid((cosine - curves.cosine_centre) / curves.cosine_width)
+    lexical = _sigmoid(((words or 0.0) - curves.words_centre) / curves.words_width)
+    return 1 - (1 - meaning) * (1 - lexical)
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))

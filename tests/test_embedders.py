@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,6 +147,34 @@ def test_minilm_vectors_are_unit_length_and_long_texts_are_cut() -> None:
     # batched by length, returned in order: the same text alone gets the same vector
     alone = embedder.embed_sync(["payment timed out"])[0]
     assert sum(a * b for a, b in zip(alone, vectors[3], strict=True)) > 0.9999
+
+
+def test_a_question_is_encoded_before_the_indexers_next_chunk() -> None:
+    """A search's question (first=True) takes the model's next turn: it waits for the chunk being encoded,
+    never for the rest of the indexer's batch."""
+    order: list[str] = []
+
+    class Slow(embedders.LocalEmbedder):
+        model, dims, batch = "slow", 1, 1
+
+        def _encode(self, texts: list[str]) -> list[list[float]]:
+            time.sleep(0.02)  # a chunk's encoding
+            order.extend(texts)
+            return [[1.0] for _ in texts]
+
+    model = Slow()
+
+    async def both() -> None:
+        bulk = asyncio.create_task(model.embed([f"queued {i}" for i in range(40)]))
+        while len(order) < 3:
+            await asyncio.sleep(0.005)
+        asked = len(order)
+        await model.embed(["the question"], first=True)
+        assert order.index("the question") <= asked + 1, order  # at most the chunk under way went before it
+        await bulk
+
+    asyncio.run(both())
+    assert len(order) == 41 and order.count("the question") == 1
 
 
 def test_none_gives_no_embedder() -> None:

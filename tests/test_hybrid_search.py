@@ -21,7 +21,7 @@ import httpx
 import pytest
 from helpers import Graph, ServerProcess, assert_problem, cli, create_key, run_script, run_sql, with_database
 
-from recall_server import config, demo, ids
+from recall_server import config, demo, ids, rerank
 from recall_server.process import free_port
 
 
@@ -215,6 +215,10 @@ def test_reranked_scores_are_relevance_and_explain_shows_each_stage(database_url
     every = search(mine, "payment timed out", explain="true", min_score=0)["data"]
     assert [h["id"] for h in every][0] == answer["id"] and len(every) == 2
     assert all(0 <= h["score"] <= 1 for h in every) and every[1]["score"] < 0.5
+    curves = rerank.calibration("wordllama:l2_supercat:256")  # the suite's servers' embedder (conftest.py)
+    for h in every:  # the statement computes what rerank.relevance says
+        expected = rerank.relevance(h["explain"]["cosine"], h["explain"].get("lexical_score"), curves)
+        assert abs(h["score"] - expected) < 1e-5, h
     assert every[1]["explain"]["cosine"] is not None  # scored from its stored vector, whichever arm found it
     plain = search(mine, "payment timed out", explain="true", rerank="false")
     assert plain["min_score"] is None and len(plain["data"]) == 2
@@ -563,6 +567,9 @@ def test_a_write_never_waits_for_an_unavailable_embedder_and_its_entry_is_kept(
         page = search(c, "written while the embedder is down")  # the question cannot be embedded either
         assert page["mode"] == "lexical" and "could not embed" in page["note"]
         assert [h["id"] for h in page["data"]] == [thread["id"]]
+        refused = c.get("/search", params={"q": "written while the embedder is down", "mode": "semantic"})
+        assert_problem(refused, 503, "mode=lexical")  # by meaning only: try again
+        assert refused.headers["Retry-After"] == "1"
         metrics = httpx.get(f"{server.url}/metrics").text
         assert 'recall_embedding_failures_total{reason="unavailable"}' in metrics
 

@@ -5,10 +5,19 @@ Three classes, by how the words of a query meet the words of its answers:
 - `keyword`: a question in natural words that does share the answer's main words;
 - `exact`: a token copied from somewhere: an object ID, a file path, an error code, a function or test name,
   a version, a ticket number. An ID is answered by the objects whose text mentions it.
-Each relevant list holds every object that answers the question on its own, most direct first.
+Each relevant list holds every object that answers the question on its own, most direct first (an ID's own
+object first).
+
+UNANSWERABLE: questions an agent of this store could ask that nothing in it answers (class `none`): a search
+should say "no close match" for them, not offer confident noise.
+
+`split(query)`: each question's half, `dev` or `held-out`, by a hash of its text: curves and weights are fitted
+on `dev` (fit.py) and reported on `held-out`.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 P, K, E = "paraphrase", "keyword", "exact"
 
@@ -29,7 +38,7 @@ QUERIES: list[tuple[str, str, list[str]]] = [
     (K, "exponential backoff for the charge retries", ["rpt_412a", "mem_pay_retry"]),
     (K, "CI passed on the payments retry PR", ["trg_8f3a"]),
     (K, "refund events replayed twice", ["rpt_398a", "trg_7d02"]),
-    (E, "trg_8f21", ["rpt_412a"]),
+    (E, "trg_8f21", ["trg_8f21", "rpt_412a"]),
     (E, "test_retry_charge", ["trg_8f21", "rpt_412a"]),
     (E, "PaymentGatewayError", ["trg_8f21", "rpt_412a"]),
     (E, "payments/client.py", ["trg_8f1c", "mem_u_bob_role"]),
@@ -239,3 +248,36 @@ QUERIES: list[tuple[str, str, list[str]]] = [
     (E, "reviews.product_id", ["thr_pr_363"]),
     (E, "moment.js", ["thr_pr_351"]),
 ]
+
+N = "none"
+UNANSWERABLE: list[tuple[str, str, list[str]]] = [(N, q, []) for q in (
+    "what did we decide about moving to another cloud provider",
+    "who is on call for the data warehouse this weekend",
+    "why was the mobile app rejected by the app store review",
+    "what is the parental leave policy",
+    "how do I rotate the Kafka broker certificates",
+    "when is the office closed for the winter holidays",
+    "what GPU instances do we use for model training",
+    "which printer on the third floor is broken",
+    "how did the marketing email open rate change in March",
+    "what is the budget for the team offsite in Lisbon",
+    "who approved the new logo colours",
+    "what was the outcome of the pricing committee meeting",
+    "why did the Terraform plan for the VPN fail",
+    "what is the Wi-Fi password for guests",
+    "which vendor supplies our office furniture",
+    "how do I request a new laptop",
+    "what did legal say about the GDPR data processing agreement",
+    "why is the Android build stuck on Gradle sync",
+    "what is the recipe for the cafeteria's lentil soup",
+    "how do we back up the Elasticsearch snapshots to tape",
+    "who won the hackathon last year",
+    "what are the quarterly sales targets for the Berlin region",
+    "how is the iOS beta distributed through TestFlight",
+    "which conference talks did the team submit this spring",
+)]
+
+
+def split(query: str) -> str:
+    """`dev` or `held-out`: half the questions each, fixed by the question's text."""
+    return "dev" if hashlib.sha256(query.encode()).digest()[0] % 2 == 0 else "held-out"

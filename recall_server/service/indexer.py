@@ -109,7 +109,7 @@ class Indexer:
         if self.embedder is None or not self.vectors:
             return None
         try:
-            [vector] = await asyncio.wait_for(self.embedder.embed([text]), QUESTION_WAIT)
+            [vector] = await asyncio.wait_for(self.embedder.embed([text], first=True), QUESTION_WAIT)
         except (EmbedUnavailable, EmbedRejected, ValueError, asyncio.TimeoutError):
             return None
         return as_vector(vector)

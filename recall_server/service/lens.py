@@ -68,8 +68,7 @@ class Lens:
         vector = await self.indexer.question(text) if ran != "lexical" else None
         if ran != "lexical" and vector is None:  # the embedder failed on this question
             if ran == "semantic":
-                raise Unavailable("The embedder could not embed this question now; try again, or use mode=lexical.",
-                                  headers={"Retry-After": "1"})
+                raise Unavailable("The embedder could not embed this question now; try again, or use mode=lexical.")
             ran, note = "lexical", "the embedder could not embed this question: this page is lexical only"
         embedder = self.indexer.embedder
         async with self.db.connection() as conn:
