@@ -81,7 +81,8 @@ _SEARCH = keyed(f"""
 # first page's time ($15, `as_of`: later pages rank the same set, so paging is exactly-once while objects
 # are added), fused by reciprocal rank (hybrid: the sum of 1/(RRF_K + rank) over the arms that found a
 # hit; a single arm keeps its own score). With the rerank stage ($22, recall_server/rerank.py) the fused
-# best rerank.DEPTH and the objects the question names by ID ($21) are scored again from their cosine
+# best rerank.DEPTH, the semantic arm's best rerank.SEMANTIC_DEPTH and the objects the question names by ID
+# ($21) are scored again from their cosine
 # (the semantic arm's, or their stored vector's: recall_cosines) and their share of the question's words
 # (the lexical arm's score), with the embedder's curves ($23), and only those at or above the floor ($24)
 # are hits; a first page with none returns the rerank.NEAREST best, marked `near`. Cut at the keyset
@@ -92,8 +93,8 @@ RRF_K = 60
 LEXICAL_BOOST = 2
 
 _SIGMOID = "1 / (1 + exp(-({x} - ($23::float8[])[{c}]) / ($23::float8[])[{w}]))"
-_RERANKED = (f"round((1 - (1 - coalesce({_SIGMOID.format(x='c.cosine::float8', c=1, w=2)}, 0))"
-             f" * (1 - {_SIGMOID.format(x='coalesce(c.lexical_score, 0)::float8', c=3, w=4)}))::numeric, 6)")
+_RERANKED = (f"round(greatest(coalesce({_SIGMOID.format(x='c.cosine::float8', c=1, w=2)}, 0), "
+             f"{_SIGMOID.format(x='coalesce(c.lexical_score, 0)::float8', c=3, w=4)})::numeric, 6)")
 _ORDER = "hit_score DESC, hit_created_at DESC, hit_id DESC"
 
 _RANKED = keyed(f"""
@@ -130,7 +131,8 @@ _RANKED = keyed(f"""
               FROM fused f),
         candidates AS (
             SELECT r.*, n.hit_id IS NOT NULL AS named FROM ranked r LEFT JOIN named n ON n.hit_id = r.hit_id
-             WHERE NOT $22 OR r.fused_rank <= {rerank.DEPTH} OR n.hit_id IS NOT NULL
+             WHERE NOT $22 OR r.fused_rank <= {rerank.DEPTH} OR r.semantic_rank <= {rerank.SEMANTIC_DEPTH}
+                OR n.hit_id IS NOT NULL
             UNION ALL
             SELECT n.hit_kind, n.hit_id, n.hit_created_at, NULL, NULL, NULL, NULL, NULL, NULL, true FROM named n
              WHERE NOT EXISTS (SELECT 1 FROM fused f WHERE f.hit_id = n.hit_id)),
