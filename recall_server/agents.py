@@ -12,8 +12,12 @@ A session ID names its thread (thread_id_for): an ID that already is a thread ID
 
 Each item is one message: a plain `{"role", "content": text}` as that text, anything else (the model's
 output messages, function calls and their outputs, reasoning) as the item's JSON under the role it speaks
-in, so get_items hands back exactly what add_items was given. pop_item and clear_session append a
-retraction (docs/conversations.md): the thread's log keeps every item, the session no longer shows them.
+in (speaker), so get_items hands back exactly what add_items was given. The stored role wins: a message
+whose JSON is an item speaking in another role (a user's message holding `{"role": "system", ...}`, or a
+function call's output) comes back as a message of the stored role holding that JSON as text, so no one who
+may write a user message can hand the model a system, developer or tool item. pop_item and clear_session
+append a retraction (docs/conversations.md): the thread's log keeps every item, the session no longer shows
+them.
 
 Install with `pip install 'recall-server[agents]'` (the openai-agents package).
 """
@@ -36,10 +40,14 @@ from recall_server.text import one_line
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ROLES = ("user", "assistant", "system", "tool")
+# An item's role as the message role it is stored under: the Responses API's developer speaks as system.
+_AS_ROLE = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system", "tool": "tool"}
+_SPOKEN = ("message", "additional_tools")  # the item types that carry a role of their own
 FORMAT = "openai_agents.item"  # the metadata key saying how a message holds its item: text or json
 _LAST = MAX_SEQ  # a seq beyond every thread's log: "through the end"
 _PAGE = 500
 _json = msgspec.json.Decoder()
+_encode = msgspec.json.Encoder()
 
 
 def thread_id_for(session_id: str) -> str:
@@ -51,6 +59,21 @@ def thread_id_for(session_id: str) -> str:
     return f"thr_h-{hashlib.sha256(session_id.encode()).hexdigest()[:40]}"
 
 
+def speaker(item: dict[str, Any]) -> str | None:
+    """The message role an item speaks in; None when it has no known one (its role and its type disagree).
+
+    A message (and additional_tools) by its role; any other type by the type: an output (function_call_output,
+    computer_call_output, ...) is the tool's, the rest (calls, reasoning) the assistant's.
+    """
+    kind = item.get("type", "message")
+    if kind in _SPOKEN:
+        role = item.get("role")
+        return _AS_ROLE.get(role) if isinstance(role, str) else None
+    if not isinstance(kind, str) or "role" in item:
+        return None
+    return "tool" if kind.endswith("_output") else "assistant"
+
+
 def to_message(item: TResponseInputItem) -> NewMessage:
     """An item as the message that holds it."""
     data: dict[str, Any] = dict(item)  # type: ignore[arg-type]
@@ -58,8 +81,7 @@ def to_message(item: TResponseInputItem) -> NewMessage:
     if set(data) == {"role", "content"} and role in _ROLES and isinstance(data["content"], str):
         return NewMessage(role=role, content=data["content"], metadata={FORMAT: "text"})
     kind = str(data.get("type", ""))
-    if role not in _ROLES:
-        role = "tool" if kind.endswith("_output") else "assistant"
+    role = speaker(data) or ("tool" if kind.endswith("_output") else "assistant")
     call_id, name = data.get("call_id"), data.get("name")
     return NewMessage(
         role=role, content=data, metadata={FORMAT: "json"},
@@ -145,7 +167,9 @@ class RecallSession(SessionABC):
         if m.spilled is not None:  # too large to ride inline: read it
             data = await self.client.message_content(self.thread_id, m.seq)
             content = data.decode() if m.content_type == "text/plain" else _json.decode(data)
-        if m.metadata.get(FORMAT) == "json" and isinstance(content, dict):
+        if m.metadata.get(FORMAT) == "json" and isinstance(content, dict) and speaker(content) == m.role:
             return content  # type: ignore[return-value]
+        if not isinstance(content, str):  # an item speaking in another role, or JSON that is no item: its text
+            content = _encode.encode(content).decode()
         return {"role": m.role, "content": content}  # type: ignore[return-value,misc]
 

@@ -8,6 +8,12 @@ Every list pages through a `Pager`: the page is read from the position the curso
 same statement that checks the key and tells its tenant (one round trip); only then is the scope
 known, and `Pager.page` (the one call every list makes) verifies that the cursor was signed for this
 list of that tenant before anything the read found is shown, cuts the page and signs the next cursor.
+
+A page is cut at `limit` items, and a list whose items can be large (checkpoints, a thread's messages,
+memories) also at PAGE_BYTES of their JSON: the page ends, with has_more and a next cursor, before the item
+that would take it past the budget; a first item larger than the budget is served alone. Without it, eight
+3 MB checkpoints made one 33 MB response and fifty 6 MB ones 400 MB, the worker's event loop stalled for
+seconds encoding it (bench/page_bytes.py).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import msgspec
 from recall_server.errors import BadRequest
 
 T = TypeVar("T")
+PAGE_BYTES = 4 * 1024 * 1024  # a page's items, as JSON, take at most this (but one larger item comes alone)
 _MAC_BYTES = 16
+_json = msgspec.json.Encoder()
 _MAX_TOKEN = 512
 
 
@@ -80,14 +88,17 @@ class Pager:
         return "\0".join([tenant, *map(str, self.list_key)])
 
     def page(self, tenant: str, rows: list[T], limit: int, position: Callable[[T], list[Any]],
-             tail: list[Any] | None = None) -> tuple[list[T], str | None, bool]:
+             tail: list[Any] | None = None, size: Callable[[T], int] | None = None,
+             ) -> tuple[list[T], str | None, bool]:
         """The page of `rows` (read from `after` with `limit + 1`) for the key's tenant: (rows shown, the next
         page's cursor, has_more). 400 first, unless the cursor (if any) was signed for this list of this
         tenant. The next cursor is signed at `position(last row shown)`, when there is more; `tail`: a
-        log a caller follows (events, trace reads) gets one on its last page too, at `tail` when empty."""
+        log a caller follows (events, trace reads) gets one on its last page too, at `tail` when empty.
+        `size`: a row's bytes as the page shows it; then the page also ends within PAGE_BYTES (a read may
+        stop early there too, but must then hold the row after the last one that fits: within_budget)."""
         self._verify(tenant)
-        has_more = len(rows) > limit
-        shown = rows[:limit]
+        shown = rows[:limit] if size is None else within_budget(rows[:limit], size)
+        has_more = len(rows) > len(shown)
         if shown and (has_more or tail is not None):
             return shown, self._next(tenant, position(shown[-1])), has_more
         return shown, None if tail is None else self._next(tenant, tail), has_more
@@ -100,6 +111,21 @@ class Pager:
     def _next(self, tenant: str, position: list[Any]) -> str:
         """The signed cursor of the page after `position`."""
         return self.codec.encode(self._scope(tenant), position)
+
+
+def json_size(item: Any) -> int:
+    """An item's size in a page: its bytes as JSON."""
+    return len(_json.encode(item))
+
+
+def within_budget(rows: list[T], size: Callable[[T], int], budget: int = PAGE_BYTES) -> list[T]:
+    """The first rows whose sizes add up to at most `budget`; the first row alone when it is larger."""
+    total = 0
+    for n, row in enumerate(rows):
+        total += size(row)
+        if total > budget:
+            return rows[:max(n, 1)]
+    return rows
 
 
 def _split(token: str) -> tuple[bytes, bytes] | None:

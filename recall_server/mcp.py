@@ -256,8 +256,19 @@ async def recall_messages(client: AsyncRecallClient, thread_id: Id, cursor: Curs
                                               include_retracted=include_retracted))
 
 
+# The roles a model may write through MCP: what it hears, says and is told by its tools. A system message
+# steers every later turn of whoever replays the thread, so it is written only through the API, by whoever
+# holds the key outright (tests/test_mcp.py::test_recall_say_refuses_a_system_message_and_appends_nothing).
+SAY_ROLES = ("user", "assistant", "tool")
+
+
 async def recall_say(client: AsyncRecallClient, thread_id: Id, messages: Annotated[list[dict[str, Any]], Field(
                          description="1-100 messages.")]) -> CallToolResult:
+    for n, message in enumerate(messages, 1):
+        if (role := message.get("role")) not in SAY_ROLES:
+            has = "no role" if role is None else f"role {_encode(role).decode()}"
+            return _failed(f"Message {n} has {has}: through MCP a message's role is user, assistant or tool "
+                           "(system messages are written only through the API). Nothing was appended.")
     return await _answer(client.append_messages(thread_id, messages))
 
 
@@ -347,8 +358,9 @@ TOOLS: tuple[tuple[ToolFn, Literal["read", "write"], str], ...] = (
      "back for the next page."),
     (recall_say, "write",
      "Append messages to a thread's conversation, in order, in one transaction: each {role: "
-     "user|assistant|system|tool, content: text or JSON parts, name?, tool_call_id?, at?, metadata?: {string: "
-     "string}}. Answers each one's seq."),
+     "user|assistant|tool, content: text or JSON parts, name?, tool_call_id?, at?, metadata?: {string: "
+     "string}}. Answers each one's seq. Any other role (system included) refuses the whole call: nothing is "
+     "appended."),
     (recall_note, "write", "Append a one-line note to a thread's log, optionally citing an ID (ref)."),
     (recall_file_trigger, "write",
      "File an incoming event (a trigger): source, one-line summary, its payload, optionally on a thread and citing "

@@ -1,13 +1,19 @@
-"""Contract 4: cursors page a thread's log with every event exactly once, in order, while it grows."""
+"""Contract 4: cursors page a thread's log with every event exactly once, in order, while it grows; and a list of
+large items within a page byte budget, each item still once."""
 
 from __future__ import annotations
 
+import base64
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
 from helpers import Graph, assert_problem, create_key, uid
+
+from recall_server.cursor import PAGE_BYTES, json_size
 
 
 def walk(client: httpx.Client, path: str, limit: int, cursor: str | None = None) -> tuple[list[dict], str | None]:
@@ -176,3 +182,80 @@ def test_worker_reports_page_newest_first(client: httpx.Client, graph: Graph) ->
     assert [r["id"] for r in items] == list(reversed(made))
     for r in items:
         assert client.get(r["href"]).status_code == 200
+
+
+# ---- a page's byte budget (cursor.PAGE_BYTES): lists of large items end early, and still show each once ----
+
+MB = 1_000_000
+
+
+def pages_of(client: httpx.Client, path: str, **params: Any) -> list[tuple[int, list[dict]]]:
+    """Every page of a list at limit=500, following next_cursor while has_more: (its bytes, its items)."""
+    pages, cursor = [], None
+    while True:
+        response = client.get(path, params={"limit": 500, **params, **({"cursor": cursor} if cursor else {})})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        pages.append((len(response.content), body["data"]))
+        if not body["has_more"]:
+            return pages
+        assert body["next_cursor"] and response.headers["link"].endswith('rel="next"')
+        cursor = body["next_cursor"]
+
+
+def assert_within_budget(pages: list[tuple[int, list[dict]]]) -> None:
+    """Each page's items take at most PAGE_BYTES of JSON, unless it is one item alone (the response adds only the
+    envelope: has_more, next_cursor, brackets and commas)."""
+    for size, items in pages:
+        assert len(items) == 1 or sum(json_size(i) for i in items) <= PAGE_BYTES, [json_size(i) for i in items]
+        assert len(items) == 1 or size <= PAGE_BYTES + 1024
+
+
+def test_large_checkpoints_page_within_the_byte_budget_each_once(client: httpx.Client) -> None:
+    """Newest first: 5 MB (alone: its JSON, base64, passes the budget), three 1.5 MB (two a page), 5 MB, a small
+    one: the first two rows of a read are read whatever their size, so a large one alone still says has_more.
+    Without the budget, limit=500 was one response of every checkpoint (fifty 6 MB ones: 400 MB)."""
+    thread = uid("lg")
+    sizes = [5, 1.5, 1.5, 1.5, 5, 0.001]
+    for n, mb in enumerate(sizes):
+        body = {"thread_id": thread, "checkpoint_id": f"c{len(sizes) - n:02d}", "type": "msgpack",
+                "checkpoint": base64.b64encode(os.urandom(int(mb * MB))).decode()}
+        assert client.post("/checkpoints", json=body).status_code == 201
+    pages = pages_of(client, "/checkpoints", thread_id=thread)
+    assert [[c["checkpoint_id"] for c in items] for _, items in pages] == [
+        ["c06"], ["c05", "c04"], ["c03"], ["c02"], ["c01"]]
+    assert_within_budget(pages)
+
+
+def test_a_long_conversation_pages_within_the_byte_budget_each_message_once(client: httpx.Client,
+                                                                           graph: Graph) -> None:
+    """8,000 control characters a message are inlined (8 KiB or less) but take 48,000 bytes of JSON (\\u0001):
+    200 of them are 9.6 MB, so limit=500 gives three pages."""
+    thread = graph.thread()["id"]
+    said = "\x01" * 8000
+    for batch in range(2):
+        messages = [{"role": "user", "content": said, "metadata": {"n": str(batch * 100 + i)}} for i in range(100)]
+        assert client.post(f"/threads/{thread}/messages", json={"messages": messages}).status_code == 201
+    for order in ("asc", "desc"):
+        pages = pages_of(client, f"/threads/{thread}/messages", order=order)
+        assert len(pages) == 3, [len(items) for _, items in pages]
+        seqs = [m["seq"] for _, items in pages for m in items]
+        assert seqs == (list(range(1, 201)) if order == "asc" else list(range(200, 0, -1)))
+        assert all(m["content"] == said for _, items in pages for m in items)
+        assert_within_budget(pages)
+
+
+def test_memories_page_within_the_byte_budget_each_once(client: httpx.Client) -> None:
+    """A list entry inlines a value of up to 2 KiB: 2,048 control characters are 12,290 bytes of JSON, so 400 of
+    them (4.9 MB) take two pages."""
+    namespace = f"budget/{uid('ns')[3:]}"
+    value = "\x01" * 2048
+    for n in range(400):
+        made = client.post("/memories", json={"namespace": namespace.split("/"), "key": f"k{n:03d}",
+                                              "value": value, "embed": False})
+        assert made.status_code == 201, made.text
+    pages = pages_of(client, "/memories", namespace=namespace)
+    assert len(pages) == 2, [len(items) for _, items in pages]
+    assert [m["key"] for _, items in pages for m in items] == [f"k{n:03d}" for n in range(400)]
+    assert all(m["value"] == value for _, items in pages for m in items)
+    assert_within_budget(pages)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import PAGE_BYTES, CursorCodec, json_size, within_budget
 from recall_server.errors import BadRequest
 
 SECRET = b"k" * 32
@@ -245,6 +245,51 @@ def test_a_followed_log_gets_a_cursor_on_its_last_page_too() -> None:
     assert not has_more and codec().decode(EVENTS, token, tuple[int]) == (5,)
     _, token, _ = pager(token_for([5])).page("tenant-a", [], 5, seq, tail=[5])
     assert codec().decode(EVENTS, token, tuple[int]) == (5,)
+
+
+# ---- the page byte budget ----------------------------------------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+def test_a_page_ends_before_the_item_that_would_pass_the_byte_budget() -> None:
+    sizes = {1: 3 * MiB, 2: MiB, 3: 1, 4: 1}  # the first two fill the 4 MiB exactly; the third would pass it
+    shown, token, has_more = pager(None).page("tenant-a", [1, 2, 3, 4], 10, seq, size=sizes.__getitem__)
+    assert shown == [1, 2] and has_more and codec().decode(EVENTS, token, tuple[int]) == (2,)
+
+
+def test_an_item_larger_than_the_budget_is_served_alone() -> None:
+    big = {1: 9 * MiB, 2: 1}
+    shown, token, has_more = pager(None).page("tenant-a", [1, 2], 10, seq, size=big.__getitem__)
+    assert shown == [1] and has_more and codec().decode(EVENTS, token, tuple[int]) == (1,)
+    assert pager(None).page("tenant-a", [1], 10, seq, size=big.__getitem__) == ([1], None, False)
+
+
+def test_the_limit_still_cuts_first_and_a_page_within_budget_is_whole() -> None:
+    one = lambda n: 1  # noqa: E731
+    shown, _, has_more = pager(None).page("tenant-a", [1, 2, 3], 2, seq, size=one)
+    assert shown == [1, 2] and has_more
+    assert pager(None).page("tenant-a", [1, 2], 2, seq, size=one) == ([1, 2], None, False)
+
+
+def test_a_followed_log_cut_by_the_budget_says_there_is_more() -> None:
+    shown, token, has_more = pager(None).page("tenant-a", [4, 5], 5, seq, tail=[0],
+                                              size=lambda n: PAGE_BYTES)
+    assert shown == [4] and has_more and codec().decode(EVENTS, token, tuple[int]) == (4,)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2 * PAGE_BYTES), max_size=40))
+def test_within_budget_is_the_longest_prefix_that_fits_and_never_empty(sizes: list[int]) -> None:
+    rows = list(range(len(sizes)))
+    kept = within_budget(rows, sizes.__getitem__)
+    assert kept == rows[:len(kept)]
+    if rows:
+        assert kept and (len(kept) == 1 or sum(sizes[:len(kept)]) <= PAGE_BYTES)
+        assert len(kept) == len(rows) or sum(sizes[:len(kept) + 1]) > PAGE_BYTES
+
+
+def test_an_items_size_is_its_json() -> None:
+    assert json_size({"data": b"\x00" * 3}) == len(b'{"data":"AAAA"}')
 
 
 @given(st.text(alphabet=TOKEN_ALPHABET, max_size=80))

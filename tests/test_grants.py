@@ -495,3 +495,54 @@ def test_threads_are_listed_by_namespace_and_only_where_the_grants_reach(tenant:
     with RecallClient(base_url, tenant["service"]) as client:
         assert {t.id for t in client.list_threads(namespace=["users", one], limit=500).data} == {
             made[f"users/{one}"], made[f"users/{one}/chats"]}
+
+
+def test_filed_events_show_no_summary_of_an_object_outside_the_grants(base_url: str, tenant: dict[str, str], issue,
+                                                                      as_key) -> None:
+    """A thread the key sees may hold a trigger or a report filed in a namespace its grants do not cover: the
+    trigger_filed and report_filed events copy that object's summary, so they show the key only its ID (the
+    summary empty), in the log, in MCP's recall_events and in the thread's view, from the stored head (the
+    default budget) as from the log (a large one). What the key's grants cover keeps its summary."""
+    one, two = uid("u"), uid("u")
+    bob_key = issue(f"user:{two}", SELF_AND_PAYMENTS)
+    service, alice = as_key(tenant["service"]), as_key(issue(f"user:{one}", SELF_AND_PAYMENTS))
+    bob = as_key(bob_key)
+    shared = service.post("/threads", json={"title": "refund queue", "namespace": ["teams", "payments"]}).json()
+    team = service.post("/workers", json={"name": "team-bot", "namespace": ["teams", "payments"]}).json()
+    hidden_trigger = service.post("/triggers", json={
+        "source": "bank", "summary": "alice's card was declined", "thread_id": shared["id"],
+        "namespace": ["users", one]}).json()
+    hidden_report = service.post(f"/workers/{team['id']}/reports", json={
+        "thread_id": shared["id"], "summary": "alice's refund is approved", "namespace": ["users", one]}).json()
+    seen_trigger = service.post("/triggers", json={
+        "source": "bank", "summary": "the refund queue is long", "thread_id": shared["id"],
+        "namespace": ["teams", "payments"]}).json()
+    assert all(made.get("id") for made in (hidden_trigger, hidden_report, seen_trigger))
+    filed = [(hidden_trigger["id"], "trigger_filed"), (hidden_report["id"], "report_filed"),
+             (seen_trigger["id"], "trigger_filed")]
+
+    def filed_events(c: httpx.Client) -> list[list[tuple[str, str, str]]]:
+        """The filed events of the thread as its log, its default view and its largest view show them."""
+        logs = [c.get(f"/threads/{shared['id']}/events").json()["data"]]
+        for budget in (4096, 1_048_576):
+            shown = c.get(f"/threads/{shared['id']}", params={"budget": budget})
+            assert shown.status_code == 200, shown.text
+            logs.append(shown.json()["events"])
+        return [[(e["ref"], e["type"], e["summary"]) for e in log if e["type"].endswith("_filed")] for log in logs]
+
+    whole = [(hidden_trigger["id"], "trigger_filed", "alice's card was declined"),
+             (hidden_report["id"], "report_filed", "alice's refund is approved"),
+             (seen_trigger["id"], "trigger_filed", "the refund queue is long")]
+    assert filed_events(service) == [whole] * 3
+    assert filed_events(alice) == [whole] * 3
+    assert filed_events(bob) == [[(filed[0][0], filed[0][1], ""), (filed[1][0], filed[1][1], ""),
+                                  whole[2]]] * 3
+    assert "alice" not in bob.get(f"/threads/{shared['id']}/events").text
+    assert "alice" not in bob.get(f"/threads/{shared['id']}", params={"budget": 1_048_576}).text
+
+    async def over_mcp() -> dict:
+        async with mcp_session("http", base_url, bob_key) as s:
+            return view(await s.call_tool("recall_events", {"thread_id": shared["id"]}))
+
+    assert [(e["ref"], e["summary"]) for e in asyncio.run(over_mcp())["data"] if e["type"].endswith("_filed")] == [
+        (hidden_trigger["id"], ""), (hidden_report["id"], ""), (seen_trigger["id"], "the refund queue is long")]

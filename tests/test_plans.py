@@ -13,13 +13,16 @@ generic plan reads about a page of rows, not the rows before it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from helpers import Graph, create_key, run_script, run_sql, with_database
 from test_inline_views import add_events
@@ -27,7 +30,7 @@ from test_inline_views import add_events
 from recall_server import auth
 from recall_server.auth import Credential, KeyCache
 from recall_server.config import Settings
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import PAGE_BYTES, CursorCodec
 from recall_server.db import queries, tenancy
 from recall_server.db.migrate import migrate
 from recall_server.db.pool import Database, as_app_role
@@ -305,3 +308,51 @@ def test_a_page_reads_about_a_page_of_rows(big_store: tuple[str, Credential], ca
     assert page == [r[0] for r in run_sql(store, same_page)] and len(page) == 6
     counts = rows_read(nodes)
     assert counts[table] and max(counts.values()) <= READ_AHEAD.get(case, 12), f"rows read for a page of 6: {counts}"
+
+
+class _OneNode:
+    """An asyncpg connection as the queries take it (on one node, not a Citus coordinator)."""
+
+    sharded = False
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.fetch, self.fetchrow, self.fetchval = conn.fetch, conn.fetchrow, conn.fetchval
+
+
+def test_a_page_of_large_checkpoints_reads_the_values_of_its_rows_only(database_url: str, api_key: str,
+                                                                        client: httpx.Client) -> None:
+    """Twelve 1 MB checkpoints at limit=500: the read stops at the page byte budget (the rows whose bytes before
+    them are within it: five, of which the pager shows three, their base64 being larger) and reads only those
+    rows' values from TOAST, not all twelve's (a read of limit + 1 rows read 12 MB to show 4 MB)."""
+    thread = f"plans-{uuid.uuid4().hex[:12]}"
+    for n in range(12):
+        body = {"thread_id": thread, "checkpoint_id": f"c{n:02d}", "type": "msgpack",
+                "checkpoint": base64.b64encode(os.urandom(1_000_000)).decode()}
+        assert client.post("/checkpoints", json=body).status_code == 201
+    cred = auth.parse(f"Bearer {api_key}")
+
+    async def toast_blocks(conn: asyncpg.Connection) -> int:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        return await conn.fetchval("SELECT coalesce(toast_blks_hit, 0) + coalesce(toast_blks_read, 0)"
+                                   " FROM pg_statio_all_tables WHERE relname = 'checkpoints'")
+
+    async def run() -> tuple[list[Any], int, int]:
+        conn = await asyncpg.connect(database_url)  # the owner, who may read the statistics
+        app = await asyncpg.connect(as_app_role(database_url))
+        try:
+            before = await toast_blocks(conn)
+            _, rows = await queries.list_checkpoints(_OneNode(app), cred, thread, None, None, None, None, 501,
+                                                     PAGE_BYTES)
+            await app.execute("SELECT 1")  # the read's transaction ends: its statistics are flushed
+            await app.execute("SELECT pg_stat_force_next_flush()")
+            await app.execute("SELECT 1")
+            return rows, before, await toast_blocks(conn)
+        finally:
+            await conn.close()
+            await app.close()
+
+    rows, before, after = asyncio.run(run())
+    assert [r["checkpoint_id"] for r in rows] == ["c11", "c10", "c09", "c08", "c07"]
+    one_value = 1_000_000 // 8192  # blocks of a 1 MB value's TOAST chunks, at least
+    assert after - before < 7 * one_value * 1.1, f"TOAST blocks read: {after - before} (five values: {5 * one_value})"

@@ -14,6 +14,7 @@ from litestar.types import ASGIApp, Empty, Receive, Scope, Send
 
 from recall_server import auth, content, jsonbody, spill
 from recall_server.auth import Credential
+from recall_server.cursor import PAGE_BYTES
 from recall_server.errors import PROBLEM_JSON, BadRequest
 from recall_server.limits import has_body
 from recall_server.models import ProblemBody
@@ -28,6 +29,11 @@ Budget = Annotated[
     ),
 ]
 Limit = Annotated[int, Parameter(ge=1, le=500, description="Page size.")]
+# The lists whose items can be large (checkpoints, messages, memories): cursor.PAGE_BYTES ends a page early.
+SizedLimit = Annotated[int, Parameter(ge=1, le=500, description=(
+    f"Page size. A page also ends before its items' JSON would pass {PAGE_BYTES // 1024 ** 2} MiB (an item "
+    "larger than that comes alone), with has_more and next_cursor: follow next_cursor while has_more, "
+    "never stop at a page shorter than limit."))]
 Cursor = Annotated[
     str | None,
     Parameter(description="Opaque cursor from a previous page's next_cursor.", max_length=512,

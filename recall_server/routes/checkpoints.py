@@ -19,7 +19,7 @@ from recall_server.models import (
     PutCheckpoint,
     PutWrites,
 )
-from recall_server.routes import Caller, Cursor, Limit, paged, problems, sent, serve_content
+from recall_server.routes import Caller, Cursor, SizedLimit, paged, problems, sent, serve_content
 
 _ONE_LINE = r"^[^\x00-\x1f\x7f]+\Z"
 ThreadParam = Annotated[str, Parameter(min_length=1, max_length=256, pattern=_ONE_LINE,
@@ -84,7 +84,7 @@ async def list_checkpoints(
     metadata_contains: Annotated[str | None, Parameter(
         max_length=4096, description="A JSON object the metadata must contain, e.g. {\"step\":1}.")] = None,
     cursor: Cursor = None,
-    limit: Limit = 50,
+    limit: SizedLimit = 50,
 ) -> Response[CheckpointPage]:
     """Checkpoints newest first (by checkpoint ID), with their channel values and pending writes."""
     return paged(request, await request.service.checkpoints.list(

@@ -25,6 +25,7 @@ from recall_server.routes import (
     NAMESPACE,
     LabelFilter,
     Limit,
+    SizedLimit,
     paged,
     problems,
     sent,
@@ -83,7 +84,7 @@ async def list_memories(
     value_contains: Annotated[str | None, Parameter(
         max_length=4096, description="A JSON object the (JSON) value must contain, e.g. {\"lang\":\"en\"}.")] = None,
     cursor: Cursor = None,
-    limit: Limit = 50,
+    limit: SizedLimit = 50,
 ) -> Response[MemoryPage]:
     """Current versions only (never superseded, deleted or expired ones), in (namespace, key) order."""
     return paged(request, await request.service.memories.list_memories(

@@ -17,7 +17,7 @@ from recall_server.models import (
     RetractMessages,
     Role,
 )
-from recall_server.routes import Caller, Cursor, IdempotencyKey, Limit, paged, problems, sent, serve_content
+from recall_server.routes import Caller, Cursor, IdempotencyKey, SizedLimit, paged, problems, sent, serve_content
 from recall_server.routes.lens import Context, MaxMatches, Moment, Pattern, Regex
 
 WRITE = (400, 401, 403, 404, 409, 410, 413, 422, 503)
@@ -41,7 +41,7 @@ async def list_messages(
     include_retracted: Annotated[bool, Parameter(description="Show retracted messages too, marked.")] = False,
     order: Annotated[Literal["asc", "desc"], Parameter(
         description="asc: oldest first (the last page's cursor follows new messages); desc: newest first.")] = "asc",
-    cursor: Cursor = None, limit: Limit = 50,
+    cursor: Cursor = None, limit: SizedLimit = 50,
 ) -> Response[MessagePage]:
     """The thread's messages in seq order, each exactly once; content inline up to 8 KiB, else spilled."""
     return paged(request, await request.service.messages.replay(

@@ -21,7 +21,7 @@ import asyncpg
 import msgspec
 
 from recall_server.auth import Credential
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import PAGE_BYTES, CursorCodec, json_size
 from recall_server.db import queries as q
 from recall_server.db import tenancy
 from recall_server.db.pool import Database
@@ -167,13 +167,14 @@ class Checkpoints:
                                    metadata)
         async with self.db.connection() as conn:
             tenant, rows = await q.list_checkpoints(conn, cred, thread_id, checkpoint_ns, before, pager.after,
-                                                    metadata, limit + 1)
+                                                    metadata, limit + 1, PAGE_BYTES)
             gone = not rows and thread_id is not None and await q.checkpoint_thread_gone(conn, cred, thread_id)
         shown, next_cursor, has_more = pager.page(
-            tenant, rows, limit, lambda r: [r["checkpoint_id"], r["thread_id"], r["checkpoint_ns"]])
+            tenant, [_tuple(r) for r in rows], limit, lambda t: [t.checkpoint_id, t.thread_id, t.checkpoint_ns],
+            size=json_size)
         if gone:
             raise _gone(thread_id or "")
-        return CheckpointPage(data=[_tuple(r) for r in shown], next_cursor=next_cursor, has_more=has_more)
+        return CheckpointPage(data=shown, next_cursor=next_cursor, has_more=has_more)
 
     # ---- writes ----------------------------------------------------------------------
 

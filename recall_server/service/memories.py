@@ -14,7 +14,7 @@ import msgspec
 
 from recall_server import ids, spill, text
 from recall_server.auth import Credential
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import CursorCodec, json_size
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.errors import BadRequest, Gone, NotFound, Unprocessable, require_live
@@ -138,9 +138,8 @@ class Memories:
         async with self.db.connection() as conn:
             tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
                                                  pager.after, limit + 1, LIST_INLINE_BYTES, recode_filter(value_json))
-        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.namespace, r.key])
         entries = []
-        for r in shown:
+        for r in rows:
             entry = MemoryIndexEntry(
                 id=r.id, namespace=r.namespace.split("/"), key=r.key, kind=r.kind, version=r.version,
                 summary=r.summary, content_type=r.content_type, tags=r.tags, confirmed=r.confirmed,
@@ -152,7 +151,9 @@ class Memories:
             else:
                 entry.value = msgspec.Raw(r.text.encode()) if spill.is_json(r.content_type) else r.text
             entries.append(entry)
-        return MemoryPage(data=entries, next_cursor=next_cursor, has_more=has_more)
+        shown, next_cursor, has_more = pager.page(tenant, entries, limit, lambda e: ["/".join(e.namespace), e.key],
+                                                  size=json_size)
+        return MemoryPage(data=shown, next_cursor=next_cursor, has_more=has_more)
 
     async def list_memory_versions(self, cred: Credential, memory_id: str, cursor: str | None,
                                    limit: int) -> MemoryVersionPage:

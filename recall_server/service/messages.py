@@ -11,7 +11,7 @@ import msgspec
 
 from recall_server import grep, spill
 from recall_server.auth import Credential
-from recall_server.cursor import CursorCodec
+from recall_server.cursor import CursorCodec, json_size
 from recall_server.db import queries as q
 from recall_server.db.pool import Database
 from recall_server.errors import NotFound, Unprocessable, require_live
@@ -101,10 +101,11 @@ class Messages:
                 conn, cred, thread_id, position, newest_first, role, start, end, include_retracted, limit + 1,
                 MESSAGE_INLINE, spill.PREVIEW_BYTES)
         # Oldest first, the last page's cursor follows the conversation as it grows (as the event log's does).
-        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda m: [m.seq],
-                                                  tail=None if newest_first else [position])
+        shown, next_cursor, has_more = pager.page(tenant, [_message(thread_id, m) for m in rows], limit,
+                                                  lambda m: [m.seq], tail=None if newest_first else [position],
+                                                  size=json_size)
         require_live(state, thread_id, "thread")
-        return MessagePage(data=[_message(thread_id, m) for m in shown], next_cursor=next_cursor, has_more=has_more)
+        return MessagePage(data=shown, next_cursor=next_cursor, has_more=has_more)
 
     async def retract(self, cred: Credential, thread_id: str, req: RetractMessages,
                       idempotency_key: str | None) -> Outcome:

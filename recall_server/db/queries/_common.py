@@ -79,6 +79,27 @@ def shown(links: str, table: str) -> str:
             f" WHERE (SELECT true FROM {table} x WHERE x.tenant_id = auth.tenant AND x.id = l->>'id')) END")
 
 
+def filed_summary(type_: str, summary: str, ref: str) -> str:
+    """An event's summary as the bound key may see it. A trigger_filed or report_filed event copies its object's
+    summary, and the object may be in a namespace the key's grants do not cover on a thread they do: for a key
+    with grants that summary is empty (the event still shows the ID) unless its policies let it read the
+    trigger or report (a primary-key probe, as shown() makes). Every other event, and every event for a key
+    without grants, as it is."""
+    probe = "(SELECT true FROM {table} x WHERE x.tenant_id = auth.tenant AND x.id = " + ref + ")"
+    return (f"CASE WHEN {type_} NOT IN ('trigger_filed', 'report_filed') OR (SELECT recall_reads()) IS NULL"
+            f" OR CASE {type_} WHEN 'trigger_filed' THEN {probe.format(table='triggers')}"
+            f" ELSE {probe.format(table='reports')} END THEN {summary} ELSE '' END")
+
+
+def shown_events(events: str) -> str:
+    """A stored head's events (`[{seq, type, summary, ref, ...}]`, kept for every reader alike) as the bound key
+    may see them: whole for a key without grants; else each with its filed_summary."""
+    summary = filed_summary("e->>'type'", "e->>'summary'", "e->>'ref'")
+    return (f"CASE WHEN (SELECT recall_reads()) IS NULL THEN {events} ELSE ("
+            f"SELECT coalesce(jsonb_agg(jsonb_set(e, '{{summary}}', to_jsonb({summary})) ORDER BY n), '[]')"
+            f" FROM jsonb_array_elements({events}) WITH ORDINALITY a(e, n)) END")
+
+
 def under(column: str, param: str) -> str:
     """`column`, a namespace (segments joined by '/', COLLATE "C"), is `param` or under it: [p, p || '0') in "C"
     order holds the namespaces that start with p, and the filter keeps those where it ends a segment (p, p/...),

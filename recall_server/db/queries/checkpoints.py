@@ -73,16 +73,36 @@ async def fetch_checkpoint(conn: Conn, cred: Credential, thread_id: str, checkpo
     return tenant, State.of(row["gone"]), row if row["checkpoint_id"] is not None else None
 
 
+# The bytes a tuple inlines: its checkpoint and its inlined values and writes (octet_length reads a stored
+# value's size from its header, without reading the value).
+_INLINED = f"""octet_length(c.checkpoint)
+    + (SELECT coalesce(sum(octet_length(b.blob)), 0) FROM jsonb_each_text(c.channel_versions) v
+         JOIN checkpoint_blobs b ON b.tenant_id = auth.tenant AND b.thread_id = c.thread_id
+              AND b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value
+        WHERE octet_length(b.blob) <= {VALUE_INLINE_MAX})
+    + (SELECT coalesce(sum(octet_length(w.blob)), 0) FROM checkpoint_writes w
+        WHERE w.tenant_id = auth.tenant AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+          AND w.checkpoint_id = c.checkpoint_id AND octet_length(w.blob) <= {VALUE_INLINE_MAX})"""
+
 # A page of checkpoints, newest first (checkpoint ID, then thread and namespace), below the cursor's position
 # ($6-$8) and below `before` ($5); of one thread ($3, or every thread) and namespace ($4, or every namespace);
-# whose metadata contains $9 (jsonb @>).
+# whose metadata contains $9 (jsonb @>). At most $10 of them, and only while the bytes they inline before each
+# are at most $11 (the page's byte budget), and the first two whatever their size: the page the pager cuts
+# (cursor.within_budget, on each tuple's JSON, which its base64 makes larger than its bytes) then always has
+# the row after its last, when there is one. The values of the rows left out are never read.
 _LIST = _both("""
-    SELECT {columns} FROM checkpoints c
-     WHERE c.tenant_id = auth.tenant AND ($3::text IS NULL OR c.thread_id = $3)
-       AND ($4::text IS NULL OR c.checkpoint_ns = $4) AND ($5::text IS NULL OR c.checkpoint_id < $5)
-       AND ($6::text IS NULL OR (c.checkpoint_id, c.thread_id, c.checkpoint_ns) < ($6, $7, $8))
-       AND ($9::jsonb IS NULL OR c.metadata @> $9::jsonb)
-     ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT $10
+    SELECT {columns} FROM (
+      SELECT c.*, sum(c.inlined) OVER w - c.inlined AS inlined_before, row_number() OVER w AS n FROM (
+        SELECT c.*, """ + _INLINED + """ AS inlined FROM checkpoints c
+         WHERE c.tenant_id = auth.tenant AND ($3::text IS NULL OR c.thread_id = $3)
+           AND ($4::text IS NULL OR c.checkpoint_ns = $4) AND ($5::text IS NULL OR c.checkpoint_id < $5)
+           AND ($6::text IS NULL OR (c.checkpoint_id, c.thread_id, c.checkpoint_ns) < ($6, $7, $8))
+           AND ($9::jsonb IS NULL OR c.metadata @> $9::jsonb)
+         ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT $10) c
+      WINDOW w AS (ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
+                   ROWS UNBOUNDED PRECEDING)) c
+     WHERE c.inlined_before <= $11 OR c.n <= 2
+     ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
 """)
 _LIST_GONE = keyed("""
     SELECT true AS gone FROM checkpoint_threads t
@@ -128,10 +148,11 @@ async def fetch_write_value(conn: Conn, cred: Credential, thread_id: str, checkp
 
 async def list_checkpoints(conn: Conn, cred: Credential, thread_id: str | None, checkpoint_ns: str | None,
                            before: str | None, after: tuple[str, str, str] | None, metadata: str | None,
-                           limit: int) -> tuple[str, list[asyncpg.Record]]:
-    """The key's tenant and a page of checkpoints, newest first (see _LIST)."""
+                           limit: int, budget: int) -> tuple[str, list[asyncpg.Record]]:
+    """The key's tenant and a page of checkpoints, newest first, read up to about `budget` bytes (see _LIST)."""
     a = after or (None, None, None)
-    return await tenancy.fetch_many(conn, cred, _LIST, thread_id, checkpoint_ns, before, *a, metadata, limit)
+    return await tenancy.fetch_many(conn, cred, _LIST, thread_id, checkpoint_ns, before, *a, metadata, limit,
+                                    budget)
 
 
 async def checkpoint_thread_gone(conn: Conn, cred: Credential, thread_id: str) -> bool:

@@ -9,7 +9,7 @@ import msgspec
 
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import HEAD_PREPEND, Conn, arrays, events_json
+from recall_server.db.queries._common import HEAD_PREPEND, Conn, arrays, events_json, filed_summary
 from recall_server.db.tenancy import keyed, keyed_write
 from recall_server.ids import State
 from recall_server.models import Event
@@ -21,11 +21,12 @@ _event = msgspec.json.Decoder(Event)
 # A seq range (seq is gap-free, so it holds exactly those events), bounded by the thread's last_seq
 # rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages on every
 # execution (tests/test_plans.py).
-_EVENTS = keyed("""
+_SUMMARY = filed_summary("e.type", "e.summary", "e.ref")
+_EVENTS = keyed(f"""
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
            (SELECT coalesce(json_agg(CASE WHEN e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq)
-                   THEN (recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)::jsonb || '{"retracted": true}')::json
-                   ELSE recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) END ORDER BY e.seq), '[]')
+                   THEN (recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)::jsonb || '{{"retracted": true}}')::json
+                   ELSE recall_event(e.seq, e.type, e.at, {_SUMMARY}, e.ref, e.ref_gone_at) END ORDER BY e.seq), '[]')
               FROM thread_events e
              WHERE e.tenant_id = auth.tenant AND e.thread_id = t.id
                AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events

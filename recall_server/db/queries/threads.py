@@ -15,6 +15,7 @@ from recall_server.db.queries._common import (
     Conn,
     equal,
     events_json,
+    filed_summary,
     given,
     head_owner,
     head_owners_json,
@@ -22,6 +23,7 @@ from recall_server.db.queries._common import (
     labels_of,
     links_json,
     shown,
+    shown_events,
     under,
 )
 from recall_server.db.tenancy import keyed
@@ -36,7 +38,8 @@ from recall_server.rows import Labels, ThreadRow
 _THREAD_HEAD = keyed(f"""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-      {shown("t.head_owners", "workers")}::text AS owners, t.head_events::text AS events, now() AS now,
+      {shown("t.head_owners", "workers")}::text AS owners, {shown_events("t.head_events")}::text AS events,
+      now() AS now,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
         WHERE c.tenant_id = auth.tenant AND c.thread_id = t.id AND c.checkpoint_ns = '') AS checkpoints
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
@@ -46,14 +49,15 @@ _THREAD_HEAD = keyed(f"""
 # retraction took out are skipped; recall_head_events). The newest events by
 # seq range (seq is gap-free), not `ORDER BY seq DESC LIMIT n`: with the LIMIT, PostgreSQL re-planned
 # this statement on every execution (tests/test_plans.py).
-_THREAD_LOG = keyed("""
+_THREAD_LOG = keyed(f"""
     SELECT t.id, t.title, t.summary, t.status, t.last_seq, t.created_at, t.updated_at, t.app_id, t.agent_id,
       t.run_id, t.expires_at, t.namespace, recall_is_gone(t.deleted_at, t.expires_at) AS gone,
       (SELECT coalesce(json_agg(recall_link(w.id, w.summary, recall_is_gone(w.deleted_at, w.expires_at))
                                 ORDER BY o.assigned_at, w.id), '[]')
          FROM thread_owners o JOIN workers w ON w.tenant_id = auth.tenant AND w.id = o.worker_id
         WHERE o.tenant_id = auth.tenant AND o.thread_id = t.id) AS owners,
-      (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
+      (SELECT coalesce(json_agg(recall_event(e.seq, e.type, e.at, {filed_summary("e.type", "e.summary", "e.ref")},
+                                             e.ref, e.ref_gone_at) ORDER BY e.seq DESC), '[]') FROM thread_events e
         WHERE e.tenant_id = auth.tenant AND e.thread_id = t.id AND e.seq > t.last_seq - $4
           AND NOT (e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq))) AS events,
       (SELECT json_build_object('count', count(*), 'latest', max(c.checkpoint_id))::text FROM checkpoints c
