@@ -135,8 +135,9 @@ def in_process(name: str, lag: bool) -> dict:
     return result
 
 
-def live(url: str, key: str, seed: bool, mode: str | None, rerank: bool) -> list[dict]:
-    """GET /search in `mode`, with the rerank stage or without, scored on each half of the questions."""
+def live(url: str, key: str, seed: bool, mode: str | None, rerank: bool, floor: float | None = None) -> list[dict]:
+    """GET /search in `mode`, with the rerank stage (and min_score `floor`: None, the server's) or without,
+    scored on each half of the questions."""
     from recall_server.client import RecallClient
 
     with RecallClient(url, key) as client:
@@ -144,9 +145,10 @@ def live(url: str, key: str, seed: bool, mode: str | None, rerank: bool) -> list
             corpus.seed(client)
             wait_indexed(client)
         questions = QUERIES + UNANSWERABLE
-        answers = {q: [hit.id for hit in client.search(q, mode=mode, limit=DEPTH, rerank=rerank).data]
+        answers = {q: [hit.id for hit in client.search(q, mode=mode, limit=DEPTH, rerank=rerank, min_score=floor).data]
                    for _, q, _ in questions}
-    label = f"mode={mode or 'default'}, rerank {'on' if rerank else 'off'}"
+    label = f"mode={mode or 'default'}, rerank " + (("on" + (f", min_score {floor}" if floor is not None else ""))
+                                                   if rerank else "off")
     return [{"ranking": label, "split": half, **evaluate(answers.__getitem__, [x for x in questions if split(x[1]) == half])}
             for half in SPLITS]
 
@@ -194,8 +196,9 @@ def main() -> None:
     results = [in_process(name, args.loop_lag) for name in args.embedder]
     seed = args.seed
     for mode in args.mode or ([None] if args.url else []):
-        for rerank in ((False,) if args.no_rerank or mode == "exact" else (True, False)):
-            results += live(args.url, args.key, seed, mode, rerank)
+        for rerank, floor in (((False, None),) if args.no_rerank or mode == "exact"
+                              else ((True, None), (True, 0.0), (False, None))):
+            results += live(args.url, args.key, seed, mode, rerank, floor)
             seed = False
     if not results:
         parser.error("give --embedder or --url")
