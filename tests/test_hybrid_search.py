@@ -385,6 +385,73 @@ def test_a_word_only_another_tenant_uses_reads_no_more_than_an_absent_word(base_
     assert where_it_is > absent + 10, (where_it_is, absent)  # where the word is, the probe reads it
 
 
+def test_another_tenants_bulk_messages_leave_my_searches_reading_what_they_read(
+    base_url: str, database_url: str, mine: httpx.Client
+) -> None:
+    """Every arm starts from the tenant's own rows: another tenant's 2,000 messages holding the same common
+    words (and their vectors), after ANALYZE, leave the buffers my lexical and semantic arms and my named-ID
+    lookup touch where they were."""
+    g = Graph(mine)
+    thread = g.thread(summary="support chat")["id"]
+    for i in range(5):
+        r = mine.post(f"/threads/{thread}/messages",
+                      json={"messages": [{"role": "user", "content": f"the payment failed again {i}"}] * 20})
+        assert r.status_code == 201, r.text
+    indexed(database_url, mine)
+    question = "payment failed again"
+    vector = _wordllama_vector(question)
+    analyze = "ANALYZE thread_messages; ANALYZE embeddings; ANALYZE thread_events; ANALYZE threads"
+    run_script(database_url, analyze)
+    before = arm_buffers(database_url, tenant_of(mine), question, vector, thread)
+    with tenant_client(base_url, database_url) as other:
+        theirs = Graph(other).thread(summary="bulk chat")["id"]
+        text = ("the payment failed again and the customer is waiting " * 40)[:2000]
+        for _ in range(20):
+            r = other.post(f"/threads/{theirs}/messages", json={"messages": [{"role": "user", "content": text}] * 100})
+            assert r.status_code == 201, r.text
+        indexed(database_url, other, timeout=120)
+    run_script(database_url, analyze)
+    after = arm_buffers(database_url, tenant_of(mine), question, vector, thread)
+    for arm in before:
+        assert after[arm] <= before[arm] * 1.5 + 20, (arm, before, after)
+
+
+def _wordllama_vector(text: str) -> str:
+    from recall_server import embedders
+    [v] = embedders.WordLlama().embed_sync([text])
+    return "[" + ",".join(map(repr, v)) + "]"
+
+
+def arm_buffers(database_url: str, tenant: str, question: str, vector: str, named: str) -> dict[str, int]:
+    """Shared buffers each arm's function touches for `question` in `tenant` (EXPLAIN ANALYZE BUFFERS of its
+    function scan, which counts the statements run inside it), after a first run of each."""
+    kinds = "ARRAY['thread', 'worker', 'trigger', 'report', 'memory', 'message']"
+    statements = {
+        "lexical": f"SELECT * FROM recall_lexical_hits($1, {kinds}, NULL, NULL, NULL, NULL, NULL, NULL, now(), 200, NULL)",
+        "semantic": f"SELECT * FROM recall_semantic_hits($1, $2, 'wordllama:l2_supercat:256', 256, {kinds}, NULL, NULL, "
+                    "NULL, NULL, NULL, NULL, now(), 200, NULL)",
+        "named": f"SELECT * FROM recall_named_hits(ARRAY[$1], {kinds}, NULL, NULL, NULL, NULL, NULL, NULL, now(), NULL)",
+    }
+
+    async def go() -> dict[str, int]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("SELECT set_config('app.tenant_id', $1, false), set_config('app.access', 'write', false)",
+                               tenant)
+            out = {}
+            args = {"lexical": (question,), "semantic": (question, vector), "named": (named,)}
+            for arm, sql in statements.items():
+                for _ in range(2):  # the first run plans and reads the catalogs
+                    plan = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args[arm])
+                node = json.loads(plan)[0]["Plan"]
+                out[arm] = node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+        finally:
+            await conn.close()
+        return out
+
+    return asyncio.run(go())
+
+
 @pytest.mark.slow
 def test_a_word_the_statistics_call_common_ranks_as_it_does_counted(base_url: str, database_url: str) -> None:
     """A word ANALYZE finds in 10,000 or more of a table's objects of the tenant is taken as common without
