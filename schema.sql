@@ -861,6 +861,36 @@ BEGIN
 END
 $$;
 
+-- A memory version's row wiped, as the owner: a tombstone is in no namespace (its namespace is content), and
+-- under the tenant policy a key with grants cannot leave a row it could not read (PostgreSQL applies the
+-- policy's USING to the row an UPDATE leaves), so a key with a write grant on a memory could not delete it.
+-- The policy's checks are made here instead: the tenant the request bound (none: only the owner's own
+-- session, the sweep), and a write grant covering the memory's namespace (recall_granted raises RG403).
+CREATE OR REPLACE FUNCTION recall_wipe_memory(t text, mem text, v_now timestamptz) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE bound text := current_setting('app.tenant_id', true); ns text;
+BEGIN
+    IF coalesce(bound, '') = '' THEN
+        IF session_user <> current_user THEN
+            RAISE EXCEPTION 'recall_wipe_memory: no tenant bound';
+        END IF;
+    ELSIF bound <> t THEN
+        RAISE EXCEPTION 'recall_wipe_memory: tenant % is not the bound tenant', t;
+    ELSE
+        SELECT namespace INTO ns FROM memories WHERE tenant_id = t AND id = mem;
+        IF ns IS NOT NULL AND ns <> '' THEN
+            PERFORM recall_granted(ns, true);
+        END IF;
+    END IF;
+    UPDATE memories SET namespace = '', key = '', summary = '', value = '\x', value_sha256 = sha256('\x'),
+           tags = '{}', request_hash = '\x', app_id = NULL, agent_id = NULL, run_id = NULL, current = false,
+           deleted_at = coalesce(deleted_at, v_now)
+     WHERE tenant_id = t AND id = mem;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_wipe_memory(text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_wipe_memory(text, text, timestamptz) TO recall_app;
+
 -- Erase one version of a memory: content, labels and sources wiped, out of its pair's current slot,
 -- events pointing at it marked, stored responses showing it dropped. The sweep erases expired
 -- versions one by one; deleting a memory erases every version of its pair (recall_erase).
@@ -868,10 +898,7 @@ CREATE OR REPLACE FUNCTION recall_erase_memory_version(t text, mem text) RETURNS
 LANGUAGE plpgsql AS $$
 DECLARE v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
-    UPDATE memories SET namespace = '', key = '', summary = '', value = '\x', value_sha256 = sha256('\x'),
-           tags = '{}', request_hash = '\x', app_id = NULL, agent_id = NULL, run_id = NULL, current = false,
-           deleted_at = coalesce(deleted_at, v_now)
-     WHERE tenant_id = t AND id = mem;
+    PERFORM recall_wipe_memory(t, mem, v_now);
     DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
     UPDATE thread_events SET ref_gone_at = least(ref_gone_at, v_now) WHERE tenant_id = t AND ref = mem;
     PERFORM recall_rebuild_heads_showing(t, mem);
