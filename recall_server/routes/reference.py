@@ -1,4 +1,4 @@
-"""The API reference for people at /schema/swagger (Swagger UI over /schema/openapi.json), and /schema itself.
+"""The /schema router: the API reference for people at /schema/swagger (Swagger UI over /schema/openapi.json).
 
 Swagger UI's script and style sheet come from the fastapi-offline package, which ships them; this server
 serves them, so the page loads with no network. Its folder is found without importing the package (that
