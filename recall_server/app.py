@@ -28,7 +28,7 @@ from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
 from recall_server.mcp import HttpEndpoint
 from recall_server.observability import forget_processes, request_id
-from recall_server.openapi import CorrectedJsonPlugin
+from recall_server.openapi import CorrectedJsonPlugin, CorrectedYamlPlugin
 from recall_server.process import freeze_heap
 from recall_server.routes import (
     Caller,
@@ -43,6 +43,7 @@ from recall_server.routes import (
     memories,
     messages,
     meta,
+    reference,
     threads,
     triggers,
     workers,
@@ -169,9 +170,10 @@ def create_app(settings: Settings) -> Litestar:
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
                    middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (service/trace.py)
                    security=[{"bearer": []}]),
-            *_options_handlers([*meta.PUBLIC, *console.ROUTES]),
+            *_options_handlers([*meta.PUBLIC, *console.ROUTES, *reference.ROUTES]),
             *meta.PUBLIC,
-            *console.ROUTES,  # the console for people: its files are public, its data needs the key it signs in with
+            *console.ROUTES,
+            *reference.ROUTES,  # /docs; the reference itself is under /schema (openapi_router below)  # the console for people: its files are public, its data needs the key it signs in with
             # Webhook deliveries carry no API key (their signature is checked by the service), and
             # GitHub sends up to 25 MB: their own body limit.
             Router("/hooks", route_handlers=hooks.DELIVERIES, request_max_body_size=settings.webhook_max_body_bytes),
@@ -188,11 +190,12 @@ def create_app(settings: Settings) -> Litestar:
             title="recall-server",
             version=__version__,
             description="The Chain-of-Recall reference graph: exact fetch by stable ID, loud misses, lossless cursors.",
-            path="/schema",
             components=Components(security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer", description="API key: rk_<id>.<secret>"),
             }),
-            render_plugins=[CorrectedJsonPlugin()],
+            # /schema: the JSON (also at /schema itself), the YAML, and the reference for people (routes/reference.py)
+            render_plugins=[CorrectedJsonPlugin(), CorrectedYamlPlugin()],
+            openapi_router=reference.schema_router(),
         ),
         debug=False,
         logging_config=None,  # serve configures logging (JSON lines); Litestar must not add its own

@@ -22,7 +22,8 @@ from typing import Any
 import msgspec
 import yaml
 from litestar import Litestar, Request
-from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.enums import OpenAPIMediaType
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
 from recall_server import ids, models
 from recall_server.errors import PROBLEM_JSON
@@ -315,7 +316,11 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def document_yaml(app: Litestar) -> str:
-    return yaml.dump(document(app), Dumper=_PlainDumper, sort_keys=False, allow_unicode=True, width=120)
+    return _as_yaml(document(app))
+
+
+def _as_yaml(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True, width=120)
 
 
 class CorrectedJsonPlugin(JsonRenderPlugin):
@@ -326,4 +331,19 @@ class CorrectedJsonPlugin(JsonRenderPlugin):
     def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
         if self._rendered is None:
             self._rendered = msgspec.json.encode(correct(openapi_schema))
+        return self._rendered
+
+
+class CorrectedYamlPlugin(OpenAPIRenderPlugin):
+    """Serves the corrected document at /schema/openapi.yaml: byte for byte the openapi.yaml `recall-server openapi`
+    writes."""
+
+    _rendered: bytes | None = None
+
+    def __init__(self) -> None:
+        super().__init__(path="/openapi.yaml", media_type=OpenAPIMediaType.OPENAPI_YAML)
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        if self._rendered is None:
+            self._rendered = _as_yaml(correct(openapi_schema)).encode()
         return self._rendered

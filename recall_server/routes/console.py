@@ -77,7 +77,7 @@ def asset(name: FromPath[str]) -> Response[bytes]:
 
 @get("/", include_in_schema=False, sync_to_thread=False)
 def root() -> Response[bytes]:
-    """A person opening the server lands on the console (the API is described at /schema/openapi.json)."""
+    """A person opening the server lands on the console (the API's reference is at /schema/swagger)."""
     return Response(b"", status_code=302, headers={"Location": "/console", **HEADERS})
 
 
