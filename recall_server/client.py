@@ -568,9 +568,10 @@ class _Operations:
         return self._run(_Call("GET", ("memories", memory_id), MemoryView, _query(budget=budget), run=run))
 
     def current_memory(self, namespace: str | list[str] | tuple[str, ...], key: str, budget: int | None = None, *,
-                       run: str | None = None) -> MemoryView:
-        """The current version of (namespace, key): NotFound if it never had one, Gone if deleted or expired."""
-        params = _query(namespace=_namespace(namespace), key=key, budget=budget)
+                       run: str | None = None, as_of: datetime | str | None = None) -> MemoryView:
+        """The current version of (namespace, key): NotFound if it never had one, Gone if deleted or expired.
+        `as_of`: the version current at that time (NotFound if none yet, Gone if expired or deleted by then)."""
+        params = _query(namespace=_namespace(namespace), key=key, budget=budget, as_of=_moment(as_of))
         return self._run(_Call("GET", ("memories", "current"), MemoryView, params, run=run))
 
     def memory_value(self, memory_id: str, start: int | None = None, end: int | None = None, *,

@@ -304,9 +304,12 @@ async def recall_set_status(client: AsyncRecallClient, thread_id: Id, status: st
 
 async def recall_recall(client: AsyncRecallClient, namespace: NamespaceArg, key: Annotated[str | None, Field(
                             description="The memory's key; omit to list the namespace.")] = None,
-                        cursor: CursorArg = None, limit: LimitArg = None) -> CallToolResult:
+                        cursor: CursorArg = None, limit: LimitArg = None,
+                        as_of: Annotated[str | None, Field(description=(
+                            "With key: the version that was current at this RFC 3339 time."))] = None,
+                        ) -> CallToolResult:
     if key is not None:
-        return await _answer(client.current_memory(namespace, key))
+        return await _answer(client.current_memory(namespace, key, as_of=as_of))
     return await _answer(client.list_memories(namespace=namespace, cursor=cursor, limit=limit))
 
 

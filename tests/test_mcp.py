@@ -334,6 +334,9 @@ def test_an_agent_remembers_and_recalls_a_memory_by_namespace_and_key(
             missing = text(await s.call_tool("recall_recall", {"namespace": ["users", user], "key": "nothing"}))
             listed = await ok("recall_recall", namespace=["users", user])
             assert first["version"] == 1 and second["supersedes"]["id"] == first["id"]
+            then = await ok("recall_recall", namespace=f"users/{user}", key="tone", as_of=second["created_at"])
+            before = await ok("recall_recall", namespace=f"users/{user}", key="tone", as_of=first["created_at"])
+            assert (then["id"], before["id"], before["status"]) == (second["id"], first["id"], "current")
             return second, current, listed, missing, await ok("recall_get", id=first["id"])
 
     second, current, listed, missing, old = run(work())

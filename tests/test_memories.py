@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -552,3 +553,35 @@ def test_a_key_with_an_invisible_character_is_400_and_writes_nothing(client: htt
     assert sql("SELECT count(*) FROM memories")[0][0] == before
     assert_problem(current(client, space, key), 400)
     assert_problem(client.post("/memories", json={"namespace": ["t", "a\u200bb"], "key": "k", "value": 1}), 400)
+
+
+# ---- as of a time: the version that was current then -----------------------------------------------
+
+
+def test_the_current_memory_as_of_a_time_is_the_version_current_then(client: httpx.Client, sql) -> None:
+    """Before the first version a miss, between versions the one current then (current, superseded by nothing
+    yet), after the last the last; expired by then a 410; erased, gone at every time."""
+    namespace, key = ["asof", uuid.uuid4().hex[:8]], "plan"
+    first = client.post("/memories", json={"namespace": namespace, "key": key, "value": "basic"}).json()
+    second = client.post("/memories", json={"namespace": namespace, "key": key, "value": "pro",
+                                            "ttl": 3600}).json()
+    made = {m["id"]: datetime.fromisoformat(m["created_at"]) for m in (first, second)}
+    before, between = made[first["id"]] - timedelta(seconds=1), made[first["id"]] + (made[second["id"]] - made[first["id"]]) / 2
+    later = made[second["id"]] + timedelta(minutes=5)
+
+    def as_of(at: datetime) -> httpx.Response:
+        return client.get("/memories/current", params={"namespace": "/".join(namespace), "key": key,
+                                                       "as_of": at.isoformat()})
+
+    assert as_of(before).status_code == 404
+    then = as_of(between)
+    assert then.status_code == 200, then.text
+    assert (then.json()["id"], then.json()["value"], then.json()["status"]) == (first["id"], "basic", "current")
+    assert "superseded_by" not in then.json() or then.json()["superseded_by"] is None
+    assert as_of(later).json()["id"] == second["id"]
+    assert as_of(made[second["id"]] + timedelta(hours=2)).status_code == 410  # its TTL had run out by then
+    assert client.get("/memories/current", params={"namespace": "/".join(namespace), "key": key,
+                                                   "as_of": "yesterday"}).status_code == 400
+    assert client.delete(f"/memories/{second['id']}").status_code == 204
+    for at in (between, later):
+        assert as_of(at).status_code == 410  # erased: never back, at any time

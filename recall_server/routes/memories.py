@@ -56,10 +56,13 @@ async def get_current_memory(
     request: Caller, namespace: NamespaceParam,
     key: Annotated[str, Parameter(min_length=1, max_length=256, pattern=text.KEY)],
     budget: Budget = spill.DEFAULT_BUDGET,
+    as_of: Annotated[str | None, Parameter(max_length=64, description=(
+        "RFC 3339 date-time with an offset: the version that was current then (404 if the pair had none yet, "
+        "410 if it had expired or been deleted by then; an erased memory is gone at every time)."))] = None,
 ) -> MemoryView:
     """The current version of (namespace, key): 404 if it never had one, 410 if it was deleted or expired."""
     return await request.service.memories.get_current_memory(
-        request.cred, namespace_param("namespace", namespace) or "", key, budget)
+        request.cred, namespace_param("namespace", namespace) or "", key, budget, as_of)
 
 
 @get("/memories/namespaces", responses=problems(400, 401, 503), operation_id="ListMemoryNamespaces")

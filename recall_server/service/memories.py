@@ -31,7 +31,7 @@ from recall_server.models import (
 )
 from recall_server.rows import Labels, Outcome
 from recall_server.service import idempotency
-from recall_server.service.inputs import created, encode_content, expiry, json, request_hash
+from recall_server.service.inputs import created, encode_content, expiry, json, request_hash, timestamp
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
 
@@ -112,12 +112,18 @@ class Memories:
 
     # ---- reads -----------------------------------------------------------------------
 
-    async def get_current_memory(self, cred: Credential, namespace: str, key: str, budget: int) -> MemoryView:
-        """The pair's current version: 404 if the pair never had one, 410 if it was deleted or has expired."""
+    async def get_current_memory(self, cred: Credential, namespace: str, key: str, budget: int,
+                                 as_of: str | None = None) -> MemoryView:
+        """The pair's current version (`as_of`: the one current at that time): 404 if the pair never had one
+        (by then), 410 if it was deleted or has expired (by then; an erased memory is gone at every time)."""
         key = memory_key(key)
+        at = timestamp("as_of", as_of)
         async with self.db.connection() as conn:
-            _, row = await q.fetch_current_memory(conn, cred, namespace, key, budget, spill.PREVIEW_BYTES)
-            if row is None and await q.memory_pair_existed(conn, cred, pair_hash(namespace, key)):
+            if at is None:
+                _, row = await q.fetch_current_memory(conn, cred, namespace, key, budget, spill.PREVIEW_BYTES)
+            else:
+                _, row = await q.fetch_memory_as_of(conn, cred, namespace, key, at, budget, spill.PREVIEW_BYTES)
+            if row is None and await q.memory_pair_existed(conn, cred, pair_hash(namespace, key), at):
                 state = State.GONE
             else:
                 state = State.MISSING if row is None else State.of(row.gone)

@@ -38,7 +38,7 @@ from recall_server.db.queries.triggers import (
 from recall_server.db.queries.reports import fetch_report, list_reports, insert_report, insert_refs
 # memories.py: the view by ID or (namespace, key), the lists (memories, versions, namespaces), writing a version.
 from recall_server.db.queries.memories import (
-    fetch_memory, fetch_current_memory, memory_pair_existed, list_memories, list_memory_versions,
+    fetch_memory, fetch_current_memory, fetch_memory_as_of, memory_pair_existed, list_memories, list_memory_versions,
     list_memory_namespaces, lock_memory_pair, insert_memory, insert_memory_sources
 )
 # objects.py: its content, what it resolves to, its state, the hash of the request that made it.
@@ -85,7 +85,7 @@ __all__ = [
     "list_events", "append_event", "NewNote", "note_many", "event_at", "fetch_worker", "insert_worker",
     "rebuild_worker_head", "fetch_trigger", "payload_sha", "trigger_by_external_id", "insert_neighbours", "insert_trigger",
     "NewTrigger", "file_on_threads", "ingest_many", "fetch_report", "list_reports", "insert_report",
-    "insert_refs", "fetch_memory", "fetch_current_memory", "memory_pair_existed", "list_memories",
+    "insert_refs", "fetch_memory", "fetch_current_memory", "fetch_memory_as_of", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
     "insert_memory_sources", "fetch_content", "resolve", "states", "state", "request_hash", "SEARCH_PREFIX",
     "search", "search_ranked", "BACKLINK_RELATIONS", "backlinks", "record_reads", "purge_retained", "ReadPosition",

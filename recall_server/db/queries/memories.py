@@ -23,20 +23,32 @@ from recall_server.rows import Labels, MemoryRow
 _link = msgspec.json.Decoder(Link | None)
 _tags = msgspec.json.Decoder(dict[str, str])
 
-_MEMORY_COLUMNS = """
+
+def _columns(as_of: str | None = None) -> str:
+    """A memory's view columns; `as_of` (a parameter): as it was then, the version current then (its later
+    supersession not yet made)."""
+    current = "m.current" if as_of is None else "true AS current"
+    gone = ("recall_is_gone(m.deleted_at, m.expires_at)" if as_of is None
+            else f"(m.deleted_at IS NOT NULL OR coalesce(m.expires_at <= {as_of}, false))")
+    successor = ("CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END"
+                 if as_of is None else "NULL::json")
+    return f"""
     m.id, m.namespace, m.key, m.kind, m.summary, m.content_type, octet_length(m.value) AS size,
     CASE WHEN octet_length(m.value) <= $4 THEN m.value ELSE substring(m.value FROM 1 FOR $5) END AS head,
     CASE WHEN octet_length(m.value) <= $4 THEN ''::bytea
          ELSE substring(m.value FROM octet_length(m.value) - $5 + 1) END AS tail,
-    m.tags::text AS tags, m.confirmed, m.current, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
-    m.expires_at, recall_is_gone(m.deleted_at, m.expires_at) AS gone,
+    m.tags::text AS tags, m.confirmed, {current}, m.version, m.created_at, m.app_id, m.agent_id, m.run_id,
+    m.expires_at, {gone} AS gone,
     CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
                                    WHERE c.tenant_id = auth.tenant AND c.id = m.chain) END AS chain_created_at,
     CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
-    CASE WHEN m.superseded_by IS NOT NULL THEN recall_link_of(m.tenant_id, m.superseded_by) END AS superseded_by,
+    {successor} AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
        FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id) AS sources
 """
+
+
+_MEMORY_COLUMNS = _columns()
 _MEMORY = keyed(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3")
 _MEMORY_CURRENT = keyed(f"""
     SELECT {_MEMORY_COLUMNS} FROM memories m
@@ -70,12 +82,30 @@ async def fetch_current_memory(conn: Conn, cred: Credential, namespace: str, key
     return tenant, None if row is None else _memory_row(row)
 
 
-_PAIR_EXISTED = keyed("SELECT true AS existed FROM memories WHERE tenant_id = auth.tenant AND pair = $3 LIMIT 1")
+# The version of (namespace, key) that was current at $7: the newest created at or before it, gone if it had
+# expired by then (or is erased: an erased version's namespace and key are wiped, so it is never found, at any
+# time). As of then it was the current version, superseded by nothing yet.
+_MEMORY_AS_OF = keyed(f"""
+    SELECT {_columns("$7")} FROM memories m
+     WHERE m.tenant_id = auth.tenant AND m.namespace = $3 AND m.key = $6 AND m.created_at <= $7
+     ORDER BY m.created_at DESC, m.version DESC LIMIT 1
+""")
 
 
-async def memory_pair_existed(conn: Conn, cred: Credential, pair: bytes) -> bool:
-    """Whether the pair ever had a version in the key's tenant (after a miss on its current one)."""
-    _, row = await tenancy.fetch(conn, cred, _PAIR_EXISTED, pair)
+async def fetch_memory_as_of(conn: Conn, cred: Credential, namespace: str, key: str, as_of: datetime,
+                             inline_max: int, preview: int) -> tuple[str, MemoryRow | None]:
+    """The version of (namespace, key) current at `as_of`, gone or not; None when the pair had none then."""
+    tenant, row = await tenancy.fetch(conn, cred, _MEMORY_AS_OF, namespace, inline_max, preview, key, as_of)
+    return tenant, None if row is None else _memory_row(row)
+
+
+_PAIR_EXISTED = keyed("SELECT true AS existed FROM memories WHERE tenant_id = auth.tenant AND pair = $3 "
+                      "AND ($4::timestamptz IS NULL OR created_at <= $4) LIMIT 1")
+
+
+async def memory_pair_existed(conn: Conn, cred: Credential, pair: bytes, by: datetime | None = None) -> bool:
+    """Whether the pair had a version in the key's tenant (ever, or at or before `by`), after a miss on it."""
+    _, row = await tenancy.fetch(conn, cred, _PAIR_EXISTED, pair, by)
     return row is not None
 
 
