@@ -257,9 +257,11 @@ CREATE TABLE IF NOT EXISTS thread_events (
 -- Idempotency-Key: the first outcome of a POST, replayed to retries of the same request. The
 -- row is written in the same transaction as the write it records, so a crash leaves neither.
 -- object_id/event_seq say what the response shows, so a response scrubbed by an erasure can be
--- rendered again from what still exists (or answered 410 if its object is gone).
+-- rendered again from what still exists (or answered 410 if its object is gone). A slot is the API key's
+-- own (api_key_id): two keys of a tenant sending the same Idempotency-Key never see or block each other's.
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     tenant_id    text NOT NULL REFERENCES tenants (id),
+    api_key_id   text NOT NULL DEFAULT '',  -- '': stored before slots were per key (see below)
     key          text NOT NULL,
     request_hash bytea NOT NULL,
     status       smallint NOT NULL,
@@ -270,8 +272,24 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     shows        text[] NOT NULL DEFAULT '{}',  -- every ID the stored body shows, so an erase finds it by index
     created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at   timestamptz NOT NULL,
-    PRIMARY KEY (tenant_id, key)
+    PRIMARY KEY (tenant_id, api_key_id, key)
 );
+-- Slots per API key, in a store made when they were per tenant: a key with grants kept its own as
+-- '<key ID>/<Idempotency-Key>', now (its ID, the Idempotency-Key); the others keep api_key_id '', which the
+-- tenant's keys without grants still replay until they expire (queries/idempotency.idempotency_get), as before.
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS api_key_id text NOT NULL DEFAULT '';
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid
+                    WHERE c.conrelid = 'idempotency_keys'::regclass AND c.contype = 'p'
+                      AND a.attname = 'api_key_id' AND a.attnum = ANY (c.conkey)) THEN
+        ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey;
+        UPDATE idempotency_keys k SET api_key_id = left(k.key, 16), key = substr(k.key, 18)
+         WHERE k.key ~ '^[0-9a-f]{16}/.' AND EXISTS (SELECT 1 FROM api_keys a
+                                                     WHERE a.id = left(k.key, 16) AND a.tenant_id = k.tenant_id);
+        ALTER TABLE idempotency_keys ADD PRIMARY KEY (tenant_id, api_key_id, key);
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_shown_id ON idempotency_keys USING gin (shows);
 -- `shows` also names the object a write was about (object_id; queries/idempotency.shows), so erasing a thread

@@ -334,16 +334,19 @@ def reindex(embedder: str | None, everything: bool, data_dir: Path | None) -> No
               help="OBJECT_ID is a LangGraph thread_id whose checkpoints were deleted (DELETE /checkpoints).")
 @data_dir_option
 def verify_erasure(object_id: str, tenant: str, checkpoints: bool, data_dir: Path | None) -> None:
-    """Report every place OBJECT_ID's content could still be read; exit 1 if there is any."""
+    """Report every place in the store's tables OBJECT_ID's content could still be read; exit 1 if there is any.
+    What it cannot check (the WAL, table and index pages, backups) it lists as not checked."""
     from recall_server.service import ops
 
     check = ops.verify_checkpoint_erasure if checkpoints else ops.verify_erasure
     findings = _owner(_settings(data_dir=data_dir), lambda conn: check(conn, tenant, object_id))
     for place in findings:
         click.echo(place)
+    if not findings:
+        click.echo(f"{object_id}: erased (no content found) in the store's tables, search columns and vectors")
+    click.echo(f"not checked: {'; '.join(ops.NOT_CHECKED)}")
     if findings:
         sys.exit(1)
-    click.echo(f"{object_id}: erased (no content found)")
 
 
 @main.group()

@@ -1,5 +1,10 @@
 """Text rules: one-line text (what the API accepts, and how text the server writes itself is cleaned to
-it) and memory keys (one spelling per key) (pure)."""
+it), free text as stored (NFC, nothing drawn as nothing) and memory keys (one spelling per key) (pure).
+
+One rule for characters drawn as nothing (Unicode's default-ignorable code points) and for spellings that
+look alike (NFC): free text (titles, summaries, names, labels) is cleaned, dropping them and composing to
+NFC (free_text), because what a reader sees is all it says; a memory key is composed to NFC and refused if it
+holds one (memory_key), because dropping it would merge two keys a client holds apart."""
 
 from __future__ import annotations
 
@@ -9,12 +14,10 @@ import unicodedata
 # What a one-line field refuses: C0, DEL and C1 controls (U+0085 is a line break), U+2028/U+2029, and the
 # bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
 _REFUSED = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-_BIDI = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # of those, the ones drawn as nothing: dropped
 # The pattern of every one-line field of the API (models.OneLine), published in openapi.yaml as written here.
 # It ends in \Z, not $: Python's $ also matches before a final newline.
 ONE_LINE = rf"^[^{_REFUSED}]*\Z"
 _REFUSED_RUN = re.compile(f"[{_REFUSED}]+")
-_BIDI_RUN = re.compile(f"[{_BIDI}]+")
 
 # Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): drawn as nothing (zero-width space
 # and joiners, soft hyphen, word joiner, byte order mark, variation selectors, Hangul fillers, tags),
@@ -23,9 +26,9 @@ _IGNORABLE = (  # the Basic Multilingual Plane's part, which a published pattern
     r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
     r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
 )
-_INVISIBLE = re.compile(
-    rf"[{_IGNORABLE}\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff\ud800-\udfff{_REFUSED}]"
-)
+_NOTHING = rf"{_IGNORABLE}\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff\ud800-\udfff"
+_NOTHING_RUN = re.compile(f"[{_NOTHING}]+")
+_INVISIBLE = re.compile(f"[{_NOTHING}{_REFUSED}]")
 # The pattern of a memory key (models.MemoryKey), published in openapi.yaml, so a schema-valid key is refused
 # by memory_key only for an astral ignorable (shorthand format controls, tags): openapi.yaml's patterns are
 # written with \u escapes, which cannot name characters beyond U+FFFF.
@@ -33,10 +36,21 @@ KEY = rf"^[^{_IGNORABLE}{_REFUSED}]*\Z"
 KEY_MAX = 256
 
 
+def free_text(text: str) -> str:
+    """Free text as stored: every character drawn as nothing dropped (zero-width space and joiners, soft
+    hyphen, word joiner, byte order mark, bidi controls, variation selectors, tags, ...), then Unicode NFC,
+    so `café` composed and decomposed are one spelling. Dropped first: a combining mark a zero-width space
+    held apart from its letter composes with it. Joiners and selectors go too (an emoji sequence shows its
+    parts, a ligature its letters): tags and selectors can carry text no reader sees."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", _NOTHING_RUN.sub("", text))
+
+
 def one_line(text: str | None, limit: int) -> str:
-    """`text` as the API would accept it in a one-line field of `limit` characters: bidi controls dropped,
+    """`text` as the API would accept and store it in a one-line field of `limit` characters: free_text,
     line breaks and other controls as spaces, runs of spaces as one, cut with an ellipsis."""
-    flat = " ".join(_REFUSED_RUN.sub(" ", _BIDI_RUN.sub("", text or "")).split())
+    flat = " ".join(_REFUSED_RUN.sub(" ", free_text(text or "")).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -121,3 +121,50 @@ def test_a_final_newline_is_not_one_line_and_writes_nothing(client: httpx.Client
     before = client.get("/threads", params={"limit": 500}).json()["data"]
     assert_problem(client.post("/threads", json=body), 400)
     assert client.get("/threads", params={"limit": 500}).json()["data"] == before
+
+
+# ---- characters drawn as nothing, and spellings that look alike -----------------------------------------
+
+DRAWN_AS_NOTHING = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u034f", "\ufe0f", "\u180e",
+                    "\U000e0041"]
+
+
+@pytest.mark.parametrize("char", DRAWN_AS_NOTHING)
+def test_free_text_is_stored_without_characters_drawn_as_nothing(client: httpx.Client, graph: Graph,
+                                                                  char: str) -> None:
+    """Titles, summaries, names and labels are stored as a reader sees them: a zero-width space, joiner, word
+    joiner, byte order mark, soft hyphen, variation selector or tag character is dropped (text.free_text), so
+    "refu\u200bnds" is stored, shown and searched as "refunds"."""
+    thread = client.post("/threads", json={"title": f"refu{char}nds", "summary": f"{char}late"}).json()
+    assert (thread["title"], thread["summary"]) == ("refunds", "late")
+    assert client.get(f"/threads/{thread['id']}").json()["title"] == "refunds"
+    patched = client.patch(f"/threads/{thread['id']}", json={"title": f"re{char}opened"})
+    assert patched.json()["title"] == "reopened", patched.text
+    worker = client.post("/workers", json={"name": f"bot{char}", "summary": "s"}).json()
+    assert worker["name"] == "bot"
+    note = client.post(f"/threads/{thread['id']}/events", json={"summary": f"ship{char}ped"})
+    assert note.json()["summary"] == "shipped", note.text
+    memory = client.post("/memories", json={"namespace": ["t", uid("n")], "key": "k", "value": 1,
+                                            "summary": f"to{char}ne"}).json()
+    assert memory["summary"] == "tone"
+
+
+def test_free_text_is_stored_in_unicode_nfc(client: httpx.Client) -> None:
+    """Composed and decomposed `café` are one spelling in free text too; a combining mark that a zero-width
+    space held apart from its letter composes with it once the space is dropped."""
+    for title in ("caf\u00e9", "cafe\u0301", "cafe\u200b\u0301"):
+        made = client.post("/threads", json={"title": title}).json()
+        assert made["title"] == "caf\u00e9", made
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"title": "\u200b\u2060"}, "title"),  # nothing left of it
+    ({"title": "\u0958" * 120}, "title"),  # NFC decomposes U+0958 (a composition exclusion): 240 characters
+    ({"title": "t", "summary": "\u0958" * 101}, "summary"),
+])
+def test_free_text_emptied_or_grown_past_its_limit_is_400_naming_the_field(client: httpx.Client, body: dict,
+                                                                           field: str) -> None:
+    before = client.get("/threads", params={"limit": 500}).json()["data"]
+    problem = assert_problem(client.post("/threads", json=body), 400)
+    assert f"{field} must be" in problem["detail"] and "Unicode NFC" in problem["detail"], problem
+    assert client.get("/threads", params={"limit": 500}).json()["data"] == before

@@ -546,3 +546,31 @@ def test_filed_events_show_no_summary_of_an_object_outside_the_grants(base_url: 
 
     assert [(e["ref"], e["summary"]) for e in asyncio.run(over_mcp())["data"] if e["type"].endswith("_filed")] == [
         (hidden_trigger["id"], ""), (hidden_report["id"], ""), (seen_trigger["id"], "the refund queue is long")]
+
+
+def test_an_idempotency_key_slot_is_the_api_keys_own_whatever_its_scope_or_grants(tenant, issue, as_key) -> None:
+    """Two keys of one tenant sending the same Idempotency-Key never see or block each other's stored response:
+    a key without grants, an admin key and a key with grants each get their own write (even one that spells the
+    other's old slot, `<key ID>/<Idempotency-Key>`), and each one's retry still replays its own."""
+    one = uid("u")
+    granted = issue(f"user:{one}", [{"namespace": f"users/{one}/**", "access": "write"}])
+    scoped, service, admin = as_key(granted), as_key(tenant["service"]), as_key(tenant["admin"])
+    scoped_id = ids.KEY_RE.match(granted).group(1)
+    body = {"namespace": ["users", one], "key": uid("k"), "value": 1}
+    same = uid("idem")
+
+    first = scoped.post("/memories", json=body, headers={"Idempotency-Key": same})
+    assert first.status_code == 201, first.text
+    made = {first.json()["id"]}
+    for who, key in ((service, same), (service, f"{scoped_id}/{same}"), (admin, same)):
+        mine = who.post("/memories", json=body, headers={"Idempotency-Key": key})
+        assert mine.status_code == 201 and "idempotent-replayed" not in mine.headers, (key, mine.text)
+        assert mine.json()["id"] not in made, key
+        made.add(mine.json()["id"])
+        again = who.post("/memories", json=body, headers={"Idempotency-Key": key})
+        assert again.headers.get("idempotent-replayed") == "true" and again.json()["id"] == mine.json()["id"]
+    retry = scoped.post("/memories", json=body, headers={"Idempotency-Key": same})
+    assert retry.status_code == 201 and retry.headers.get("idempotent-replayed") == "true"
+    assert retry.content == first.content
+    other = scoped.post("/memories", json={**body, "value": 2}, headers={"Idempotency-Key": same})
+    assert_problem(other, 422, "Idempotency-Key")  # its own slot still binds it to its first request

@@ -202,6 +202,22 @@ def test_verify_erasure_reports_a_live_object(database_url: str, graph: Graph) -
     assert run.returncode == 1 and "is live" in run.stdout and "still has content" in run.stdout
 
 
+NOT_CHECKED = ("write-ahead log (WAL)", "table and index pages", "VACUUM", "backups and dumps")
+
+
+def test_verify_erasure_says_what_it_does_not_check(database_url: str, graph: Graph, client: httpx.Client) -> None:
+    """It reads the store's rows: the WAL, table and index pages (row versions not yet vacuumed) and backups
+    it cannot read, so both its answers, erased or not, name them as not checked rather than imply them gone."""
+    live, doomed = graph.trigger()["id"], graph.trigger(summary="private summary")["id"]
+    assert client.delete(f"/triggers/{doomed}").status_code == 204
+    for object_id, code, said in ((doomed, 0, "erased (no content found)"), (live, 1, "is live")):
+        run = subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", object_id],
+                             env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True)
+        assert run.returncode == code and said in run.stdout, run.stdout + run.stderr
+        last = run.stdout.strip().splitlines()[-1]
+        assert last.startswith("not checked: ") and all(part in last for part in NOT_CHECKED), last
+
+
 def test_deleting_an_unknown_id_is_404(client: httpx.Client) -> None:
     assert_problem(client.delete(f"/triggers/{uid('trg')}"), 404)
     assert_problem(client.delete("/workers/thr_wrong_kind"), 404)

@@ -71,6 +71,40 @@ def test_a_version_1_store_migrates_and_keeps_its_workers_counts(version_1_store
         server.stop()
 
 
+@pytest.mark.slow
+def test_idempotency_slots_become_each_api_keys_own(version_1_store: str, tmp_path: Path) -> None:
+    """A store whose slots were the tenant's: a key with grants kept its own as '<key ID>/<Idempotency-Key>',
+    which becomes (its ID, the Idempotency-Key); the rest keep api_key_id '' (no key can be told), which keys
+    without grants still replay until they expire. The primary key is then (tenant_id, api_key_id, key)."""
+    owner, stranger = "a" * 16, "b" * 16
+    run_script(version_1_store, f"""
+        INSERT INTO api_keys (id, tenant_id, scope, secret_sha256) VALUES ('{owner}', 'default', 'write', sha256('s'));
+        INSERT INTO idempotency_keys (tenant_id, key, request_hash, status, body, location, object_id, expires_at)
+        SELECT 'default', k, '\\x', 201, NULL, NULL, 'thr_old1', now() + interval '1 day'
+          FROM unnest(ARRAY['{owner}/x', 'plain', '{stranger}/y']) AS k;
+    """)
+    assert cli(version_1_store, "migrate").strip() == "schema version 9"
+    assert cli(version_1_store, "migrate").strip() == "schema version 9"  # and again: nothing changes
+    rows = run_sql(version_1_store, "SELECT api_key_id, key FROM idempotency_keys")
+    assert sorted(tuple(r) for r in rows) == [("", f"{stranger}/y"), ("", "plain"), (owner, "x")]
+    primary = run_sql(version_1_store, """
+        SELECT array_agg(a.attname::text ORDER BY array_position(c.conkey, a.attnum)) FROM pg_constraint c
+          JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+         WHERE c.conrelid = 'idempotency_keys'::regclass AND c.contype = 'p'""")
+    assert primary[0][0] == ["tenant_id", "api_key_id", "key"]
+    server = ServerProcess(version_1_store, tmp_path / "server.log").start()
+    try:
+        key = create_key(version_1_store, "default", "write")
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as c:
+            body = {"thread_id": "thr_old2", "summary": "new", "body": "b"}
+            replayed = c.post("/workers/wkr_old/reports", json=body, headers={"Idempotency-Key": "plain"})
+            assert replayed.status_code == 422, replayed.text  # the old slot: held to its own request
+            fresh = c.post("/workers/wkr_old/reports", json=body, headers={"Idempotency-Key": "x"})
+            assert fresh.status_code == 201 and "idempotent-replayed" not in fresh.headers  # the owner's, not this key's
+    finally:
+        server.stop()
+
+
 @pytest.fixture()
 def version_2_store(database_url: str) -> Iterator[str]:
     """A new database with the version-2 schema, holding rows at every limit and erased tombstones."""

@@ -5,7 +5,7 @@ Length limits are what keep every inline view inside the smallest allowed budget
 """
 
 from recall_server.models.common import (  # noqa: F401
-    AnyId, ContentType, DateTimeText, Label, MAX_LINKS, MemoryId, Name, Namespace, OneLine, ReportId, Request,
+    AnyId, ContentType, DateTimeText, DisplayLabel, FREE_TEXT, Label, MAX_LINKS, MemoryId, Name, Namespace, OneLine, ReportId, Request,
     SEGMENT, Segment, Source, Status, Summary, ThreadId, Timestamp, Title, TriggerId, TriggerLinks, WorkerId,
 )
 from recall_server.models.requests import (  # noqa: F401

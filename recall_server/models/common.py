@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import types
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 from msgspec import Meta, Struct
 
@@ -14,6 +15,8 @@ MAX_LINKS = 16  # neighbours, refs and owners per object: bounded so an inline v
 
 # One line, and shown as written (text.py: what it refuses; webhook text is cleaned to it).
 OneLine = text.ONE_LINE
+# Meta.extra of a free-text field: stored as text.free_text cleans it (Request.__post_init__), not as sent.
+FREE_TEXT = {"text": "free"}
 # IDs of one kind where only that kind is allowed; AnyId where any kind is (links, refs, /ids/{id}).
 ThreadId = Annotated[str, Meta(pattern=ids.pattern("thread"), examples=["thr_pr_412"])]
 WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a0"])]
@@ -21,9 +24,10 @@ TriggerId = Annotated[str, Meta(pattern=ids.pattern("trigger"), examples=["trg_8
 ReportId = Annotated[str, Meta(pattern=ids.pattern("report"), examples=["rpt_412a"])]
 AnyId = Annotated[str, Meta(pattern=ids.ANY_ID_PATTERN, examples=["thr_pr_412"])]
 MemoryId = Annotated[str, Meta(pattern=ids.pattern("memory"), examples=["mem_u1_tone"])]
-Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine)]
-Summary = Annotated[str, Meta(max_length=200, pattern=OneLine)]
-Name = Annotated[str, Meta(min_length=1, max_length=80, pattern=OneLine)]
+Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine, extra=FREE_TEXT)]
+Summary = Annotated[str, Meta(max_length=200, pattern=OneLine, extra=FREE_TEXT)]
+Name = Annotated[str, Meta(min_length=1, max_length=80, pattern=OneLine, extra=FREE_TEXT)]
+DisplayLabel = Annotated[str, Meta(max_length=80, pattern=OneLine, extra=FREE_TEXT)]  # a key's or a hook's
 Source = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:/-]+\Z", examples=["github.check_run"])]
 Status = Annotated[str, Meta(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+\Z", examples=["open", "merged", "closed"])]
 ContentType = Annotated[
@@ -37,7 +41,41 @@ DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "
 
 
 class Request(Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every request body."""
+    """Base of every request body. Its free-text fields (FREE_TEXT) are cleaned as it is made, decoded or built
+    (its __post_init__): text.free_text, then their lengths held again, so one emptied or grown past its limit
+    is a 400."""
+
+    __free_text__: ClassVar[tuple[tuple[str, int, int | None], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__free_text__ = _free_text_fields(cls)
+        if cls.__free_text__:  # only there: msgspec calls a __post_init__ for every struct it makes (+0.07 us)
+            cls.__post_init__ = Request._clean_free_text  # type: ignore[attr-defined]
+
+    def _clean_free_text(self) -> None:
+        for name, low, high in self.__free_text__:
+            value = getattr(self, name)
+            if not isinstance(value, str) or value.isascii():
+                continue
+            clean = text.free_text(value)
+            if len(clean) < low or (high is not None and len(clean) > high):
+                raise ValueError(
+                    f"{name} must be {low}-{high or 'any'} characters once characters drawn as nothing are dropped "
+                    f"and it is in Unicode NFC, got {len(clean)}.")
+            setattr(self, name, clean)
+
+
+def _free_text_fields(cls: type) -> tuple[tuple[str, int, int | None], ...]:
+    """(field, min_length, max_length) of each of a request's fields typed FREE_TEXT (or FREE_TEXT | None ...)."""
+    found = []
+    for name, hint in get_type_hints(cls, include_extras=True).items():
+        for option in (get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)):
+            metas = option.__metadata__ if get_origin(option) is Annotated else ()
+            meta = next((m for m in metas if isinstance(m, Meta) and m.extra == FREE_TEXT), None)
+            if meta is not None:
+                found.append((name, meta.min_length or 0, meta.max_length))
+    return tuple(found)
 
 
 SEGMENT = r"^[A-Za-z0-9_-]{1,64}\Z"

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct
 
 from recall_server import ids
-from recall_server.models.common import OneLine, Request, ThreadId, Timestamp, TriggerId
+from recall_server.models.common import DisplayLabel, Request, ThreadId, Timestamp, TriggerId
 
 
 HookId = Annotated[str, Meta(pattern=ids.HOOK_ID_PATTERN, examples=["hk_3q2Zr0lYc9tWq1xVvQ8nB7mKp4sHd6eF"])]
@@ -15,7 +15,7 @@ HookId = Annotated[str, Meta(pattern=ids.HOOK_ID_PATTERN, examples=["hk_3q2Zr0lY
 
 class CreateHook(Request, kw_only=True):
     source: Literal["github"]
-    label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""
+    label: DisplayLabel = ""
 
 
 class HookView(Struct):

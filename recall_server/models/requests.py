@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from recall_server import ids, text
-from recall_server.models.common import AnyId, ContentType, DateTimeText, Label, MemoryId, Name, Namespace, OneLine, ReportId, Request, Source, Status, Summary, ThreadId, Title, TriggerId, TriggerLinks, WorkerId
+from recall_server.models.common import AnyId, ContentType, DateTimeText, DisplayLabel, Label, MemoryId, Name, Namespace, OneLine, ReportId, Request, Source, Status, Summary, ThreadId, Title, TriggerId, TriggerLinks, WorkerId
 from recall_server.models.hooks import Delivery
 
 
@@ -117,7 +117,7 @@ Subject = Annotated[str, Meta(pattern=ids.SUBJECT_PATTERN, examples=["user:u123"
 
 class CreateKey(Request, kw_only=True):
     scope: Literal["read", "write", "admin"]
-    label: Annotated[str, Meta(max_length=80, pattern=OneLine)] = ""  # its display name
+    label: DisplayLabel = ""  # its display name
     subject: Subject | None = None
     grants: Grants = []
 

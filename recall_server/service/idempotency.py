@@ -1,6 +1,6 @@
 """Idempotency-Key: a write's first outcome is recorded in the write's own transaction and replayed
 to every retry of the same request; the same key on another request is a 422, and a retry while
-the first still runs is a 409 (it never runs twice)."""
+the first still runs is a 409 (it never runs twice). Each API key's Idempotency-Keys are its own."""
 
 from __future__ import annotations
 
@@ -22,26 +22,26 @@ def fingerprint(method: str, path: str, request: msgspec.Struct) -> bytes:
 
 async def once(conn: q.Conn, tenant: str, key: str | None, request: bytes, keep_seconds: int,
                operation: Callable[[], Awaitable[Outcome]],
-               render: Callable[[str], Awaitable[bytes]], owner: str = "") -> Outcome:
+               render: Callable[[str], Awaitable[bytes]], api_key_id: str, has_grants: bool) -> Outcome:
     """Run `operation` (in the caller's transaction) unless `key` already has an outcome; record it if so.
 
     `request` is the fingerprint; `render(object_id)` renders an object's view again for a replay
-    whose stored body an erasure scrubbed. `owner`: the API key ID when a key with grants sent it, so that
-    its keys are its own (another subject's retry never replays, or learns of, what this one wrote).
+    whose stored body an erasure scrubbed. The slot is the sending API key's (`api_key_id`): another key of
+    the tenant, whatever its scope or grants, never replays, is blocked by, or learns of what this one wrote.
+    A key without grants also replays what was stored before slots were per key (`has_grants` False).
     """
     if key is None:
         return await operation()
-    stored_key = f"{owner}/{key}" if owner else key
-    if not await q.idempotency_lock(conn, tenant, stored_key):
+    if not await q.idempotency_lock(conn, tenant, api_key_id, key):
         raise Conflict("A request with this Idempotency-Key is still in flight; retry shortly.",
                        headers={"Retry-After": "1"})
-    stored = await q.idempotency_get(conn, tenant, stored_key)
+    stored = await q.idempotency_get(conn, tenant, api_key_id, key, not has_grants)
     if stored is not None:
         if stored.fingerprint != request:
             raise Unprocessable("This Idempotency-Key was used for a different request.", idempotency_key=key)
         return await _replay(conn, tenant, stored.outcome, render)
     outcome = await operation()
-    await q.idempotency_put(conn, tenant, stored_key, Stored(request, outcome), keep_seconds)
+    await q.idempotency_put(conn, tenant, api_key_id, key, Stored(request, outcome), keep_seconds)
     return outcome
 
 

@@ -104,6 +104,17 @@ async def set_checkpoint_retention(conn: q.Conn, tenant: str, keep: int | None, 
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
+# What verify-erasure reads is the store's rows (tables, search columns, vectors, stored responses). What it
+# cannot read, so never vouches for, the CLI prints after every check: bytes of an erased row outlive it there.
+NOT_CHECKED = (
+    "PostgreSQL's write-ahead log (WAL), and any WAL archive or replica fed from it",
+    "table and index pages: old row versions and index entries stay in the data files until VACUUM reclaims "
+    "their space and later writes reuse it",
+    "backups and dumps taken before the erasure",
+    "copies outside the store: an embedding provider the text was sent to, clients, logs",
+)
+
+
 async def verify_checkpoint_erasure(conn: q.Conn, tenant: str, thread_id: str) -> list[str]:
     """Where checkpoints of a deleted LangGraph thread could still be read (empty: erased)."""
     state = await q.checkpoint_thread_state(conn, tenant, thread_id)

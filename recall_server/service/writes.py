@@ -73,8 +73,7 @@ class Writes:
                 return json(await self.views.view(conn, cred, object_id, spill.DEFAULT_BUDGET))
 
             return await idempotency.once(conn, tenant, idempotency_key, fingerprint, self.idempotency_ttl,
-                                          lambda: operation(conn, tenant), render,
-                                          cred.key_id if cred.has_grants else "")
+                                          lambda: operation(conn, tenant), render, cred.key_id, cred.has_grants)
 
     async def require_links(self, conn: q.Conn, tenant: str, linked: list[str],
                             known: dict[str, State] | None = None) -> None:
