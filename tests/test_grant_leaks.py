@@ -1,0 +1,55 @@
+"""A key with grants cannot tell an object outside them from one that never existed: not by a list's
+filter, a view's links, the trace or the status code (docs/tenancy.md#grants). Each test compares what the
+key is answered for a hidden object with what it is answered for an ID that never existed."""
+
+from __future__ import annotations
+
+import httpx
+from helpers import uid
+from test_grants import SELF_AND_PAYMENTS, as_key, assert_a_miss, issue, remember, tenant, unknown_like  # noqa: F401
+
+
+def shape(response: httpx.Response) -> tuple[int, object]:
+    """A response as a key could compare two of them: its status and its body, request_id left out."""
+    body = response.json()
+    if isinstance(body, dict):
+        body.pop("request_id", None)
+    return response.status_code, body
+
+
+def test_a_worker_outside_the_grants_owns_no_thread_as_one_that_never_existed(tenant, issue, as_key) -> None:
+    """GET /threads?owner=: a worker in another subject's namespace owning a thread the key sees lists no
+    thread, exactly as an owner that never existed; the key's own worker lists its threads."""
+    one, two = uid("u"), uid("u")
+    service, bob = as_key(tenant["service"]), as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    alices = service.post("/workers", json={"name": "alice-helper", "namespace": ["users", one]}).json()["id"]
+    bobs = service.post("/workers", json={"name": "bob-helper", "namespace": ["users", two]}).json()["id"]
+    shared = service.post("/threads", json={"title": "refund queue", "namespace": ["teams", "payments"]}).json()["id"]
+    for worker in (alices, bobs):
+        assert service.post(f"/threads/{shared}/owners", json={"worker_id": worker}).status_code == 201
+    assert [t["id"] for t in service.get("/threads", params={"owner": alices}).json()["data"]] == [shared]
+    assert [t["id"] for t in bob.get("/threads", params={"owner": bobs}).json()["data"]] == [shared]
+    hidden = bob.get("/threads", params={"owner": alices})
+    never = bob.get("/threads", params={"owner": unknown_like(alices)})
+    assert shape(hidden) == shape(never) == (200, {"data": [], "next_cursor": None, "has_more": False})
+    for status in ("open", "closed"):  # with another filter, the owned statement as well
+        assert shape(bob.get("/threads", params={"owner": alices, "status": status})) == shape(
+            bob.get("/threads", params={"owner": unknown_like(alices), "status": status}))
+
+
+def test_every_list_of_an_object_outside_the_grants_is_the_miss_of_one_that_never_existed(
+    tenant, issue, as_key
+) -> None:
+    """The lists that take an object's ID in their path answer a hidden object's ID with the 404 of an ID
+    that never existed, the same body but for the ID."""
+    one, two = uid("u"), uid("u")
+    service, bob = as_key(tenant["service"]), as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    worker = service.post("/workers", json={"name": "w", "namespace": ["users", one]}).json()["id"]
+    thread = service.post("/threads", json={"title": "t", "namespace": ["users", one]}).json()["id"]
+    memory = remember(service, f"users/{one}", uid("k"), "private").json()["id"]
+    for path, object_id in ((f"/workers/{worker}/reports", worker), (f"/threads/{thread}/events", thread),
+                            (f"/threads/{thread}/messages", thread), (f"/ids/{thread}/backlinks", thread),
+                            (f"/ids/{memory}/backlinks", memory), (f"/ids/{memory}/reads", memory),
+                            (f"/memories/{memory}/versions", memory)):
+        assert service.get(path).status_code == 200, path
+        assert_a_miss(bob, path, object_id)
