@@ -53,3 +53,30 @@ def test_every_list_of_an_object_outside_the_grants_is_the_miss_of_one_that_neve
                             (f"/memories/{memory}/versions", memory)):
         assert service.get(path).status_code == 200, path
         assert_a_miss(bob, path, object_id)
+
+
+def test_a_source_outside_the_grants_is_left_out_as_a_link_never_made(tenant, issue, as_key) -> None:
+    """A memory the key sees, learned from a memory in another subject's namespace: the key's view lists no
+    such source (a source is live when linked, so one shown as deleted would tell the key it existed), while
+    a source it sees is shown, deleted or not; a key without grants sees every source as before."""
+    one, two = uid("u"), uid("u")
+    service, bob = as_key(tenant["service"]), as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    secret = remember(service, f"users/{one}", uid("k"), "alice's secret").json()["id"]
+    thread = service.post("/threads", json={"title": "t", "namespace": ["teams", "payments"]}).json()["id"]
+    closed = service.post("/threads", json={"title": "t", "namespace": ["teams", "payments"]}).json()["id"]
+    learned = service.post("/memories", json={"namespace": ["teams", "payments"], "key": uid("k"),
+                                              "value": "learned", "sources": [secret, thread, closed]})
+    assert learned.status_code == 201, learned.text
+    assert service.delete(f"/threads/{closed}").status_code == 204
+    memory = learned.json()["id"]
+    assert service.get(f"/memories/{memory}").json()["sources"] == [
+        {"id": secret, "summary": ""}, {"id": thread, "summary": ""}, {"id": closed, "deleted": True}]
+    seen = bob.get(f"/memories/{memory}").json()
+    assert seen["sources"] == [{"id": thread, "summary": ""}, {"id": closed, "deleted": True}]
+    assert secret not in bob.get(f"/memories/{memory}", params={"budget": 1_048_576}).text
+    # what the key is told when it names the hidden source itself: the answers for an ID never made
+    assert_a_miss(bob, f"/ids/{secret}", secret)
+    sourced = [bob.post("/memories", json={"namespace": ["users", two], "key": uid("k"), "value": 1,
+                                           "sources": [s]}) for s in (secret, unknown_like(secret))]
+    assert sourced[0].status_code == sourced[1].status_code == 422
+    assert sourced[0].json()["detail"] == sourced[1].json()["detail"].replace(unknown_like(secret), secret)
