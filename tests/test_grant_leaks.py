@@ -5,8 +5,10 @@ key is answered for a hidden object with what it is answered for an ID that neve
 from __future__ import annotations
 
 import httpx
+import pytest
 from helpers import uid
 from test_grants import SELF_AND_PAYMENTS, as_key, assert_a_miss, issue, remember, tenant, unknown_like  # noqa: F401
+from test_trace import settled
 
 
 def shape(response: httpx.Response) -> tuple[int, object]:
@@ -80,3 +82,29 @@ def test_a_source_outside_the_grants_is_left_out_as_a_link_never_made(tenant, is
                                            "sources": [s]}) for s in (secret, unknown_like(secret))]
     assert sourced[0].status_code == sourced[1].status_code == 422
     assert sourced[0].json()["detail"] == sourced[1].json()["detail"].replace(unknown_like(secret), secret)
+
+
+@pytest.mark.slow
+def test_the_trace_shows_a_key_with_grants_only_its_own_reads(tenant, issue, as_key) -> None:
+    """One run read by a key without grants and by two keys with grants, of an object all of them see: each
+    key with grants is shown its own reads and no other key's ID; by run and by object alike. Its own reads
+    of a hidden object and of an ID never made are both left out, as before."""
+    service = as_key(tenant["service"])
+    payments = remember(service, "teams/payments", uid("k"), "visible").json()["id"]
+    secret = remember(service, f"users/{uid('u')}", uid("k"), "hidden").json()["id"]
+    keys = [issue(f"user:{uid('u')}", SELF_AND_PAYMENTS) for _ in range(2)]
+    ana, ben = (as_key(k) for k in keys)
+    ana_id, ben_id = (k.split(".")[0].removeprefix("rk_") for k in keys)
+    run = uid("run")
+    for c in (service, ana, ben):
+        assert c.get(f"/memories/{payments}", headers={"X-Recall-Run": run}).status_code == 200
+    for missing in (secret, unknown_like(secret)):
+        assert ana.get(f"/memories/{missing}", headers={"X-Recall-Run": run}).status_code == 404
+    everything = settled(service, f"/runs/{run}/reads", 5)
+    assert len({r["key_id"] for r in everything}) == 3
+    for c, own in ((ana, ana_id), (ben, ben_id)):
+        for path in (f"/runs/{run}/reads", f"/ids/{payments}/reads"):
+            shown = c.get(path)
+            assert shown.status_code == 200, shown.text
+            assert [(r["object_id"], r["key_id"]) for r in shown.json()["data"]] == [(payments, own)], path
+    assert_a_miss(ana, f"/ids/{secret}/reads", secret)
