@@ -44,10 +44,14 @@ def _columns(as_of: str | None = None) -> str:
     CASE WHEN m.supersedes IS NOT NULL THEN recall_link_of(m.tenant_id, m.supersedes) END AS supersedes,
     {successor} AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
-       FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id) AS sources
+       FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id
+        AND ((SELECT recall_reads()) IS NULL OR recall_sees(s.tenant_id, s.source_id))) AS sources
 """
 
 
+# A memory's sources existed when it was written (a dangling source is a 422), so a source shown as deleted tells
+# a key it existed. For a key with grants, a source its policies hide is left out, as views leave out owners
+# outside the grants: what it cannot see reads as a link that was never made (tests/test_grant_leaks.py).
 _MEMORY_COLUMNS = _columns()
 _MEMORY = keyed(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3")
 _MEMORY_CURRENT = keyed(f"""

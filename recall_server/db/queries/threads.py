@@ -142,11 +142,14 @@ def _threads(owned: bool, status: bool, labels: tuple[bool, bool, bool], namespa
     cursor on. One worker's threads: its thread_owners rows, each thread by primary key, then sorted. With
     the owner as a filter on the walk along threads_by_created, a worker owning 20 threads of the bench
     store's 11,500 cost a scan of all of them (8 ms; tests/test_plans.py). A namespace is a range of
-    threads_by_namespace, its threads sorted (a page of the namespace, not a walk of the tenant)."""
+    threads_by_namespace, its threads sorted (a page of the namespace, not a walk of the tenant). The owner
+    must be a worker the key sees: under grants, a worker outside them owns nothing, as one that never existed
+    (its threads the key sees would tell it the worker exists; tests/test_grant_leaks.py)."""
     return keyed(_THREADS_PAGE.format(
         threads="thread_owners o JOIN threads t ON t.tenant_id = auth.tenant AND t.id = o.thread_id"
         if owned else "threads t",
-        owner="o.tenant_id = auth.tenant AND o.worker_id = $4" if owned else "$4::text IS NULL",
+        owner="o.tenant_id = auth.tenant AND o.worker_id = $4 AND EXISTS (SELECT 1 FROM workers w"
+              " WHERE w.tenant_id = auth.tenant AND w.id = $4)" if owned else "$4::text IS NULL",
         status=equal("t.status", "$3", status), labels=label_filters("t", 8, labels),
         namespace=under("t.namespace", "$11") if namespace else "$11::text IS NULL"))
 

@@ -15,7 +15,10 @@ from recall_server.ids import State
 from recall_server.models import Read
 
 # Reads settle: a page shows only rows whose pos is older than the settle horizon ($4 seconds), so a
-# row written later can never land behind a cursor (see trace_reads in schema.sql).
+# row written later can never land behind a cursor (see trace_reads in schema.sql). A key with grants sees
+# only its own reads ($8, the key's ID, verified by the same statement's key check), and of those only the
+# ones of objects it sees (trace_reads' policy): another key's ID, and what another key read and when, are
+# not its to see (tests/test_grant_leaks.py).
 
 
 async def record_reads(conn: Conn, batch: str, accept_seconds: float) -> int:
@@ -37,6 +40,7 @@ _READ_PAGE = """
       SELECT r.run_id AS run, r.at, r.object_id, r.route, r.status, r.bytes, r.key_id, r.request_id, r.pos, r.tick
         FROM trace_reads r
        WHERE r.tenant_id = auth.tenant AND {match}
+         AND ((SELECT recall_reads()) IS NULL OR r.key_id = $8)
          AND r.pos < now() - make_interval(secs => $4)
          AND (r.pos, r.tick) > ($5, $6)
        ORDER BY r.pos, r.tick LIMIT $7) x
@@ -69,8 +73,10 @@ def _reads(text: str) -> list[tuple[Read, ReadPosition]]:
 
 async def run_reads(conn: Conn, cred: Credential, run: str, settle: float, after: ReadPosition | None,
                     limit: int) -> tuple[str, list[tuple[Read, ReadPosition]]]:
-    """The key's tenant, and a run's settled reads in order after a position, each with its position."""
-    tenant, row = await tenancy.fetch(conn, cred, _RUN_READS, run, settle, *(after or OLDEST_READ), limit)
+    """The key's tenant, and a run's settled reads in order after a position, each with its position (a key with
+    grants: its own)."""
+    tenant, row = await tenancy.fetch(conn, cred, _RUN_READS, run, settle, *(after or OLDEST_READ), limit,
+                                      cred.key_id)
     assert row is not None  # an aggregate: always one row
     return tenant, _reads(row["reads"])
 
@@ -79,7 +85,7 @@ async def object_reads(conn: Conn, cred: Credential, kind: str, object_id: str, 
                        after: ReadPosition | None, limit: int) -> tuple[str, State, list[tuple[Read, ReadPosition]]]:
     """The key's tenant, the object's state, and its settled reads in order after a position."""
     tenant, row = await tenancy.fetch(conn, cred, _OBJECT_READS[kind], object_id, settle, *(after or OLDEST_READ),
-                                      limit)
+                                      limit, cred.key_id)
     if row is None:
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _reads(row["reads"])
