@@ -10,7 +10,7 @@ from recall_server.models.common import (  # noqa: F401
 )
 from recall_server.models.requests import (  # noqa: F401
     AssignOwner, CreateKey, CreateMemory, CreateNote, CreateReport, CreateThread, CreateTrigger, CreateWorker,
-    Grant, Grants, MAX_SOURCES, MemoryKey, Sources, Subject, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
+    Grant, Grants, MAX_SOURCES, MemoryKey, Sources, Subject, TagFilter, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
 )
 from recall_server.models.views import (  # noqa: F401
     Event, EventPage, Health, KeyList, KeyView, Link, MemoryIndexEntry, MemoryPage, MemoryVersion,

@@ -41,19 +41,39 @@ def encode_content(field: str, value: object, content_type: str | None) -> tuple
     return content_type, value.encode()
 
 
-def timestamp(field: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
+def _aware(field: str, value: str) -> datetime:
+    """An RFC 3339 date-time with its UTC offset, as written; 400 for anything else."""
     try:
         parsed = msgspec.convert(value, datetime)
     except msgspec.ValidationError:
         raise BadRequest(f"{field} must be an RFC 3339 date-time, got {value!r}.", field=field) from None
     if parsed.tzinfo is None:
         raise BadRequest(f"{field} must carry a UTC offset (e.g. 2026-11-30T12:00:00Z).", field=field)
+    return parsed
+
+
+def timestamp(field: str, value: str | None) -> datetime | None:
+    """A time to store, in UTC; 400 beyond the years 1-9999 there (Python's datetime holds no other)."""
+    if value is None:
+        return None
+    parsed = _aware(field, value)
     try:
         return parsed.astimezone(UTC)
     except OverflowError:
         raise BadRequest(f"{field} is out of range: {value!r}.", field=field) from None
+
+
+def bound(field: str, value: str | None) -> datetime | None:
+    """A `since` or `until` bound. One beyond the years 1-9999 in UTC (0001-01-01T00:00:00+01:00,
+    9999-12-31T23:30:00-01:00: RFC 3339 date-times all the same) is that end of the range: every stored
+    time lies within it, so the bound selects what it would have."""
+    if value is None:
+        return None
+    parsed = _aware(field, value)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if parsed.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def expiry(req: Creatable) -> datetime | None:
