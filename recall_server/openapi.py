@@ -259,7 +259,8 @@ def _query_values(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
             schema = param.get("schema", {})
             if (op_id, param["name"]) in _JSON_QUERY:
                 param["description"] += f" At most {schema['maxLength']} characters of JSON."
-                param.pop("schema")
+                for key in ("schema", "allowReserved"):  # a parameter with `content` has no serialisation style
+                    param.pop(key, None)
                 param["content"] = {"application/json": {"schema": {"type": "object"}}}
             elif op_id == "ListMessages" and param["name"] in ("since", "until"):
                 schema["oneOf"][0]["format"] = "date-time"
