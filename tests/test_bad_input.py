@@ -242,3 +242,24 @@ def test_message_bounds_take_every_date_time_the_schema_allows(
     assert len(page.json()["data"]) == (1 if shown else 0)
     assert_problem(client.get(f"/threads/{thread}/messages", params={"since": "2026-01-01T00:00:00"}), 400,
                    "UTC offset")
+
+
+@pytest.mark.parametrize(("at", "stored"), [
+    ("0001-01-01T00:00:00+01:00", False),  # the year 0 in UTC
+    ("0001-01-01T23:00:00+01:00", False),  # the published rule is by day and sign, and so is the server's
+    ("0001-01-01T00:00:00Z", True), ("0001-01-01T00:00:00-05:00", True), ("0001-01-02T00:00:00+23:59", True),
+    ("9999-12-31T23:00:00-05:00", False), ("9999-12-31T23:59:59Z", True), ("9999-12-31T23:59:59-00:00", True),
+])
+def test_a_stored_time_lies_within_the_years_1_to_9999_in_utc_as_the_schema_says(
+        client: httpx.Client, graph: Graph, published: dict, at: str, stored: bool) -> None:
+    schema = Draft202012Validator({"$ref": "#/components/schemas/AppendMessages", **published})
+    thread = graph.thread()["id"]
+    body = {"messages": [{"role": "user", "content": "hello", "at": at}]}
+    assert schema.is_valid(body) == stored
+    said = client.post(f"/threads/{thread}/messages", json=body)
+    trigger = client.post("/triggers", json={"source": "s", "summary": "s", "occurred_at": at})
+    if stored:
+        assert said.status_code == 201 and trigger.status_code == 201, (said.text, trigger.text)
+    else:
+        assert assert_problem(said, 400, "years 1-9999 in UTC")["field"] == "messages[0].at"
+        assert assert_problem(trigger, 400, "years 1-9999 in UTC")["field"] == "occurred_at"

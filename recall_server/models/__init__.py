@@ -5,8 +5,8 @@ Length limits are what keep every inline view inside the smallest allowed budget
 """
 
 from recall_server.models.common import (  # noqa: F401
-    AnyId, ContentType, DateTimeText, Label, MAX_LINKS, MemoryId, Name, Namespace, OneLine, ReportId, Request,
-    SEGMENT, Segment, Source, Status, Summary, ThreadId, Timestamp, Title, TriggerId, TriggerLinks, WorkerId,
+    AnyId, BEYOND_UTC_YEARS, ContentType, DateTimeText, Label, MAX_LINKS, MemoryId, Name, Namespace, OneLine,
+    ReportId, Request, SEGMENT, Segment, Source, Status, Summary, ThreadId, Timestamp, Title, TriggerId, TriggerLinks, WorkerId,
 )
 from recall_server.models.requests import (  # noqa: F401
     AssignOwner, CreateKey, CreateMemory, CreateNote, CreateReport, CreateThread, CreateTrigger, CreateWorker,

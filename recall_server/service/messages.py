@@ -31,7 +31,7 @@ from recall_server.models import (
 from recall_server.observability import CONTENT_CACHE
 from recall_server.rows import Content, Outcome
 from recall_server.service import idempotency
-from recall_server.service.inputs import bound, json, timestamp
+from recall_server.service.inputs import bound, json, stored_time
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
 from recall_server.text import one_line
@@ -190,7 +190,7 @@ def _row(i: int, m: NewMessage) -> q.NewMessageRow:
     content = m.content.encode() if is_text else json(m.content)
     return q.NewMessageRow(
         summary=preview(m), role=m.role, name=m.name, tool_call_id=m.tool_call_id,
-        at=timestamp(f"messages[{i}].at", m.at), content_type=_TEXT if is_text else _JSON, content=content,
+        at=stored_time(f"messages[{i}].at", m.at), content_type=_TEXT if is_text else _JSON, content=content,
         metadata=json(m.metadata).decode(),
     )
 
