@@ -516,7 +516,7 @@ class HttpEndpoint:
         The SDK parses a message with the standard library, then validates, dumps and validates it again with
         pydantic, each step holding the event loop every request shares (a 99,000-key call, profiled: 41 ms
         validating, 18 parsing, 15 dumping, 11 pre-parsing the arguments); a tools/call of 99,000 items held it
-        130-320 ms (bench/mcp_stall.py), while a tool call a model writes holds hundreds. The bounds are counted
+        130-435 ms (bench/mcp_stall.py), while a tool call a model writes holds hundreds. The bounds are counted
         in C (jsonbody.items) and the id read by msgspec skipping the rest (~2 ms for 8 MB), so a refused
         message is never decoded (tests/test_mcp.py::test_refusing_a_message_decodes_none_of_it).
         """
