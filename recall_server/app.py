@@ -161,7 +161,8 @@ def create_app(settings: Settings) -> Litestar:
             log.info("shutdown complete: pool closed")
 
     # /mcp: the MCP tools over streamable HTTP, in front of the framework (asgi.Mount), checking keys itself
-    mcp = HttpEndpoint(settings.max_body_bytes, settings.max_json_items, settings.mcp_allowed_origins)
+    mcp = HttpEndpoint(settings.max_body_bytes, settings.max_json_items, settings.mcp_allowed_origins,
+                       settings.mcp_max_body_bytes, settings.mcp_max_items)
     protected = [*threads.ROUTES, *workers.ROUTES, *triggers.ROUTES, *meta.ROUTES, *keys.ROUTES, *memories.ROUTES,
                  *hooks.ROUTES, *lens.ROUTES, *checkpoints.ROUTES, *messages.ROUTES]
     protected += trace_routes.ROUTES

@@ -73,7 +73,8 @@ def items(body: bytes, limit: int) -> int:
     found = body.count(b",")
     if found <= limit:
         return found
-    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # (searching for the escapes costs ~6 ms each in 8 MB, finding none: only a text with a backslash has them)
+    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in body else body
     strings = plain.count(b'"') // 2
     if strings > 2 * limit + 1:
         return strings // 2

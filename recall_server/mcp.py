@@ -27,7 +27,7 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, ResourceLink, TextContent
+from mcp.types import INVALID_PARAMS, CallToolResult, ResourceLink, TextContent
 from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, Field
 
@@ -430,22 +430,25 @@ class HttpEndpoint:
     - The key is checked with the database before the body is read (a forged key costs one lookup).
     - Stateless JSON responses leave nothing to stream: GET (an SSE stream) and DELETE (a session)
       are 405, as the transport spec allows, instead of a stream held open until a timeout cuts it.
-    - The body is bounded as the API's are: over RECALL_MAX_BODY_BYTES a 413, JSON that is malformed,
-      nests too deeply or repeats a key a 400, more than RECALL_MAX_JSON_ITEMS keys and items a 413,
-      all problem+json, before the SDK parses anything.
+    - The body is bounded more tightly than the API's, before the SDK parses anything: over
+      RECALL_MAX_BODY_BYTES it is not read (a 413 problem); over RECALL_MCP_MAX_BODY_BYTES bytes or
+      RECALL_MCP_MAX_ITEMS keys and array items it is refused in JSON-RPC (`refusal`); JSON that is
+      malformed, nests too deeply or repeats a key is a 400 problem.
     """
 
     path = "/mcp"
     origin = "http://recall.in-process"  # what the tools' in-process requests are addressed to
 
-    def __init__(self, max_body_bytes: int, max_json_items: int, allowed_origins: str | None = None) -> None:
+    def __init__(self, max_body_bytes: int, max_json_items: int, allowed_origins: str | None = None,
+                 mcp_max_body_bytes: int = 1024 * 1024, mcp_max_items: int = 4096) -> None:
         # The SDK's own DNS-rebinding check wants exact Host values; the Origin check here replaces it.
         self.server = RecallMCP(stateless_http=True, json_response=True, max_request_body_size=max_body_bytes,
                                 transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
                                 log_level="WARNING")
         self.server.streamable_http_app()  # creates the session manager
         self.max_body_bytes = max_body_bytes
-        self.max_json_items = max_json_items
+        self.max_bytes = min(mcp_max_body_bytes, max_body_bytes)
+        self.max_items = min(mcp_max_items, max_json_items)
         self.origins = origins(allowed_origins)
         self.app: Any = None  # the framework app the tools call in-process (bind)
         self.inner: Any = None
@@ -485,8 +488,16 @@ class HttpEndpoint:
                 raise errors.MethodNotAllowed("/mcp answers POST only: its responses are JSON, never a stream.",
                                               headers={"Allow": "POST"})
             body = await self._body(headers, receive)
+            refused = self.refusal(body)
+            if refused is None:
+                jsonbody.decode(body, self.max_items)
         except errors.Problem as problem:
             await errors.send(send, problem, self.path, request_id(scope))
+            return
+        if refused is not None:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(refused)).encode())]})
+            await send({"type": "http.response.body", "body": refused})
             return
         async with AsyncRecallClient(self.origin, None, run=run, transport=httpx.ASGITransport(app=self.inner),
                                      headers=forwarded, max_retries=0) as client:
@@ -494,13 +505,49 @@ class HttpEndpoint:
             await self.server.session_manager.handle_request(scope, replay(body, receive), send)
 
     async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
-        """The request's body within the size limit, and its JSON within the API's bounds, or the problem."""
+        """The request's body within the API's size limit, or the problem."""
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body_bytes:
             raise errors.PayloadTooLarge(f"The request body is larger than {self.max_body_bytes} bytes.")
-        body = await read_body(receive, self.max_body_bytes)  # limits.BodyGuard bounds the time
-        jsonbody.decode(body, self.max_json_items)
-        return body
+        return await read_body(receive, self.max_body_bytes)  # limits.BodyGuard bounds the time
+
+    def refusal(self, body: bytes) -> bytes | None:
+        """None for a message within /mcp's bounds. Else the JSON-RPC answer refusing it, made from its id and
+        method alone: a tool error for tools/call (a model reads it and can send less), an invalid-params
+        error for any other request; a message without an id (a notification, a batch) is a 413 problem.
+
+        The SDK parses a message with the standard library, then validates, dumps and validates it again with
+        pydantic, each step holding the event loop every request shares (a 99,000-key call, profiled: 41 ms
+        validating, 18 parsing, 15 dumping, 11 pre-parsing the arguments); a tools/call of 99,000 items held it
+        130-435 ms (bench/mcp_stall.py), while a tool call a model writes holds hundreds. The bounds are counted
+        in C (jsonbody.items) and the id read by msgspec skipping the rest (~2 ms for 8 MB), so a refused
+        message is never decoded (tests/test_mcp.py::test_refusing_a_message_decodes_none_of_it).
+        """
+        if len(body) > self.max_bytes:  # its items are not counted: ~2 ms a MB
+            what = f"is {len(body)} bytes"
+        elif jsonbody.items(body, self.max_items) > self.max_items:
+            what = f"holds more than {self.max_items} keys and array items"
+        else:
+            return None
+        detail = (f"This /mcp message {what}: one message may hold at most {self.max_bytes} bytes and "
+                  f"{self.max_items} keys and array items (RECALL_MCP_MAX_BODY_BYTES, RECALL_MCP_MAX_ITEMS).")
+        try:
+            envelope = _ENVELOPE.decode(body)
+        except msgspec.ValidationError:  # a batch, or an id that is neither a number nor a string
+            raise errors.PayloadTooLarge(detail) from None
+        except msgspec.DecodeError as exc:
+            raise errors.BadRequest(f"The request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise errors.BadRequest("The request body is not valid JSON: nested too deeply") from None
+        if envelope.id is None:
+            raise errors.PayloadTooLarge(detail)
+        if envelope.method == "tools/call":
+            text = (f"{detail} Nothing was done. Call the tool again with less: split a long list or a large "
+                    "value over several calls, or write large content through the HTTP API.")
+            answer: dict[str, Any] = {"result": {"content": [{"type": "text", "text": text}], "isError": True}}
+        else:
+            answer = {"error": {"code": INVALID_PARAMS, "message": detail}}
+        return _encode({"jsonrpc": "2.0", "id": envelope.id, **answer})
 
     async def _problem(self, scope: Scope, send: Send, exc: RecallError) -> None:
         """The key check's problem, with the API's members, for this request."""
@@ -514,6 +561,15 @@ class HttpEndpoint:
         await send({"type": "http.response.start", "status": exc.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
+
+class _Envelope(msgspec.Struct):
+    """What a refused /mcp message is answered by: its id and method (the rest is skipped, not decoded)."""
+
+    id: int | str | None = None
+    method: str | None = None
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 

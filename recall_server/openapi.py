@@ -9,6 +9,8 @@ Structs. What it cannot know, added here in one place:
     Retry-After on 503, and the content routes' 206/304 and any-media-type bodies;
   - OpenAPI links from every create to the reads and writes it enables, so a stateful
     tester (schemathesis) walks the same hop chains an agent does;
+  - query parameters it cannot describe (a JSON object, a date-time, a repeated one's item pattern), and
+    rules between a field's values that msgspec cannot state (no NUL in checkpoint metadata, at any depth);
   - IDs as named schemas (ThreadId, WorkerId, TriggerId, ReportId, MemoryId, AnyId), and their patterns on
     path parameters. The server answers a malformed or wrong-kind path ID with a 404 naming it
     (contract 3), so there the pattern is published, not enforced by the framework (a 400).
@@ -115,7 +117,8 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     """Litestar's generated document with the corrections listed at the top of this module."""
     doc = copy.deepcopy(doc)
     schemas = _named_ids(_exact_components(sorted(doc["components"]["schemas"])))
-    doc["components"]["schemas"] = schemas = dict(sorted({**schemas, **_id_components()}.items()))
+    doc["components"]["schemas"] = schemas = dict(sorted({
+        **schemas, **_id_components(), "JsonWithoutNul": copy.deepcopy(_JSON_WITHOUT_NUL)}.items()))
     ops = _operations(doc)
 
     for _, _, op in ops.values():
@@ -200,6 +203,13 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
             op["responses"].setdefault("400", {"description": "A malformed X-Recall-Run header (or parameter).",
                                                "content": {PROBLEM_JSON: {"schema": _PROBLEM}}})
     _lens_links(ops)
+    _query_values(ops)
+
+    # Checkpoint metadata is stored as jsonb, which cannot hold a NUL: the server refuses one, naming the field.
+    metadata = schemas["PutCheckpoint"]["properties"]["metadata"]
+    metadata.update({"propertyNames": {"pattern": _NO_NUL},
+                     "additionalProperties": {"$ref": "#/components/schemas/JsonWithoutNul"}})
+    metadata["description"] += " No string or member name in it may hold the NUL character (U+0000)."
 
     schemas["Spilled"]["minProperties"] = 1
     # Exactly one of seqs, newest and through (a null one counts as absent; the server answers 422 otherwise).
@@ -228,6 +238,36 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 _HOOK_ID = {"type": "string", "pattern": ids.HOOK_ID_PATTERN, "description": "A webhook endpoint's ID."}
+_NO_NUL = "^[^\\u0000]*$"
+_JSON_WITHOUT_NUL = {
+    "description": "Any JSON value with no NUL character (U+0000) in a string or a member name (PostgreSQL's "
+                   "jsonb cannot hold one).",
+    "anyOf": [{"type": ["null", "boolean", "number"]}, {"type": "string", "pattern": _NO_NUL},
+              {"type": "array", "items": {"$ref": "#/components/schemas/JsonWithoutNul"}},
+              {"type": "object", "propertyNames": {"pattern": _NO_NUL},
+               "additionalProperties": {"$ref": "#/components/schemas/JsonWithoutNul"}}],
+}
+# Query parameters whose value is a JSON object (the server decodes it): published as such, with their bound
+# on the text (which no schema of the object can state) in their description.
+_JSON_QUERY = {("ListCheckpoints", "metadata_contains"), ("ListMemories", "value_contains")}
+
+
+def _query_values(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
+    """What Litestar cannot say of a query parameter: that it is JSON, that it is a date-time, and the pattern
+    of a repeated one's items (which Litestar enforces and leaves out)."""
+    for op_id, (_, _, op) in ops.items():
+        for param in op.get("parameters", []):
+            schema = param.get("schema", {})
+            if (op_id, param["name"]) in _JSON_QUERY:
+                param["description"] += f" At most {schema['maxLength']} characters of JSON."
+                for key in ("schema", "allowReserved"):  # a parameter with `content` has no serialisation style
+                    param.pop(key, None)
+                param["content"] = {"application/json": {"schema": {"type": "object"}}}
+            elif op_id == "ListMessages" and param["name"] in ("since", "until"):
+                schema["oneOf"][0]["format"] = "date-time"
+            elif (op_id, param["name"]) == ("ListMemories", "tag"):
+                next(v for v in schema["oneOf"] if v.get("type") == "array")["items"].update(
+                    msgspec.json.schema(models.TagFilter))
 
 
 def _github_delivery(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:

@@ -26,13 +26,16 @@ _IGNORABLE = (  # the Basic Multilingual Plane's part, which a published pattern
     r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
     r"\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
 )
-_NOTHING = rf"{_IGNORABLE}\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff\ud800-\udfff"
+# ... and beyond it (shorthand format controls, musical symbol formatting, tags), written as the characters
+# themselves: a \u escape names no character past U+FFFF. Python's patterns and ECMA 262's with the u flag
+# (JSON Schema's) read each as one code point; openapi.yaml's YAML escapes them (\U000E0000).
+_ASTRAL_IGNORABLE = "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+_NOTHING = rf"{_IGNORABLE}{_ASTRAL_IGNORABLE}\ud800-\udfff"
 _NOTHING_RUN = re.compile(f"[{_NOTHING}]+")
 _INVISIBLE = re.compile(f"[{_NOTHING}{_REFUSED}]")
-# The pattern of a memory key (models.MemoryKey), published in openapi.yaml, so a schema-valid key is refused
-# by memory_key only for an astral ignorable (shorthand format controls, tags): openapi.yaml's patterns are
-# written with \u escapes, which cannot name characters beyond U+FFFF.
-KEY = rf"^[^{_IGNORABLE}{_REFUSED}]*\Z"
+# The pattern of a memory key (models.MemoryKey), published in openapi.yaml: a schema-valid key is one
+# memory_key keeps (surrogates aside, which no JSON text decodes to).
+KEY = rf"^[^{_IGNORABLE}{_ASTRAL_IGNORABLE}{_REFUSED}]*\Z"
 KEY_MAX = 256
 
 

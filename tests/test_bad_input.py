@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from helpers import Graph, ServerProcess, assert_problem, uid
+from jsonschema import Draft202012Validator
+
+from recall_server import config
+from recall_server.app import create_app
+from recall_server.openapi import document
 
 POSTS = ["/threads", "/workers", "/triggers"]
 
@@ -168,3 +174,139 @@ def test_free_text_emptied_or_grown_past_its_limit_is_400_naming_the_field(clien
     problem = assert_problem(client.post("/threads", json=body), 400)
     assert f"{field} must be" in problem["detail"] and "Unicode NFC" in problem["detail"], problem
     assert client.get("/threads", params={"limit": 500}).json()["data"] == before
+
+
+# ---- what the schema allows, the server takes; what it refuses, the schema says ----------------------
+
+
+@pytest.fixture(scope="module")
+def published() -> dict:
+    """The document `recall-server openapi` writes (what the server serves), from the code under test."""
+    return document(create_app(config.Settings(database_url="postgresql://unused")))
+
+
+def parameter(doc: dict, path: str, name: str) -> dict:
+    return next(p for p in doc["paths"][path]["get"]["parameters"] if p["name"] == name)
+
+
+def checkpoint(thread: str, checkpoint_id: str, metadata: object) -> dict:
+    return {"thread_id": thread, "checkpoint_id": checkpoint_id, "type": "msgpack", "checkpoint": "",
+            "metadata": metadata}
+
+
+@pytest.mark.parametrize(("tag", "status"), [("", 400), ("lang", 400), (":en", 400), ("lang:", 200),
+                                             ("lang:en", 200), ("url:https://x", 200)])
+def test_a_tag_filter_is_key_colon_value_as_its_published_items_pattern_says(
+        client: httpx.Client, published: dict, tag: str, status: int) -> None:
+    items = parameter(published, "/memories", "tag")["schema"]["oneOf"][0]["items"]
+    assert bool(re.search(items["pattern"], tag)) == (status == 200)
+    response = client.get("/memories", params={"tag": tag})
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert_problem(response, 400, "tag")
+
+
+def test_one_tag_key_given_two_values_matches_no_memory(client: httpx.Client) -> None:
+    space = ["t", uid("thr")[4:]]
+    made = client.post("/memories", json={"namespace": space, "key": "k", "value": 1, "tags": {"lang": "en"}})
+    assert made.status_code == 201, made.text
+    one = client.get("/memories", params={"namespace": "/".join(space), "tag": ["lang:en"]}).json()
+    assert [m["key"] for m in one["data"]] == ["k"]
+    both = client.get("/memories", params={"namespace": "/".join(space), "tag": ["lang:en", "lang:de"]})
+    assert both.status_code == 200, both.text
+    assert both.json() == {"data": [], "next_cursor": None, "has_more": False}
+    assert_problem(client.get("/memories", params={"tag": ["lang:en", "lang:de"], "cursor": "abc.def"}), 400,
+                   "Invalid cursor")  # reading no row still checks the cursor
+
+
+@pytest.mark.parametrize(("path", "name"), [("/checkpoints", "metadata_contains"), ("/memories", "value_contains")])
+def test_a_json_filter_is_published_as_a_json_object(published: dict, path: str, name: str) -> None:
+    param = parameter(published, path, name)
+    assert "schema" not in param and param["content"] == {"application/json": {"schema": {"type": "object"}}}
+    assert "At most 4096 characters of JSON" in param["description"]
+
+
+def test_a_metadata_filter_holding_a_nul_matches_no_checkpoint(client: httpx.Client) -> None:
+    """No stored metadata holds a NUL (a put refuses one), so such a filter, a JSON object as published, is
+    an empty page, not jsonb's refusal."""
+    thread = uid("lg")
+    assert client.post("/checkpoints", json=checkpoint(thread, "c1", {"step": "a"})).status_code == 201
+    for contains in ('{"step": "a\\u0000"}', '{"st\\u0000ep": "a"}'):
+        page = client.get("/checkpoints", params={"thread_id": thread, "metadata_contains": contains})
+        assert page.status_code == 200 and page.json()["data"] == [], page.text
+    found = client.get("/checkpoints", params={"thread_id": thread, "metadata_contains": '{"step": "a"}'}).json()
+    assert [c["checkpoint_id"] for c in found["data"]] == ["c1"]
+
+
+@pytest.mark.parametrize(("metadata", "stored"), [
+    ({"source": "a\u0000b"}, False), ({"a\u0000": 1}, False), ({"deep": [{"x": ["\u0000"]}]}, False),
+    ({"source": "a\\u0000b"}, True),  # a backslash, then the text u0000: no NUL
+    ({"step": 1, "writes": {"node": ["x"]}}, True),
+])
+def test_checkpoint_metadata_with_a_nul_is_refused_naming_the_field_as_the_schema_says(
+        client: httpx.Client, published: dict, metadata: dict, stored: bool) -> None:
+    body = checkpoint(uid("lg"), "c1", metadata)
+    schema = Draft202012Validator({"$ref": "#/components/schemas/PutCheckpoint", **published})
+    assert schema.is_valid(body) == stored
+    response = client.post("/checkpoints", json=body)
+    if stored:
+        assert response.status_code == 201, response.text
+    else:
+        assert assert_problem(response, 400, "NUL")["field"] == "metadata"
+
+
+def test_a_checkpoint_thread_copied_onto_itself_copies_nothing(client: httpx.Client) -> None:
+    """Two equal fields are a request no JSON Schema can refuse: the copy is LangGraph's savers' no-op."""
+    thread = uid("lg")
+    assert client.post("/checkpoints", json=checkpoint(thread, "c1", {})).status_code == 201
+    copied = client.post("/checkpoints/copy", json={"source_thread_id": thread, "target_thread_id": thread})
+    assert copied.status_code == 200 and copied.json() == {"checkpoints": 0}, copied.text
+    assert [c["checkpoint_id"] for c in client.get("/checkpoints", params={"thread_id": thread}).json()["data"]] \
+        == ["c1"]
+    missing = uid("lg")
+    assert_problem(client.post("/checkpoints/copy", json={"source_thread_id": missing, "target_thread_id": missing}),
+                   404)
+
+
+@pytest.mark.parametrize(("since", "until", "shown"), [
+    ("0001-01-01T00:00:00+01:00", None, True),  # before the year 1 in UTC: every message is after it
+    (None, "9999-12-31T23:59:59-01:00", True),  # after the year 9999 in UTC: every message is before it
+    ("9999-12-31T23:59:59-01:00", None, False),
+    (None, "0001-01-01T00:00:00+01:00", False),
+])
+def test_message_bounds_take_every_date_time_the_schema_allows(
+        client: httpx.Client, graph: Graph, published: dict, since: str | None, until: str | None,
+        shown: bool) -> None:
+    for name in ("since", "until"):
+        assert parameter(published, "/threads/{thread_id}/messages", name)["schema"]["oneOf"][0]["format"] \
+            == "date-time"
+    thread = graph.thread()["id"]
+    assert client.post(f"/threads/{thread}/messages", json={"messages": [
+        {"role": "user", "content": "hello"}]}).status_code == 201
+    params = {k: v for k, v in (("since", since), ("until", until)) if v}
+    page = client.get(f"/threads/{thread}/messages", params=params)
+    assert page.status_code == 200, page.text
+    assert len(page.json()["data"]) == (1 if shown else 0)
+    assert_problem(client.get(f"/threads/{thread}/messages", params={"since": "2026-01-01T00:00:00"}), 400,
+                   "UTC offset")
+
+
+@pytest.mark.parametrize(("at", "stored"), [
+    ("0001-01-01T00:00:00+01:00", False),  # the year 0 in UTC
+    ("0001-01-01T23:00:00+01:00", False),  # the published rule is by day and sign, and so is the server's
+    ("0001-01-01T00:00:00Z", True), ("0001-01-01T00:00:00-05:00", True), ("0001-01-02T00:00:00+23:59", True),
+    ("9999-12-31T23:00:00-05:00", False), ("9999-12-31T23:59:59Z", True), ("9999-12-31T23:59:59-00:00", True),
+])
+def test_a_stored_time_lies_within_the_years_1_to_9999_in_utc_as_the_schema_says(
+        client: httpx.Client, graph: Graph, published: dict, at: str, stored: bool) -> None:
+    schema = Draft202012Validator({"$ref": "#/components/schemas/AppendMessages", **published})
+    thread = graph.thread()["id"]
+    body = {"messages": [{"role": "user", "content": "hello", "at": at}]}
+    assert schema.is_valid(body) == stored
+    said = client.post(f"/threads/{thread}/messages", json=body)
+    trigger = client.post("/triggers", json={"source": "s", "summary": "s", "occurred_at": at})
+    if stored:
+        assert said.status_code == 201 and trigger.status_code == 201, (said.text, trigger.text)
+    else:
+        assert assert_problem(said, 400, "years 1-9999 in UTC")["field"] == "messages[0].at"
+        assert assert_problem(trigger, 400, "years 1-9999 in UTC")["field"] == "occurred_at"

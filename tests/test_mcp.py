@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 
 import recall_server
 from recall_server import demo
+from recall_server.mcp import HttpEndpoint
 
 READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
               "recall_backlinks", "recall_messages"}
@@ -446,6 +448,89 @@ def test_mcp_without_a_valid_key_is_a_401_problem(base_url: str) -> None:
         body = assert_problem(response, 401)
         assert body["instance"] == "/mcp" and body["request_id"] == response.headers["x-request-id"]
         assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+# ---- a message over /mcp's bounds: answered from its id and method, before anything decodes it --------
+
+STRINGS = [f"s{i}" for i in range(99_000)]  # within the API's bounds (RECALL_MAX_JSON_ITEMS), over /mcp's
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def message(id: int | str | None, method: str, params: dict[str, Any] | bytes) -> bytes:
+    """A JSON-RPC message (no id: a notification); raw params bytes are inserted as they are."""
+    raw = params if isinstance(params, bytes) else json.dumps(params).encode()
+    head = {"jsonrpc": "2.0", **({"id": id} if id is not None else {}), "method": method}
+    return json.dumps(head).encode()[:-1] + b', "params": ' + raw + b"}"
+
+
+def test_a_tool_call_over_the_mcp_bounds_is_a_tool_error_that_does_nothing(base_url: str, api_key: str) -> None:
+    """Over the real SDK client: the call answers a tool error saying which bound and what to do, nothing is
+    written, and the session goes on."""
+    user = uid("thr")[4:]
+
+    async def work() -> tuple[CallToolResult, CallToolResult, dict[str, Any]]:
+        async with session("http", base_url, api_key) as s:
+            wide = await s.call_tool("recall_remember", {"namespace": ["users", user], "key": "wide",
+                                                         "value": STRINGS})
+            large = await s.call_tool("recall_remember", {"namespace": ["users", user], "key": "large",
+                                                          "value": "x" * (2 << 20)})
+            return wide, large, view(await s.call_tool("recall_recall", {"namespace": ["users", user]}))
+
+    wide, large, listed = run(work())
+    assert wide.isError and text(wide).startswith("This /mcp message holds more than 4096 keys and array items: ")
+    assert "(RECALL_MCP_MAX_BODY_BYTES, RECALL_MCP_MAX_ITEMS)" in text(wide)
+    assert "Nothing was done. Call the tool again with less" in text(wide)
+    assert large.isError and text(large).startswith("This /mcp message is ")
+    assert " bytes: one message may hold at most 1048576 bytes and 4096 keys and array items" in text(large)
+    assert listed["data"] == []
+
+
+def test_a_message_over_the_mcp_bounds_is_refused_before_it_is_decoded(base_url: str, api_key: str) -> None:
+    """Decoding refuses a repeated key (a 400): a message over the bounds that also repeats one is answered
+    for its size, so the bound is checked before anything decodes the message."""
+    headers = {"Authorization": f"Bearer {api_key}", **MCP_HEADERS}
+    repeated = b'{"namespace": "users/x", "key": "k", "key": "k", "value": '
+
+    def post(body: bytes) -> httpx.Response:
+        return httpx.post(f"{base_url}/mcp", content=body, headers=headers, timeout=60)
+
+    wide = post(message(2, "tools/call", {"name": "recall_remember", "arguments": "ARGS"}).replace(
+        b'"ARGS"', repeated + json.dumps(STRINGS).encode() + b"}"))
+    assert wide.status_code == 200 and wide.headers["content-type"] == "application/json", wide.text
+    answer = wide.json()
+    assert answer["id"] == 2 and answer["result"]["isError"] is True
+    assert answer["result"]["content"][0]["text"].startswith("This /mcp message holds more than 4096 keys")
+    within = post(message(3, "tools/call", {"name": "recall_remember", "arguments": "ARGS"}).replace(
+        b'"ARGS"', repeated + b"[1, 2, 3]}"))
+    assert_problem(within, 400, "repeats the key 'key'")
+    # Any other request: a JSON-RPC error with its own id.
+    listing = post(message("list-1", "tools/list", {"_meta": {"strings": STRINGS}}))
+    assert listing.status_code == 200, listing.text
+    error = listing.json()
+    assert error["id"] == "list-1" and error["error"]["code"] == -32602
+    assert error["error"]["message"].startswith("This /mcp message holds more than 4096 keys")
+    # Nothing to answer in JSON-RPC (a notification, a batch): the problem.
+    note = message(None, "notifications/initialized", {"_meta": {"strings": STRINGS}})
+    assert_problem(post(note), 413, "RECALL_MCP_MAX_ITEMS")
+    assert_problem(post(b"[" + message(4, "tools/list", {"_meta": {"strings": STRINGS}}) + b"]"), 413)
+    # Beyond the API's own bounds the body is not read at all.
+    assert_problem(post(message(5, "tools/call", {"name": "recall_get", "arguments": {"id": "x" * (9 << 20)}})), 413)
+
+
+def test_refusing_a_message_decodes_none_of_it() -> None:
+    """What refusing allocates is the body's size or two (jsonbody.items), never its values: decoding these
+    99,000 empty objects allocates 18 times the body (msgspec; the standard library 19)."""
+    endpoint = HttpEndpoint(8 << 20, 100_000)
+    body = message(2, "tools/call", {"name": "recall_remember",
+                                     "arguments": {"namespace": "a", "key": "k", "value": [{}] * 99_000}})
+    tracemalloc.start()
+    try:
+        answer = endpoint.refusal(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer is not None and json.loads(answer)["result"]["isError"] is True
+    assert peak < 3 * len(body), (peak, len(body))
 
 
 def test_the_session_run_is_sent_on_reads(base_url: str, api_key: str, server: ServerProcess, story: None) -> None:

@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 from openapi_spec_validator import validate
 
-from recall_server import config
+from recall_server import config, text
 from recall_server.app import create_app
-from recall_server.openapi import document_yaml
+from recall_server.openapi import document, document_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "openapi.yaml"
@@ -67,3 +68,18 @@ def test_creates_link_to_the_reads_they_enable() -> None:
     assert {"ListEvents", "AddNote", "AssignOwner"} <= links.keys()
     report_links = doc["paths"]["/workers/{worker_id}/reports"]["post"]["responses"]["201"]["links"]
     assert report_links["GetReport"]["parameters"] == {"report_id": "$response.body#/id"}
+
+
+@pytest.mark.parametrize("key", ["tone", "café", "emoji \U0001f600", "tone\u200b", "tone\U000e0001", "a\U0001d173b",
+                                 "x\U0001bca0", "tone\U000e0579"])
+def test_the_published_memory_key_pattern_refuses_what_the_server_refuses(key: str) -> None:
+    """Astral ignorables (tags, shorthand format controls) too: the pattern names them as characters, so a
+    schema-valid key is never refused by text.memory_key."""
+    doc = document(create_app(config.Settings(database_url="postgresql://unused")))
+    pattern = doc["components"]["schemas"]["CreateMemory"]["properties"]["key"]["pattern"]
+    try:
+        text.memory_key(key)
+        kept = True
+    except ValueError:
+        kept = False
+    assert bool(re.search(pattern, key)) == kept

@@ -5,12 +5,13 @@ Length limits are what keep every inline view inside the smallest allowed budget
 """
 
 from recall_server.models.common import (  # noqa: F401
-    AnyId, ContentType, DateTimeText, DisplayLabel, FREE_TEXT, Label, MAX_LINKS, MemoryId, Name, Namespace, OneLine, ReportId, Request,
-    SEGMENT, Segment, Source, Status, Summary, ThreadId, Timestamp, Title, TriggerId, TriggerLinks, WorkerId,
+    AnyId, BEYOND_UTC_YEARS, ContentType, DateTimeText, DisplayLabel, FREE_TEXT, Label, MAX_LINKS, MemoryId, Name,
+    Namespace, OneLine, ReportId, Request, SEGMENT, Segment, Source, Status, Summary, ThreadId, Timestamp, Title,
+    TriggerId, TriggerLinks, WorkerId,
 )
 from recall_server.models.requests import (  # noqa: F401
     AssignOwner, CreateKey, CreateMemory, CreateNote, CreateReport, CreateThread, CreateTrigger, CreateWorker,
-    Grant, Grants, MAX_SOURCES, MemoryKey, Sources, Subject, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
+    Grant, Grants, MAX_SOURCES, MemoryKey, Sources, Subject, TagFilter, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
 )
 from recall_server.models.views import (  # noqa: F401
     Event, EventPage, Health, KeyList, KeyView, Link, MemoryIndexEntry, MemoryPage, MemoryVersion,

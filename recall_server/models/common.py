@@ -36,8 +36,13 @@ ContentType = Annotated[
 TriggerLinks = Annotated[list[TriggerId], Meta(max_length=MAX_LINKS)]
 Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+\Z", examples=["router-1"])]
 Timestamp = Annotated[datetime, Meta(extra_json_schema={"format": "date-time"})]
+# A time that is stored lies within the years 1-9999 in UTC (Python's datetime holds no other): one on the first
+# day with an offset ahead of UTC, or on the last with one behind it, is refused (service.inputs.stored_time),
+# as this pattern says. (Later on the first day it would fit: a rule a pattern states, a clock comparison not.)
+BEYOND_UTC_YEARS = r"^(?:0001-01-01[Tt].*\+(?!00:00)|9999-12-31[Tt].*-(?!00:00))\d\d:\d\d\Z"
 # A string in bodies: Litestar decodes bodies leniently and would take a number as Unix seconds.
-DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "date-time"})]
+DateTimeText = Annotated[str, Meta(max_length=64, extra_json_schema={
+    "format": "date-time", "not": {"pattern": BEYOND_UTC_YEARS, "description": "beyond the years 1-9999 in UTC"}})]
 
 
 class Request(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -78,6 +78,9 @@ MemoryKey = Annotated[str, Meta(min_length=1, max_length=256, pattern=text.KEY, 
 TagKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,24}\Z")]
 TagValue = Annotated[str, Meta(max_length=24, pattern=r"^[A-Za-z0-9._:/@+-]*\Z")]
 Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=16, description="At most 16; filter with tag=key:value.")]
+# A tag filter (GET /memories?tag=): key:value with a key. Unanchored at its end, as JSON Schema reads patterns
+# (openapi.py publishes it on the parameter's items): the value may be anything.
+TagFilter = Annotated[str, Meta(pattern=r"^[^:]+:")]
 MAX_SOURCES = 8
 Sources = Annotated[list[AnyId], Meta(max_length=MAX_SOURCES, description="IDs it was learned from; each must be live.")]
 

@@ -16,6 +16,7 @@ from recall_server.models import (
     MemoryVersionPage,
     MemoryView,
     NamespacePage,
+    TagFilter,
 )
 from recall_server.routes import (
     Budget,
@@ -82,8 +83,9 @@ async def list_memories(
     labels: LabelFilter,
     namespace: Prefix = None,
     kind: Annotated[MemoryKind | None, Parameter(description="Only memories of this kind.")] = None,
-    tag: Annotated[list[str] | None, Parameter(
-        description="Only memories with this tag, as key:value (repeat for several: all must match).")] = None,
+    tag: Annotated[list[TagFilter] | None, Parameter(description=(
+        "Only memories with this tag, as key:value (repeat for several: all must match, so one key with two "
+        "values matches none)."))] = None,
     value_contains: Annotated[str | None, Parameter(
         max_length=4096, description="A JSON object the (JSON) value must contain, e.g. {\"lang\":\"en\"}.")] = None,
     cursor: Cursor = None,

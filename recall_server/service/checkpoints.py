@@ -15,6 +15,7 @@ make its state) and its metadata (list filters). What is particular here:
 from __future__ import annotations
 
 import hashlib
+import re
 from urllib.parse import urlencode
 
 import asyncpg
@@ -72,6 +73,15 @@ def metadata_filter(text: str | None) -> str | None:
     if not isinstance(parsed, dict):
         raise BadRequest("metadata_contains must be a JSON object.", field="metadata_contains")
     return text
+
+
+# The escape of a NUL in a JSON text: \u0000 after an even number of backslashes (each pair one backslash).
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def holds_nul(json_text: str) -> bool:
+    """Whether a JSON text holds the NUL character (U+0000) in a string or a member name: jsonb cannot."""
+    return "\\u0000" in json_text and _NUL.search(json_text) is not None
 
 
 def _tuple(row: asyncpg.Record) -> CheckpointTupleView:
@@ -165,9 +175,12 @@ class Checkpoints:
         metadata = metadata_filter(metadata_contains)
         pager = self.cursors.pager(cursor, tuple[str, str, str], "checkpoints", thread_id, checkpoint_ns, before,
                                    metadata)
+        # No metadata holds a NUL (a put refuses one): a filter holding one reads no row, and no NUL reaches jsonb.
+        possible = metadata is None or not holds_nul(metadata)
         async with self.db.connection() as conn:
             tenant, rows = await q.list_checkpoints(conn, cred, thread_id, checkpoint_ns, before, pager.after,
-                                                    metadata, limit + 1, PAGE_BYTES)
+                                                    metadata if possible else None, limit + 1 if possible else 0,
+                                                    PAGE_BYTES)
             gone = not rows and thread_id is not None and await q.checkpoint_thread_gone(conn, cred, thread_id)
         shown, next_cursor, has_more = pager.page(
             tenant, [_tuple(r) for r in rows], limit, lambda t: [t.checkpoint_id, t.thread_id, t.checkpoint_ns],
@@ -180,12 +193,16 @@ class Checkpoints:
 
     async def put(self, cred: Credential, req: PutCheckpoint) -> Outcome:
         """Store a checkpoint and its new channel values: 201, or 200 for a retry of the same put."""
+        metadata = _json.encode(req.metadata).decode()
+        if holds_nul(metadata):  # openapi.yaml states it (JsonWithoutNul); else PostgreSQL's cast would refuse it
+            raise BadRequest("metadata must not hold the NUL character (U+0000) in a string or a member name: "
+                             "PostgreSQL's jsonb cannot store it.", field="metadata")
         h = hashlib.sha256(_json.encode(req)).digest()
         ref = CheckpointRef(thread_id=req.thread_id, checkpoint_ns=req.checkpoint_ns, checkpoint_id=req.checkpoint_id)
         async with self.db.connection() as conn:
             gone, made, stored = await q.put_checkpoint(
                 conn, cred, req.thread_id, req.checkpoint_ns, req.checkpoint_id, req.parent_checkpoint_id, req.type,
-                req.checkpoint, _json.encode(req.channel_versions).decode(), _json.encode(req.metadata).decode(), h,
+                req.checkpoint, _json.encode(req.channel_versions).decode(), metadata, h,
                 [b.channel for b in req.blobs], [b.version for b in req.blobs], [b.type for b in req.blobs],
                 [b.data for b in req.blobs], "/".join(req.namespace or ()))
         if gone:
@@ -228,9 +245,8 @@ class Checkpoints:
 
     async def copy_thread(self, cred: Credential, req: CopyCheckpoints) -> CheckpointCount:
         """Copy a thread's checkpoints, values and writes to another: 404 unknown source, 410 an erased one,
-        409 an erased target."""
-        if req.source_thread_id == req.target_thread_id:
-            raise BadRequest("source_thread_id and target_thread_id are the same thread.", field="target_thread_id")
+        409 an erased target. A thread copied onto itself already holds all of it: 0 copied, as LangGraph's
+        savers do (an INSERT ... ON CONFLICT DO NOTHING of the same rows)."""
         async with tenancy.session(self.db, cred, "write") as (conn, tenant):
             states = await q.lock_checkpoint_threads(conn, tenant, [req.target_thread_id], [req.source_thread_id])
             source = states.get(req.source_thread_id, State.MISSING)

@@ -63,19 +63,19 @@ def memory_key(key: str) -> str:
         raise BadRequest(str(exc), field="key") from None
 
 
-def tag_filter(tags: list[str] | None) -> str | None:
-    """`tag=key:value` parameters as the JSON object a memory's tags must contain."""
+def tag_filter(tags: list[str] | None) -> tuple[str | None, bool]:
+    """`tag=key:value` parameters as the JSON object a memory's tags must contain, and whether a memory can
+    match them at all: a tag given twice with two values matches none (a memory has one value a tag)."""
     if not tags:
-        return None
+        return None, True
     found: dict[str, str] = {}
+    possible = True
     for tag in tags:
         name, sep, value = tag.partition(":")
-        if not sep or not name:
+        if not sep or not name:  # the published pattern (routes/memories.py) refuses it first
             raise BadRequest(f"tag must be key:value, got {tag!r}.", field="tag")
-        if found.get(name, value) != value:  # no memory has two values for one tag
-            raise BadRequest(f"tag {name} is given twice with different values.", field="tag")
-        found[name] = value
-    return json(found).decode()
+        possible = possible and found.setdefault(name, value) == value
+    return json(found).decode(), possible
 
 
 def value_filter(text: str | None) -> str | None:
@@ -138,12 +138,13 @@ class Memories:
     async def list_memories(self, cred: Credential, namespace: str | None, kind: str | None, tags: list[str] | None,
                             labels: Labels, value_contains: str | None, cursor: str | None,
                             limit: int) -> MemoryPage:
-        tag_json, value_json = tag_filter(tags), value_filter(value_contains)
+        (tag_json, possible), value_json = tag_filter(tags), value_filter(value_contains)
         pager = self.cursors.pager(cursor, tuple[str, str], "memories", namespace, kind, tag_json, labels.key(),
                                    value_json)
-        async with self.db.connection() as conn:
+        async with self.db.connection() as conn:  # tags no memory can match read no row (and still check a cursor)
             tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
-                                                 pager.after, limit + 1, LIST_INLINE_BYTES, recode_filter(value_json))
+                                                 pager.after, limit + 1 if possible else 0, LIST_INLINE_BYTES,
+                                                 recode_filter(value_json))
         entries = []
         for r in rows:
             entry = MemoryIndexEntry(

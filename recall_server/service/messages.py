@@ -31,7 +31,7 @@ from recall_server.models import (
 from recall_server.observability import CONTENT_CACHE
 from recall_server.rows import Content, Outcome
 from recall_server.service import idempotency
-from recall_server.service.inputs import json, timestamp
+from recall_server.service.inputs import bound, json, stored_time
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
 from recall_server.text import one_line
@@ -91,7 +91,7 @@ class Messages:
                    since: str | None, until: str | None, include_retracted: bool, order: str) -> MessagePage:
         """A page of the replay, oldest first (or newest first), each message once."""
         await self.views.authenticated_miss(cred, "thread", thread_id)
-        start, end = timestamp("since", since), timestamp("until", until)
+        start, end = bound("since", since), bound("until", until)
         newest_first = order == "desc"
         pager = self.cursors.pager(cursor, tuple[int], "messages", thread_id, role, start, end,
                                    include_retracted, order)
@@ -190,7 +190,7 @@ def _row(i: int, m: NewMessage) -> q.NewMessageRow:
     content = m.content.encode() if is_text else json(m.content)
     return q.NewMessageRow(
         summary=preview(m), role=m.role, name=m.name, tool_call_id=m.tool_call_id,
-        at=timestamp(f"messages[{i}].at", m.at), content_type=_TEXT if is_text else _JSON, content=content,
+        at=stored_time(f"messages[{i}].at", m.at), content_type=_TEXT if is_text else _JSON, content=content,
         metadata=json(m.metadata).decode(),
     )
 

@@ -33,7 +33,7 @@ from recall_server.models import (
 )
 from recall_server.rows import Outcome, TriggerRow
 from recall_server.service import idempotency
-from recall_server.service.inputs import created, encode_content, expiry, json, labels, request_hash, timestamp
+from recall_server.service.inputs import created, encode_content, expiry, json, labels, request_hash, stored_time
 from recall_server.service.views import Views
 
 Operation = Callable[[q.Conn, str], Awaitable[Outcome]]
@@ -134,7 +134,7 @@ class Writes:
         if trigger_id in req.neighbours:
             raise Unprocessable("A trigger cannot be its own neighbour.", id=trigger_id)
         content_type, payload = encode_content("payload", req.payload, req.content_type)
-        occurred_at = timestamp("occurred_at", req.occurred_at)
+        occurred_at = stored_time("occurred_at", req.occurred_at)
         expires_at = expiry(req)
         h = request_hash(msgspec.structs.replace(req, id=trigger_id))
         if req.external_id is not None and req.external_id.startswith("hk_"):
