@@ -263,7 +263,8 @@ def _query_values(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
                 for key in ("schema", "allowReserved"):  # a parameter with `content` has no serialisation style
                     param.pop(key, None)
                 param["content"] = {"application/json": {"schema": {"type": "object"}}}
-            elif op_id == "ListMessages" and param["name"] in ("since", "until"):
+            elif (op_id, param["name"]) in (("ListMessages", "since"), ("ListMessages", "until"),
+                                            ("GetCurrentMemory", "as_of")):
                 schema["oneOf"][0]["format"] = "date-time"
             elif (op_id, param["name"]) == ("ListMemories", "tag"):
                 next(v for v in schema["oneOf"] if v.get("type") == "array")["items"].update(

@@ -19,7 +19,7 @@ from recall_server.errors import BadRequest, Unavailable, UnsupportedMediaType, 
 from recall_server.models import Backlink, BacklinkPage, GrepResult, SearchExplain, SearchHit, SearchPage
 from recall_server.rows import Labels, SearchRow
 from recall_server.service.indexer import Indexer
-from recall_server.service.inputs import timestamp
+from recall_server.service.inputs import bound
 from recall_server.service.views import Views
 from recall_server.text import one_line
 
@@ -52,7 +52,7 @@ class Lens:
             wanted = [k for k in wanted if k == "thread"]
         if namespace is not None:  # only memories have one
             wanted = [k for k in wanted if k == "memory"]
-        start, end = timestamp("since", since), timestamp("until", until)
+        start, end = bound("since", since), bound("until", until)
         ran, note = self._mode(mode)
         if min_score is not None and (ran == "exact" or not rerank_on):
             raise BadRequest("min_score is a floor on the rerank stage's relevance: it needs a ranked mode "

@@ -31,7 +31,7 @@ from recall_server.models import (
 )
 from recall_server.rows import Labels, Outcome
 from recall_server.service import idempotency
-from recall_server.service.inputs import created, encode_content, expiry, json, request_hash, timestamp
+from recall_server.service.inputs import bound, created, encode_content, expiry, json, request_hash
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
 
@@ -117,7 +117,7 @@ class Memories:
         """The pair's current version (`as_of`: the one current at that time): 404 if the pair never had one
         (by then), 410 if it was deleted or has expired (by then; an erased memory is gone at every time)."""
         key = memory_key(key)
-        at = timestamp("as_of", as_of)
+        at = bound("as_of", as_of)
         async with self.db.connection() as conn:
             if at is None:
                 _, row = await q.fetch_current_memory(conn, cred, namespace, key, budget, spill.PREVIEW_BYTES)
