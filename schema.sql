@@ -1884,6 +1884,8 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
     PRIMARY KEY (tenant_id, object_id)
 );
 CREATE INDEX IF NOT EXISTS embedding_queue_due ON embedding_queue (not_before, queued_at);
+-- A tenant's due entries, oldest first, and the walk from one tenant to the next (recall_embedding_batch).
+CREATE INDEX IF NOT EXISTS embedding_queue_tenant_due ON embedding_queue (tenant_id, not_before, queued_at);
 
 -- A message's vector (its object_id is recall_message_ref's): a store made before messages were embedded
 -- gets the kind CHECKs that take them, once.
@@ -2028,13 +2030,50 @@ $$;
 -- The indexer's batch (every tenant: it runs for the server, not for a request): up to `n` due queue
 -- entries, locked until the caller's transaction ends (SKIP LOCKED: several server processes drain one
 -- queue without taking the same entry), with the text to embed (NULL: the object is gone; the caller
--- drops the entry). Oldest first.
-CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer)
+-- drops the entry).
+-- Shared between tenants: each tenant with an entry due gets an equal share of the batch (its oldest
+-- entries), and what the shares leave goes to the oldest due entries of any tenant. So one tenant's bulk
+-- write does not hold another's few entries back: they go in the next batch, even behind 100,000 others
+-- (tests/test_indexer_fairness.py). The tenants are found by stepping from one to the next in the queue's
+-- tenant order (an index probe each, and one more for whether it has an entry due), at most `n` of them,
+-- starting after `p_after` and round to it: the rows come in that order, and the caller passes the tenant of
+-- its last row as the next batch's `p_after`, so past `n` tenants with entries due they take turns.
+DROP FUNCTION IF EXISTS recall_embedding_batch(integer);
+CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer, p_after text DEFAULT '')
 RETURNS TABLE (tenant_id text, object_id text, kind text, queued_at timestamptz, text text)
 LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    SELECT q.tenant_id, q.object_id, q.kind, q.queued_at, recall_embedding_text(q.tenant_id, q.object_id, q.kind)
-      FROM (SELECT * FROM embedding_queue WHERE not_before <= now() ORDER BY not_before, queued_at
-             LIMIT n FOR UPDATE SKIP LOCKED) q
+    WITH RECURSIVE later(t) AS (
+        SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > p_after
+      UNION ALL
+        SELECT (SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > l.t) FROM later l WHERE l.t IS NOT NULL
+    ), earlier(t) AS (
+        SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id <= p_after
+      UNION ALL
+        SELECT (SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > e.t AND q.tenant_id <= p_after)
+          FROM earlier e WHERE e.t IS NOT NULL
+    ), due AS MATERIALIZED (
+        SELECT w.t, row_number() OVER () AS turn FROM (
+            SELECT r.t FROM (SELECT l.t FROM later l UNION ALL SELECT e.t FROM earlier e) r
+             WHERE r.t IS NOT NULL
+               AND EXISTS (SELECT 1 FROM embedding_queue x WHERE x.tenant_id = r.t AND x.not_before <= now())
+             LIMIT n) w
+    ), shares AS MATERIALIZED (
+        SELECT d.turn, x.tenant_id, x.object_id, x.kind, x.queued_at, x.not_before
+          FROM due d CROSS JOIN LATERAL (
+               SELECT * FROM embedding_queue x WHERE x.tenant_id = d.t AND x.not_before <= now()
+                ORDER BY x.not_before, x.queued_at LIMIT (SELECT greatest(1, n / count(*)) FROM due)
+                  FOR UPDATE SKIP LOCKED) x
+    ), rest AS (
+        SELECT x.tenant_id, x.object_id, x.kind, x.queued_at, x.not_before FROM embedding_queue x
+         WHERE x.not_before <= now()
+           AND (x.tenant_id, x.object_id) NOT IN (SELECT s.tenant_id, s.object_id FROM shares s)  -- a filter, not an anti-join
+         ORDER BY x.not_before, x.queued_at LIMIT (SELECT n - count(*) FROM shares) FOR UPDATE SKIP LOCKED
+    )
+    SELECT b.tenant_id, b.object_id, b.kind, b.queued_at, recall_embedding_text(b.tenant_id, b.object_id, b.kind)
+      FROM (SELECT * FROM shares
+            UNION ALL
+            SELECT coalesce((SELECT d.turn FROM due d WHERE d.t = r.tenant_id), 0), r.* FROM rest r) b
+     ORDER BY b.turn, b.not_before, b.queued_at
 $$;
 
 -- Store a batch's vectors (text form, '[0.1,...]') and drop their queue entries. Each object's row is
@@ -2153,10 +2192,10 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+REVOKE ALL ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
     recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
     recall_embedding_index(text, integer) TO recall_app;
 

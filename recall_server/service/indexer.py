@@ -3,7 +3,9 @@ vector, and the indexer that drains the embedding queue (schema.sql, vectors).
 
 A write never waits for its vector: it queues its object in its own transaction, and `run_forever` embeds
 the queue in batches. A batch is read with SKIP LOCKED and stored in the transaction that locked it, so
-several server processes share the queue and a crash loses nothing (the entries stay queued). An
+several server processes share the queue and a crash loses nothing (the entries stay queued). A batch is
+shared between the tenants with entries due, which take turns (schema.sql, recall_embedding_batch): one
+tenant's bulk write does not hold back another's few entries. An
 embedder that is unavailable (timeout, 429, 5xx) leaves its batch to be retried after a backoff; one that
 refuses a text (4xx) marks that entry refused until `recall-server reindex`.
 """
@@ -68,6 +70,7 @@ class Indexer:
         self._indexed_model: str | None = None
         self._low: ThreadPoolExecutor | None = None
         self._batches = 0
+        self._turn = ""  # the tenant of the last batch's last entry: the next batch's turns start after it
         self._niced: set[int] = set()  # backends whose priority _lowest_priority_backend looked at
 
     @property
@@ -146,9 +149,10 @@ class Indexer:
         assert self.embedder is not None
         async with self.db.connection() as conn, conn.transaction():
             self._lowest_priority_backend(conn.get_server_pid())
-            entries = await q.embedding_batch(conn, batch)
+            entries = await q.embedding_batch(conn, batch, self._turn)
             if not entries:
                 return 0
+            self._turn = entries[-1].tenant_id
             texts = [e.text for e in entries if e.text and e.text.strip()]
             started = time.perf_counter()
             try:

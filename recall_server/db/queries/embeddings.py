@@ -33,9 +33,11 @@ async def vectors_available(conn: Conn) -> bool:
     return await conn.fetchval("SELECT recall_vectors_available()")
 
 
-async def embedding_batch(conn: Conn, n: int) -> list[Queued]:
-    """Up to `n` due queue entries, oldest first, locked until the caller's transaction ends (SKIP LOCKED)."""
-    rows = await conn.fetch("SELECT * FROM recall_embedding_batch($1)", n)
+async def embedding_batch(conn: Conn, n: int, after: str = "") -> list[Queued]:
+    """Up to `n` due queue entries shared between their tenants (each tenant's oldest first), locked until the
+    caller's transaction ends (SKIP LOCKED); the tenants' turns start after `after`, the tenant of the last entry
+    of the caller's previous batch (schema.sql, recall_embedding_batch)."""
+    rows = await conn.fetch("SELECT * FROM recall_embedding_batch($1, $2)", n, after)
     return [Queued(**dict(r)) for r in rows]
 
 
