@@ -2172,32 +2172,63 @@ END
 $$;
 
 DROP FUNCTION IF EXISTS recall_embedding_index(text, integer);
--- The HNSW index of one model's vectors (cosine), made by the indexer once the model has more vectors than
--- an exact scan reads quickly (recall_semantic_hits' exact_max): until then no write pays for the graph.
--- A model's vectors have one length, and an index needs it (the expression casts to it). True once it exists.
+-- The HNSW index of one model's vectors (cosine), needed once the model has more vectors than an exact scan
+-- reads quickly (recall_semantic_hits' exact_max): until then no write pays for the graph. A model's vectors
+-- have one length, and an index needs it (the expression casts to it). What it takes now: `ready` once a valid
+-- index exists; else `build`, the statement that makes it once it is needed (NULL: not yet), after
+-- `drop_first`, the one that drops an invalid one (what a CONCURRENTLY build that stopped leaves); `lock_key`,
+-- the advisory lock its builder holds, so that no one drops the index of a build under way.
+-- `p_concurrently`: the server's form, CREATE INDEX CONCURRENTLY, which the indexer runs as the owner outside
+-- any transaction (service/indexer.py) and which takes no lock a write or a delete waits for. A plain CREATE
+-- INDEX holds off every write to embeddings for the whole build: a DELETE waited 3 s for the graph of 20,000
+-- vectors (tests/test_indexer_fairness.py).
+CREATE OR REPLACE FUNCTION recall_embedding_index_plan(p_model text, p_dims integer, p_concurrently boolean)
+RETURNS TABLE (ready boolean, lock_key bigint, drop_first text, build text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    name text := 'embeddings_hnsw_' || left(md5(p_model), 12);
+    how text := CASE WHEN p_concurrently THEN ' CONCURRENTLY' ELSE '' END;
+    valid boolean;  -- NULL: no index of that name
+BEGIN
+    SELECT x.indisvalid INTO valid FROM pg_index x WHERE x.indexrelid = to_regclass(name);
+    ready := coalesce(valid, false);
+    lock_key := hashtextextended(name, 0);
+    IF NOT ready AND recall_vectors_available() AND p_dims <= 2000
+       AND (SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE model = p_model LIMIT 20001) x) > 20000 THEN
+        drop_first := CASE WHEN valid IS NOT NULL THEN format('DROP INDEX%s IF EXISTS %I', how, name) END;
+        build := format('CREATE INDEX%s IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) '
+                        'vector_cosine_ops) WHERE model = %L', how, name, p_dims, p_model);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- The same index built in the caller's transaction, for a store being loaded where no request waits
+-- (bench/million.py, the tests' stores); skipped (false) while a builder holds its lock. True once it exists.
 CREATE OR REPLACE FUNCTION recall_embedding_index(p_model text, p_dims integer) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE name text := 'embeddings_hnsw_' || left(md5(p_model), 12);
+DECLARE p record;
 BEGIN
-    IF to_regclass(name) IS NOT NULL THEN
-        RETURN true;
+    SELECT * INTO p FROM recall_embedding_index_plan(p_model, p_dims, false);
+    IF p.ready OR p.build IS NULL OR NOT pg_try_advisory_xact_lock(p.lock_key) THEN
+        RETURN p.ready;
     END IF;
-    IF NOT recall_vectors_available() OR p_dims > 2000
-       OR (SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE model = p_model LIMIT 20001) x) <= 20000 THEN
-        RETURN false;
+    IF p.drop_first IS NOT NULL THEN
+        EXECUTE p.drop_first;
     END IF;
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-                   ' WHERE model = %L', name, p_dims, p_model);
+    EXECUTE p.build;
     RETURN true;
 END
 $$;
 
 REVOKE ALL ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
-    recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer) FROM PUBLIC;
+    recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer),
+    recall_embedding_index_plan(text, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
-    recall_embedding_index(text, integer) TO recall_app;
+    recall_embedding_index_plan(text, integer, boolean) TO recall_app;  -- the owner builds the index (as it loads a store, or for the indexer)
 
 -- mode=semantic (and the semantic arm of hybrid): the bound tenant's live objects nearest to the
 -- question's vector `p_vec` (text form) among vectors of `p_model`, filtered inside the scan (the
