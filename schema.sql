@@ -1929,6 +1929,8 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
     PRIMARY KEY (tenant_id, object_id)
 );
 CREATE INDEX IF NOT EXISTS embedding_queue_due ON embedding_queue (not_before, queued_at);
+-- A tenant's due entries, oldest first, and the walk from one tenant to the next (recall_embedding_batch).
+CREATE INDEX IF NOT EXISTS embedding_queue_tenant_due ON embedding_queue (tenant_id, not_before, queued_at);
 
 -- A message's vector (its object_id is recall_message_ref's): a store made before messages were embedded
 -- gets the kind CHECKs that take them, once.
@@ -2073,13 +2075,50 @@ $$;
 -- The indexer's batch (every tenant: it runs for the server, not for a request): up to `n` due queue
 -- entries, locked until the caller's transaction ends (SKIP LOCKED: several server processes drain one
 -- queue without taking the same entry), with the text to embed (NULL: the object is gone; the caller
--- drops the entry). Oldest first.
-CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer)
+-- drops the entry).
+-- Shared between tenants: each tenant with an entry due gets an equal share of the batch (its oldest
+-- entries), and what the shares leave goes to the oldest due entries of any tenant. So one tenant's bulk
+-- write does not hold another's few entries back: they go in the next batch, even behind 100,000 others
+-- (tests/test_indexer_fairness.py). The tenants are found by stepping from one to the next in the queue's
+-- tenant order (an index probe each, and one more for whether it has an entry due), at most `n` of them,
+-- starting after `p_after` and round to it: the rows come in that order, and the caller passes the tenant of
+-- its last row as the next batch's `p_after`, so past `n` tenants with entries due they take turns.
+DROP FUNCTION IF EXISTS recall_embedding_batch(integer);
+CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer, p_after text DEFAULT '')
 RETURNS TABLE (tenant_id text, object_id text, kind text, queued_at timestamptz, text text)
 LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-    SELECT q.tenant_id, q.object_id, q.kind, q.queued_at, recall_embedding_text(q.tenant_id, q.object_id, q.kind)
-      FROM (SELECT * FROM embedding_queue WHERE not_before <= now() ORDER BY not_before, queued_at
-             LIMIT n FOR UPDATE SKIP LOCKED) q
+    WITH RECURSIVE later(t) AS (
+        SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > p_after
+      UNION ALL
+        SELECT (SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > l.t) FROM later l WHERE l.t IS NOT NULL
+    ), earlier(t) AS (
+        SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id <= p_after
+      UNION ALL
+        SELECT (SELECT min(q.tenant_id) FROM embedding_queue q WHERE q.tenant_id > e.t AND q.tenant_id <= p_after)
+          FROM earlier e WHERE e.t IS NOT NULL
+    ), due AS MATERIALIZED (
+        SELECT w.t, row_number() OVER () AS turn FROM (
+            SELECT r.t FROM (SELECT l.t FROM later l UNION ALL SELECT e.t FROM earlier e) r
+             WHERE r.t IS NOT NULL
+               AND EXISTS (SELECT 1 FROM embedding_queue x WHERE x.tenant_id = r.t AND x.not_before <= now())
+             LIMIT n) w
+    ), shares AS MATERIALIZED (
+        SELECT d.turn, x.tenant_id, x.object_id, x.kind, x.queued_at, x.not_before
+          FROM due d CROSS JOIN LATERAL (
+               SELECT * FROM embedding_queue x WHERE x.tenant_id = d.t AND x.not_before <= now()
+                ORDER BY x.not_before, x.queued_at LIMIT (SELECT greatest(1, n / count(*)) FROM due)
+                  FOR UPDATE SKIP LOCKED) x
+    ), rest AS (
+        SELECT x.tenant_id, x.object_id, x.kind, x.queued_at, x.not_before FROM embedding_queue x
+         WHERE x.not_before <= now()
+           AND (x.tenant_id, x.object_id) NOT IN (SELECT s.tenant_id, s.object_id FROM shares s)  -- a filter, not an anti-join
+         ORDER BY x.not_before, x.queued_at LIMIT (SELECT n - count(*) FROM shares) FOR UPDATE SKIP LOCKED
+    )
+    SELECT b.tenant_id, b.object_id, b.kind, b.queued_at, recall_embedding_text(b.tenant_id, b.object_id, b.kind)
+      FROM (SELECT * FROM shares
+            UNION ALL
+            SELECT coalesce((SELECT d.turn FROM due d WHERE d.t = r.tenant_id), 0), r.* FROM rest r) b
+     ORDER BY b.turn, b.not_before, b.queued_at
 $$;
 
 -- Store a batch's vectors (text form, '[0.1,...]') and drop their queue entries. Each object's row is
@@ -2178,32 +2217,63 @@ END
 $$;
 
 DROP FUNCTION IF EXISTS recall_embedding_index(text, integer);
--- The HNSW index of one model's vectors (cosine), made by the indexer once the model has more vectors than
--- an exact scan reads quickly (recall_semantic_hits' exact_max): until then no write pays for the graph.
--- A model's vectors have one length, and an index needs it (the expression casts to it). True once it exists.
+-- The HNSW index of one model's vectors (cosine), needed once the model has more vectors than an exact scan
+-- reads quickly (recall_semantic_hits' exact_max): until then no write pays for the graph. A model's vectors
+-- have one length, and an index needs it (the expression casts to it). What it takes now: `ready` once a valid
+-- index exists; else `build`, the statement that makes it once it is needed (NULL: not yet), after
+-- `drop_first`, the one that drops an invalid one (what a CONCURRENTLY build that stopped leaves); `lock_key`,
+-- the advisory lock its builder holds, so that no one drops the index of a build under way.
+-- `p_concurrently`: the server's form, CREATE INDEX CONCURRENTLY, which the indexer runs as the owner outside
+-- any transaction (service/indexer.py) and which takes no lock a write or a delete waits for. A plain CREATE
+-- INDEX holds off every write to embeddings for the whole build: a DELETE waited 3 s for the graph of 20,000
+-- vectors (tests/test_indexer_fairness.py).
+CREATE OR REPLACE FUNCTION recall_embedding_index_plan(p_model text, p_dims integer, p_concurrently boolean)
+RETURNS TABLE (ready boolean, lock_key bigint, drop_first text, build text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    name text := 'embeddings_hnsw_' || left(md5(p_model), 12);
+    how text := CASE WHEN p_concurrently THEN ' CONCURRENTLY' ELSE '' END;
+    valid boolean;  -- NULL: no index of that name
+BEGIN
+    SELECT x.indisvalid INTO valid FROM pg_index x WHERE x.indexrelid = to_regclass(name);
+    ready := coalesce(valid, false);
+    lock_key := hashtextextended(name, 0);
+    IF NOT ready AND recall_vectors_available() AND p_dims <= 2000
+       AND (SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE model = p_model LIMIT 20001) x) > 20000 THEN
+        drop_first := CASE WHEN valid IS NOT NULL THEN format('DROP INDEX%s IF EXISTS %I', how, name) END;
+        build := format('CREATE INDEX%s IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) '
+                        'vector_cosine_ops) WHERE model = %L', how, name, p_dims, p_model);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- The same index built in the caller's transaction, for a store being loaded where no request waits
+-- (bench/million.py, the tests' stores); skipped (false) while a builder holds its lock. True once it exists.
 CREATE OR REPLACE FUNCTION recall_embedding_index(p_model text, p_dims integer) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE name text := 'embeddings_hnsw_' || left(md5(p_model), 12);
+DECLARE p record;
 BEGIN
-    IF to_regclass(name) IS NOT NULL THEN
-        RETURN true;
+    SELECT * INTO p FROM recall_embedding_index_plan(p_model, p_dims, false);
+    IF p.ready OR p.build IS NULL OR NOT pg_try_advisory_xact_lock(p.lock_key) THEN
+        RETURN p.ready;
     END IF;
-    IF NOT recall_vectors_available() OR p_dims > 2000
-       OR (SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE model = p_model LIMIT 20001) x) <= 20000 THEN
-        RETURN false;
+    IF p.drop_first IS NOT NULL THEN
+        EXECUTE p.drop_first;
     END IF;
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON embeddings USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-                   ' WHERE model = %L', name, p_dims, p_model);
+    EXECUTE p.build;
     RETURN true;
 END
 $$;
 
-REVOKE ALL ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+REVOKE ALL ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
-    recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer), recall_embedding_store(text[], text[], text[], text[], text, integer),
+    recall_embedding_reindex(text, boolean), recall_embedding_index(text, integer),
+    recall_embedding_index_plan(text, integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_embedding_batch(integer, text), recall_embedding_store(text[], text[], text[], text[], text, integer),
     recall_embedding_failed(text[], text[], text, boolean), recall_embedding_queue_stats(),
-    recall_embedding_index(text, integer) TO recall_app;
+    recall_embedding_index_plan(text, integer, boolean) TO recall_app;  -- the owner builds the index (as it loads a store, or for the indexer)
 
 -- mode=semantic (and the semantic arm of hybrid): the bound tenant's live objects nearest to the
 -- question's vector `p_vec` (text form) among vectors of `p_model`, filtered inside the scan (the

@@ -308,9 +308,10 @@ def reindex(embedder: str | None, everything: bool, data_dir: Path | None) -> No
     from recall_server.service.indexer import Indexer
 
     settings = _settings(data_dir=data_dir, **({"embedder": embedder} if embedder else {}))
+    settings = msgspec.structs.replace(settings, database_url=_dsn(settings))  # the owner's: it builds the index
 
     async def run() -> tuple[int, str]:
-        db = await Database.open(_dsn(settings), min_size=1, max_size=2, timeout=settings.db_timeout,
+        db = await Database.open(settings.database_url, min_size=1, max_size=2, timeout=settings.db_timeout,
                                  queue_limit=settings.queue_limit, queue_wait=settings.queue_wait)
         try:
             indexer = Indexer(db, settings)

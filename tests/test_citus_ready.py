@@ -62,7 +62,7 @@ SPANNING_FUNCTIONS = {
     "recall_embedding_failed": "the indexer: a failed batch's entries marked for a retry, each in its own tenant",
     "recall_embedding_queue_stats": "the indexer's metrics: the whole queue's depth and lag",
     "recall_embedding_reindex": "`recall-server reindex`: every tenant's objects queued",
-    "recall_embedding_index": "the indexer: counts a model's vectors over every tenant to decide on its HNSW index",
+    "recall_embedding_index_plan": "the indexer: counts a model's vectors over every tenant to decide on its HNSW index",
     "recall_checkpoint_retention": "the sweep: each tenant's LangGraph checkpoint retention, in every tenant",
     "recall_checkpoint_orphans": "the sweep: LangGraph pending writes whose checkpoint is gone, in every tenant",
 }
@@ -81,7 +81,7 @@ ALL_TENANTS = {
     "embeddings_failed": "the indexer marks a failed batch for a retry (recall_embedding_failed)",
     "embedding_queue_stats": "the queue's metrics, over every tenant (recall_embedding_queue_stats)",
     "queue_reindex": "`recall-server reindex` queues every tenant's objects (recall_embedding_reindex)",
-    "ensure_vector_index": "the indexer's HNSW index, once a model's vectors in every tenant need it",
+    "vector_index_plan": "the indexer's HNSW index, once a model's vectors in every tenant need it",
     "checkpoint_retention": "the sweep applies every tenant's checkpoint retention (recall_checkpoint_retention)",
     "checkpoint_orphans": "the sweep deletes every tenant's writes whose checkpoint is gone (recall_checkpoint_orphans)",
 }

@@ -124,31 +124,55 @@ BEGIN
 END
 $$;
 
--- The indexer's batch tenant by tenant (Citus locks rows FOR UPDATE in a one-shard statement only): the
--- tenant of the oldest due entry not yet visited (one index probe a shard), then its due entries, oldest
--- first, up to what the batch still wants; at most 8 tenants a batch.
-CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer)
+-- The indexer's batch tenant by tenant (Citus locks rows FOR UPDATE in a one-shard statement only), shared
+-- between tenants as schema.sql's: the tenants with an entry due, stepped through in order after p_after and
+-- round to it (the next tenant: a probe of each shard's index; whether it has an entry due: one of its shard's),
+-- at most n; each one's oldest due entries up to its share of the batch, then what the shares left, tenant by
+-- tenant in the same order (schema.sql gives it to the oldest entries of any tenant: here that would lock rows
+-- in a statement over every shard). The entries are locked first, their texts read after (a shard query runs
+-- no distributed query), and the rows come in the tenants' order, as schema.sql's.
+DROP FUNCTION IF EXISTS recall_embedding_batch(integer);
+CREATE OR REPLACE FUNCTION recall_embedding_batch(n integer, p_after text DEFAULT '')
 RETURNS TABLE (tenant_id text, object_id text, kind text, queued_at timestamptz, text text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 #variable_conflict use_column
-DECLARE v_tenant text; seen text[] := '{}'; got bigint := 0; r record;
+DECLARE
+    v_tenant text := p_after; lap integer := 1; due text[] := '{}'; share integer; got integer := 0; r record;
+    b_turn integer[] := '{}'; b_t text[] := '{}'; b_o text[] := '{}'; b_k text[] := '{}';
+    b_at timestamptz[] := '{}'; b_text text[] := '{}'; mine text[];
 BEGIN
-    FOR i IN 1..8 LOOP
-        SELECT q.tenant_id INTO v_tenant FROM embedding_queue q
-         WHERE q.not_before <= now() AND q.tenant_id <> ALL(seen) ORDER BY q.not_before, q.queued_at LIMIT 1;
-        EXIT WHEN v_tenant IS NULL;
-        seen := seen || v_tenant;
-        -- the entries locked first, their texts read after (a shard query runs no distributed query)
-        FOR r IN SELECT e.tenant_id, e.object_id, e.kind, e.queued_at FROM embedding_queue e
-                  WHERE e.tenant_id = v_tenant AND e.not_before <= now()
-                  ORDER BY e.not_before, e.queued_at LIMIT n - got FOR UPDATE SKIP LOCKED LOOP
-            tenant_id := r.tenant_id; object_id := r.object_id; kind := r.kind; queued_at := r.queued_at;
-            text := recall_embedding_text(r.tenant_id, r.object_id, r.kind);
-            got := got + 1;
-            RETURN NEXT;
-        END LOOP;
-        EXIT WHEN got >= n;
+    WHILE cardinality(due) < n LOOP
+        SELECT min(q.tenant_id) INTO v_tenant FROM embedding_queue q WHERE q.tenant_id > v_tenant;
+        IF v_tenant IS NULL THEN  -- past the last tenant: round from the first, up to p_after
+            EXIT WHEN lap = 2;
+            lap := 2; v_tenant := '';
+            CONTINUE;
+        END IF;
+        EXIT WHEN lap = 2 AND v_tenant > p_after;
+        IF EXISTS (SELECT 1 FROM embedding_queue q WHERE q.tenant_id = v_tenant AND q.not_before <= now()) THEN
+            due := due || v_tenant;
+        END IF;
     END LOOP;
+    share := greatest(1, n / greatest(cardinality(due), 1));
+    FOR pass IN 1..2 LOOP
+        FOR turn IN 1..cardinality(due) LOOP
+            EXIT WHEN got >= n;
+            v_tenant := due[turn];
+            mine := ARRAY(SELECT u.o FROM unnest(b_t, b_o) AS u(t, o) WHERE u.t = v_tenant);  -- taken in pass 1
+            FOR r IN SELECT e.tenant_id, e.object_id, e.kind, e.queued_at FROM embedding_queue e
+                      WHERE e.tenant_id = v_tenant AND e.not_before <= now()
+                        AND e.object_id <> ALL(mine)
+                      ORDER BY e.not_before, e.queued_at LIMIT CASE pass WHEN 1 THEN least(share, n - got) ELSE n - got END
+                        FOR UPDATE SKIP LOCKED LOOP
+                b_turn := b_turn || turn; b_t := b_t || r.tenant_id; b_o := b_o || r.object_id; b_k := b_k || r.kind;
+                b_at := b_at || r.queued_at; b_text := b_text || recall_embedding_text(r.tenant_id, r.object_id, r.kind);
+                got := got + 1;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT u.t, u.o, u.k, u.at, u.x
+                   FROM unnest(b_turn, b_t, b_o, b_k, b_at, b_text) WITH ORDINALITY AS u(turn, t, o, k, at, x, i)
+                  ORDER BY u.turn, u.i;
 END
 $$;
 

@@ -3,9 +3,15 @@ vector, and the indexer that drains the embedding queue (schema.sql, vectors).
 
 A write never waits for its vector: it queues its object in its own transaction, and `run_forever` embeds
 the queue in batches. A batch is read with SKIP LOCKED and stored in the transaction that locked it, so
-several server processes share the queue and a crash loses nothing (the entries stay queued). An
+several server processes share the queue and a crash loses nothing (the entries stay queued). A batch is
+shared between the tenants with entries due, which take turns (schema.sql, recall_embedding_batch): one
+tenant's bulk write does not hold back another's few entries. An
 embedder that is unavailable (timeout, 429, 5xx) leaves its batch to be retried after a backoff; one that
 refuses a text (4xx) marks that entry refused until `recall-server reindex`.
+
+Once a model has enough vectors to need its HNSW index (schema.sql, recall_embedding_index_plan), the indexer
+builds it beside the batches, on a connection of its own as the owner: CREATE INDEX CONCURRENTLY, which no
+write or delete waits for (a plain CREATE INDEX in the batch's transaction held a DELETE for the whole build).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import asyncpg
 
@@ -24,7 +31,7 @@ from recall_server import embedders
 from recall_server.config import Settings
 from recall_server.db import embedded
 from recall_server.db import queries as q
-from recall_server.db.pool import Database
+from recall_server.db.pool import Database, connect
 from recall_server.embedders import EmbedRejected, EmbedUnavailable, Embedder
 from recall_server.errors import Unavailable
 from recall_server.models import SearchStatus
@@ -50,6 +57,47 @@ def _lowest_priority() -> None:
         pass
 
 
+def _nice_backend(data_dir: Path, pid: int) -> bool:
+    """Nice a backend of the embedded cluster under data_dir to 19; whether it is one (a server's backends
+    elsewhere are not this process's to reprioritise)."""
+    if not embedded.runs(data_dir, pid):
+        return False
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    except OSError:  # not allowed: normal priority
+        pass
+    return True
+
+
+async def build_vector_index(owner_dsn: str, model: str, dims: int, data_dir: Path) -> bool:
+    """Build `model`'s HNSW index if it needs one, CONCURRENTLY, on an owner connection of its own (outside any
+    transaction); whether the index is ready. An invalid one, left by a build that stopped, is dropped first;
+    while another process builds it (its advisory lock), nothing is done. On the embedded cluster the build
+    runs at the lowest CPU priority, in its backend alone (no parallel workers, which would run at normal)."""
+    conn = await connect(owner_dsn)
+    try:
+        plan = await q.vector_index_plan(conn, model, dims)
+        if plan.ready or plan.build is None or not await q.hold_index_build(conn, plan):
+            return plan.ready
+        plan = await q.vector_index_plan(conn, model, dims)  # again under the lock: another may have finished it
+        if plan.ready or plan.build is None:
+            return plan.ready
+        if _nice_backend(data_dir, conn.get_server_pid()):
+            await conn.execute("SET max_parallel_maintenance_workers = 0")
+        started = time.perf_counter()
+        log.info("building the HNSW index of %s", model)
+        if plan.drop_first:
+            await q.run_index_statement(conn, plan.drop_first)
+        await q.run_index_statement(conn, plan.build)
+        log.info("built the HNSW index of %s in %.1f s", model, time.perf_counter() - started)
+        return True
+    finally:
+        try:
+            await conn.close(timeout=5)
+        except Exception:  # cancelled mid-statement (the server stops): the socket goes, PostgreSQL ends the build
+            conn.terminate()
+
+
 def as_vector(values: list[float]) -> str:
     """pgvector's text form."""
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
@@ -68,7 +116,9 @@ class Indexer:
         self._indexed_model: str | None = None
         self._low: ThreadPoolExecutor | None = None
         self._batches = 0
+        self._turn = ""  # the tenant of the last batch's last entry: the next batch's turns start after it
         self._niced: set[int] = set()  # backends whose priority _lowest_priority_backend looked at
+        self._building: asyncio.Task[None] | None = None  # the model's HNSW index being built
 
     @property
     def semantic(self) -> bool:
@@ -119,6 +169,14 @@ class Indexer:
         await self.start()
         if self.embedder is None:
             return
+        try:
+            await self._drain_forever()
+        finally:
+            if self._building is not None:  # cancelled: PostgreSQL undoes it, the next look drops what it left
+                self._building.cancel()
+                await asyncio.gather(self._building, return_exceptions=True)
+
+    async def _drain_forever(self) -> None:
         last_stats, idle = 0.0, IDLE_POLL
         while True:
             try:
@@ -142,13 +200,20 @@ class Indexer:
 
     async def drain_once(self, batch: int = BATCH) -> int:
         """Embed and store one batch of due entries; how many it took off the queue (0: none due, or the embedder
-        was unavailable and the batch waits for its retry)."""
+        was unavailable and the batch waits for its retry). Then, now and again, a look at the model's index."""
+        done = await self._embed_batch(batch)
+        if done:
+            await self._index_when_needed()
+        return done
+
+    async def _embed_batch(self, batch: int) -> int:
         assert self.embedder is not None
         async with self.db.connection() as conn, conn.transaction():
             self._lowest_priority_backend(conn.get_server_pid())
-            entries = await q.embedding_batch(conn, batch)
+            entries = await q.embedding_batch(conn, batch, self._turn)
             if not entries:
                 return 0
+            self._turn = entries[-1].tenant_id
             texts = [e.text for e in entries if e.text and e.text.strip()]
             started = time.perf_counter()
             try:
@@ -165,7 +230,6 @@ class Indexer:
             queue = iter(made)
             for entry in entries:
                 vectors.append(next(queue) if entry.text and entry.text.strip() else None)
-            await self._ensure_index(conn)
             await q.store_embeddings(conn, entries, vectors, self.embedder.model, self.embedder.dims)
             EMBEDDED.inc(sum(v is not None for v in vectors))
             return len(entries)
@@ -173,15 +237,10 @@ class Indexer:
     def _lowest_priority_backend(self, pid: int) -> None:
         """Nice the indexer's PostgreSQL backend to 19 too, once per connection, where it is a process of the
         embedded cluster: its HNSW inserts then take the CPU the requests' backends leave, as the embedding
-        does (bench/indexing.py). A server's backends elsewhere are not this process's to reprioritise."""
-        if pid in self._niced:
-            return
-        self._niced.add(pid)
-        if embedded.runs(self.settings.data_dir, pid):
-            try:
-                os.setpriority(os.PRIO_PROCESS, pid, 19)
-            except OSError:  # not allowed: normal priority
-                pass
+        does (bench/indexing.py)."""
+        if pid not in self._niced:
+            self._niced.add(pid)
+            _nice_backend(self.settings.data_dir, pid)
 
     async def _embed(self, texts: list[str]) -> list[str]:
         """A batch's vectors, in pgvector's text form. A model in this process encodes (and the vectors are
@@ -216,23 +275,32 @@ class Indexer:
                 entries.remove(entry)
         return made
 
-    async def _ensure_index(self, conn) -> None:
-        """The model's vector index, once it needs one (recall_embedding_index), made on the batch's connection
-        in a savepoint; looked for every INDEX_EVERY batches until it exists."""
+    async def _index_when_needed(self) -> None:
+        """Every INDEX_EVERY batches until the model's HNSW index is ready: whether it needs building now, and if
+        so its build, in a task of its own (one at a time), while the batches go on."""
         assert self.embedder is not None
-        if self._indexed_model == self.embedder.model or not self.embedder.dims:
+        model, dims = self.embedder.model, self.embedder.dims
+        if self._indexed_model == model or not dims:
             return
         self._batches += 1
-        if self._batches % INDEX_EVERY != 1:
+        if self._batches % INDEX_EVERY != 1 or (self._building is not None and not self._building.done()):
+            return
+        async with self.db.connection() as conn:
+            plan = await q.vector_index_plan(conn, model, dims)
+        if plan.ready:
+            self._indexed_model = model
+        elif plan.build is not None:
+            self._building = asyncio.create_task(self._build_index(model, dims))
+
+    async def _build_index(self, model: str, dims: int) -> None:
+        if not self.settings.database_url:
+            log.warning("the vector index of %s is not built: no owner DSN (DATABASE_URL)", model)
             return
         try:
-            async with conn.transaction():
-                made = await q.ensure_vector_index(conn, self.embedder.model, self.embedder.dims)
-        except asyncpg.PostgresError:  # another process made it at the same moment; the next look sees it
-            log.info("vector index not made now; will look again", exc_info=True)
-            return
-        if made:
-            self._indexed_model = self.embedder.model
+            if await build_vector_index(self.settings.database_url, model, dims, self.settings.data_dir):
+                self._indexed_model = model
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, asyncio.TimeoutError) as exc:
+            log.warning("the vector index of %s was not built; will look again: %s", model, exc)
 
     async def publish_stats(self) -> q.QueueStats:
         async with self.db.connection() as conn:
@@ -262,5 +330,7 @@ class Indexer:
             # are embedded when it commits; wait for that rather than report the queue drained, up to a bound.
             async with self.db.connection() as conn:
                 if not (await q.embedding_queue_stats(conn)).due or time.monotonic() - idle_since > REINDEX_WAIT:
+                    if self._building is not None:  # the index this run made due: built before the command ends
+                        await self._building
                     return done
             await asyncio.sleep(0.1)

@@ -54,7 +54,7 @@ from recall_server.db.queries.erasure import erase, sweep, erasure_findings, sea
 # embeddings.py: the indexer's queue, reindexing, the vector index, whether vectors are available.
 from recall_server.db.queries.embeddings import (
     Queued, QueueStats, vectors_available, embedding_batch, store_embeddings, embeddings_failed,
-    embedding_queue_stats, queue_reindex, ensure_vector_index
+    embedding_queue_stats, queue_reindex, IndexPlan, vector_index_plan, hold_index_build, run_index_statement
 )
 # keys.py: create, list, change grants, revoke (operator CLI as the owner; admin endpoints within a tenant), a
 # key's own row, when keys were last used.
@@ -92,7 +92,8 @@ __all__ = [
     "run_reads",
     "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "sweep",
     "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",
-    "store_embeddings", "embeddings_failed", "embedding_queue_stats", "queue_reindex", "ensure_vector_index",
+    "store_embeddings", "embeddings_failed", "embedding_queue_stats", "queue_reindex", "IndexPlan",
+    "vector_index_plan", "hold_index_build", "run_index_statement",
     "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
     "advance_github_thread", "create_tenant", "tenant_exists", "set_retention", "set_memory_ttl", "cursor_secret",

@@ -21,6 +21,16 @@ class Queued(Struct):
     text: str | None
 
 
+class IndexPlan(Struct):
+    """A model's HNSW index: `ready`, or the statements that make it once it is needed (`build`; None: not yet),
+    `drop_first` an invalid one left by a build that stopped; `lock_key`: the builder's advisory lock."""
+
+    ready: bool
+    lock_key: int
+    drop_first: str | None
+    build: str | None
+
+
 class QueueStats(Struct):
     due: int
     retrying: int
@@ -33,9 +43,11 @@ async def vectors_available(conn: Conn) -> bool:
     return await conn.fetchval("SELECT recall_vectors_available()")
 
 
-async def embedding_batch(conn: Conn, n: int) -> list[Queued]:
-    """Up to `n` due queue entries, oldest first, locked until the caller's transaction ends (SKIP LOCKED)."""
-    rows = await conn.fetch("SELECT * FROM recall_embedding_batch($1)", n)
+async def embedding_batch(conn: Conn, n: int, after: str = "") -> list[Queued]:
+    """Up to `n` due queue entries shared between their tenants (each tenant's oldest first), locked until the
+    caller's transaction ends (SKIP LOCKED); the tenants' turns start after `after`, the tenant of the last entry
+    of the caller's previous batch (schema.sql, recall_embedding_batch)."""
+    rows = await conn.fetch("SELECT * FROM recall_embedding_batch($1, $2)", n, after)
     return [Queued(**dict(r)) for r in rows]
 
 
@@ -63,6 +75,19 @@ async def queue_reindex(conn: Conn, model: str, everything: bool) -> int:
     return await conn.fetchval("SELECT recall_embedding_reindex($1, $2)", model, everything)
 
 
-async def ensure_vector_index(conn: Conn, model: str, dims: int) -> bool:
-    """The HNSW index of `model`'s vectors, made once the model has enough vectors to need it; whether it exists."""
-    return await conn.fetchval("SELECT recall_embedding_index($1, $2)", model, dims)
+async def vector_index_plan(conn: Conn, model: str, dims: int) -> IndexPlan:
+    """What `model`'s HNSW index needs now: nothing (ready), not yet, or the statements that build it without
+    blocking a write (CONCURRENTLY; made by recall_embedding_index_plan, the name and the model quoted there)."""
+    row = await conn.fetchrow("SELECT * FROM recall_embedding_index_plan($1, $2, true)", model, dims)
+    return IndexPlan(**dict(row))
+
+
+async def hold_index_build(conn: Conn, plan: IndexPlan) -> bool:
+    """The build's advisory lock, for this session (False: another process builds the index now)."""
+    return await conn.fetchval("SELECT pg_try_advisory_lock($1)", plan.lock_key)
+
+
+async def run_index_statement(conn: Conn, statement: str) -> None:
+    """One of a plan's statements (its `drop_first` or `build`): as the owner, and outside any transaction, which
+    CONCURRENTLY needs. DDL takes no parameters: the plan's function wrote it with format()'s quoting."""
+    await conn.execute(statement)
