@@ -83,7 +83,7 @@ async def vector_index_plan(conn: Conn, model: str, dims: int) -> IndexPlan:
 
 
 async def hold_index_build(conn: Conn, plan: IndexPlan) -> bool:
-    """The build's advisory lock, for this session (False: another process builds the index now)."""
+    """The build's advisory lock, for this connection (False: another process builds the index now)."""
     return await conn.fetchval("SELECT pg_try_advisory_lock($1)", plan.lock_key)
 
 
