@@ -276,7 +276,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 );
 -- Slots per API key, in a store made when they were per tenant: a key with grants kept its own as
 -- '<key ID>/<Idempotency-Key>', now (its ID, the Idempotency-Key); the others keep api_key_id '', which the
--- tenant's keys without grants still replay until they expire (queries/idempotency.idempotency_get), as before.
+-- tenant's keys without grants still replay until they expire (queries/idempotency.idempotency_get).
 ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS api_key_id text NOT NULL DEFAULT '';
 DO $$
 BEGIN

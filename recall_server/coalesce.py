@@ -16,7 +16,7 @@ that one turn, and under load the writes queue behind a running statement and sh
   (means of six alternating one-round runs each, `--only ceiling_fetch,ceiling_write,ingest_4k`).
   Waiting more turns than one gained nothing measurable.
 
-Each caller's answer comes after the statement that wrote its row committed, exactly as before.
+Each caller's answer comes after the statement that wrote its row committed.
 Only writes presenting the same credential (key ID and secret hash) share a statement: the key is
 checked once for all of them, so a request with a wrong secret can never ride on a valid one. If
 the statement fails, every write in it gets that exception (a bad key or scope is the same for all);

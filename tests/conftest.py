@@ -6,7 +6,7 @@ import functools
 import os
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -146,6 +146,22 @@ def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="session")
 def base_url(server: ServerProcess) -> str:
     return server.url
+
+
+@pytest.fixture(scope="module")
+def http(base_url: str) -> Iterator[Callable[[str], httpx.Client]]:
+    """A JSON client per API key: `http(key)`, made once a module, closed at its end."""
+    clients: dict[str, httpx.Client] = {}
+
+    def as_key(key: str) -> httpx.Client:
+        if key not in clients:
+            clients[key] = httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {key}",
+                                                                                   "Content-Type": "application/json"})
+        return clients[key]
+
+    yield as_key
+    for c in clients.values():
+        c.close()
 
 
 @pytest.fixture(scope="session")

@@ -235,6 +235,12 @@ def create_key(database_url: str, tenant: str, scope: str, run: Callable[..., st
     return run(database_url, "keys", "create", "--tenant", tenant, "--scope", scope).strip().splitlines()[-1]
 
 
+def tenant_with_keys(database_url: str, prefix: str) -> dict[str, str]:
+    """A new tenant of one test module's own (`name`), with a key of each scope (`read`, `write`, `admin`)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    return {"name": name, **{scope: create_key(database_url, name, scope) for scope in ("read", "write", "admin")}}
+
+
 @contextlib.contextmanager
 def fails_after(seconds: int) -> Iterator[None]:
     """A test that hangs fails with a TimeoutError after `seconds` (SIGALRM), instead of holding the suite."""

@@ -6,13 +6,12 @@ here fails `test_every_write_route_is_in_a_matrix`. LangGraph's checkpoint route
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, create_key, run_sql, uid
+from helpers import Graph, ServerProcess, run_sql, tenant_with_keys, uid
 from test_checkpoint_authorisation import WRITE_ROUTES as CHECKPOINT_ROUTES
 
 from recall_server import config
@@ -37,23 +36,7 @@ def write_routes() -> set[str]:
 
 @pytest.fixture(scope="module")
 def tenant(database_url: str, server: ServerProcess) -> dict[str, str]:
-    name = f"authz-{uuid.uuid4().hex[:12]}"
-    return {"name": name, "write": create_key(database_url, name, "write"),
-            "admin": create_key(database_url, name, "admin"), "read": create_key(database_url, name, "read")}
-
-
-@pytest.fixture(scope="module")
-def http(base_url: str) -> Iterator[Callable[[str], httpx.Client]]:
-    clients: dict[str, httpx.Client] = {}
-
-    def as_key(key: str) -> httpx.Client:
-        if key not in clients:
-            clients[key] = httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {key}"})
-        return clients[key]
-
-    yield as_key
-    for c in clients.values():
-        c.close()
+    return tenant_with_keys(database_url, "authz")
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,12 @@ problem (403, or the answer for a thread that never existed when the key cannot 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import msgspec
 import pytest
-from helpers import ServerProcess, create_key, run_sql
+from helpers import ServerProcess, run_sql, tenant_with_keys
 
 from recall_server.models import ChannelBlob, PutCheckpoint, PutWrites, WriteItem
 from recall_server.routes.checkpoints import ROUTES
@@ -26,24 +25,7 @@ def fresh(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def tenant(database_url: str, server: ServerProcess) -> dict[str, str]:
-    name = fresh("ckauth")
-    return {"name": name, "write": create_key(database_url, name, "write"),
-            "admin": create_key(database_url, name, "admin"), "read": create_key(database_url, name, "read")}
-
-
-@pytest.fixture(scope="module")
-def http(base_url: str) -> Iterator[Callable[[str], httpx.Client]]:
-    clients: dict[str, httpx.Client] = {}
-
-    def as_key(key: str) -> httpx.Client:
-        if key not in clients:
-            clients[key] = httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {key}",
-                                                                                   "Content-Type": "application/json"})
-        return clients[key]
-
-    yield as_key
-    for c in clients.values():
-        c.close()
+    return tenant_with_keys(database_url, "ckauth")
 
 
 @pytest.fixture(scope="module")

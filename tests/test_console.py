@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import Graph, ServerProcess, assert_problem, create_key, uid
+from helpers import Graph, ServerProcess, assert_problem, tenant_with_keys, uid
 
 from recall_server import demo
 from recall_server.routes.console import CSP
@@ -30,10 +30,9 @@ SCRIPT = "<script>window.__pwned=2</script>"
 
 
 @pytest.fixture(scope="module")
-def tenant(server: ServerProcess, database_url: str) -> dict[str, str]:
+def tenant(database_url: str, server: ServerProcess) -> dict[str, str]:
     """A tenant of this module's own, with a key of each scope."""
-    name = f"console-{uuid.uuid4().hex[:8]}"
-    return {"name": name, **{scope: create_key(database_url, name, scope) for scope in ("read", "write", "admin")}}
+    return tenant_with_keys(database_url, "console")
 
 
 @pytest.fixture(scope="module")

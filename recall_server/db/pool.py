@@ -210,7 +210,7 @@ class Database:
             finally:
                 # asyncpg may already have closed and released it (a timed-out ROLLBACK or reset terminates
                 # the connection); then any call on the proxy, terminate() included, raises InterfaceError,
-                # which used to replace the 503 with a 500.
+                # which must not turn the 503 into a 500.
                 with contextlib.suppress(asyncpg.InterfaceError):
                     if broken:
                         conn.terminate()  # close the socket now; the pool opens a fresh connection when needed

@@ -19,7 +19,7 @@ A request's tenant comes from its key, here, and from nowhere else (never a body
   and the scope gate as CTEs in front of a data-modifying CTE `done` that reads its tenant from
   `gate.tenant` (no row, so no write, when the key lacks the scope). It is its own transaction; a
   write it did not make falls back to the transaction above, which tells the cases apart (401,
-  403, 404, 409, 410, 422) exactly as before.
+  403, 404, 409, 410, 422).
 - A webhook delivery carries no key: `hook_session()` binds the tenant of the hook its URL names,
   from `recall_hook_verify` (SECURITY DEFINER, like `recall_authenticate`), once the HMAC of the
   body that function computes matches X-Hub-Signature-256 (compared in constant time). 404 for an

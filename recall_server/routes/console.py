@@ -29,15 +29,23 @@ CSP = "; ".join([
     "require-trusted-types-for 'script'",
     "trusted-types 'none'",
 ])
-HEADERS = MappingProxyType({
-    "Content-Security-Policy": CSP,
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    "Cache-Control": "no-cache",
-})
+
+
+def page_headers(csp: str) -> MappingProxyType[str, str]:
+    """The headers of every page this server serves to a browser (the console, the API reference): its CSP,
+    never framed, never sniffed, no referrer, nothing shared across origins, revalidated on each load."""
+    return MappingProxyType({
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cross-Origin-Opener-Policy": "same-origin",
+        "Cross-Origin-Resource-Policy": "same-origin",
+        "Cache-Control": "no-cache",
+    })
+
+
+HEADERS = page_headers(CSP)
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
           ".svg": "image/svg+xml"}  # the framework adds charset=utf-8
 

@@ -32,6 +32,7 @@ from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 
 from recall_server.errors import NotFound
+from recall_server.routes.console import page_headers
 
 PATH = "/schema/swagger"
 CSP = "; ".join([
@@ -45,15 +46,7 @@ CSP = "; ".join([
     "form-action 'none'",
     "frame-ancestors 'none'",
 ])
-HEADERS = MappingProxyType({
-    "Content-Security-Policy": CSP,
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    "Cache-Control": "no-cache",
-})
+HEADERS = page_headers(CSP)
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 SWAGGER_UI = ("swagger-ui-bundle.js", "swagger-ui.css")  # the files taken from fastapi-offline
 
