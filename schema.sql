@@ -15,6 +15,7 @@
 --                heads kept by the writes (recall_rebuild_head, ...), expiry, the sweep, batched appends
 --   webhooks     hooks (secrets as HMAC pads), hook_deliveries, github_threads, recall_hook_verify
 --   the trace    trace_reads, recall_record_reads, retention
+--   the audit    request_audit (what a tenant's keys wrote, deleted and searched), recall_record_requests
 --   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
 --                message_retractions (appended, never rewriting the log)
 --   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
@@ -1324,6 +1325,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
     ), verified AS (
         SELECT k.tenant_id, x.* FROM x
           JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+         ORDER BY x.tick  -- written in the order they were read: a delayed batch's pos rises with it
     ), written AS (
         INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
         SELECT tenant_id, tick, run, at, greatest(at, clock_timestamp() - accept), obj, route, status, size, key_id, rid
@@ -1360,6 +1362,90 @@ RETURNS integer LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public,
 $$;
 REVOKE ALL ON FUNCTION recall_purge_retained(interval, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_purge_retained(interval, interval, integer) TO recall_app;
+
+-- ---- the request audit ----------------------------------------------------------------------------
+-- What a tenant's keys did (docs/audit.md): every authenticated write, delete, administration and search,
+-- one row each, written off the request path as the trace's reads are (a process's buffer, flushed in
+-- batches through recall_record_requests, each row into the tenant of its verified key) and paged the
+-- same way (pos, the settle horizon). A row names IDs, never content: the IDs in the path and the one
+-- the answer is about (`object_ids`), the namespace it wrote or searched, for a search its parameters
+-- but the question (`params`) and the IDs it returned, best first (`returned`). Append-only for
+-- recall_app. Kept `audit_retention` per tenant (NULL: the server's RECALL_AUDIT_TTL), purged by the sweep.
+CREATE TABLE IF NOT EXISTS request_audit (
+    -- no REFERENCES tenants: rows come only through recall_record_requests, from a key of an existing tenant
+    tenant_id  text NOT NULL,
+    tick       bigint NOT NULL,  -- unique per request, as trace_reads.tick
+    at         timestamptz NOT NULL,
+    pos        timestamptz NOT NULL,
+    request_id text,
+    key_id     text NOT NULL,
+    subject    text,  -- the key's subject when the request was made
+    run_id     text CHECK (char_length(run_id) BETWEEN 1 AND 128 AND run_id ~ '^[A-Za-z0-9._:-]+$'),
+    method     text NOT NULL,
+    route      text NOT NULL,
+    status     smallint NOT NULL,
+    object_ids text[] NOT NULL DEFAULT '{}',
+    namespace  text,
+    params     jsonb,
+    returned   text[],
+    PRIMARY KEY (tenant_id, tick)
+);
+CREATE INDEX IF NOT EXISTS request_audit_by_pos ON request_audit (tenant_id, pos, tick);
+CREATE INDEX IF NOT EXISTS request_audit_by_run ON request_audit (tenant_id, run_id, pos, tick) WHERE run_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS request_audit_by_request ON request_audit (tenant_id, request_id);
+CREATE INDEX IF NOT EXISTS request_audit_by_object ON request_audit USING gin (object_ids);
+CREATE INDEX IF NOT EXISTS request_audit_by_time ON request_audit USING brin (at);  -- retention purges
+GRANT SELECT ON request_audit TO recall_app;
+SELECT recall_isolate('request_audit');
+SELECT recall_add_column('tenants', 'audit_retention', 'interval', $$audit_retention > interval '0'$$);
+
+-- One flush of a process's audit buffer, as recall_record_reads writes the trace's: each row into the tenant
+-- of its verified key, with the key's subject; returns how many rows verified.
+CREATE OR REPLACE FUNCTION recall_record_requests(batch jsonb, accept interval) RETURNS integer
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH x AS (  -- each row: [key_id, key_sha256 (base64), tick, run, at_us, method, route, status, object_ids,
+                 --            namespace, params, returned, request_id]
+        SELECT r->>0 AS key_id, decode(r->>1, 'base64') AS sha, (r->>2)::bigint AS tick, r->>3 AS run,
+               timestamptz 'epoch' + (r->>4)::bigint * interval '1 microsecond' AS at, r->>5 AS method,
+               r->>6 AS route, (r->>7)::integer AS status,
+               ARRAY(SELECT jsonb_array_elements_text(r->8)) AS object_ids, r->>9 AS namespace,
+               nullif(r->10, 'null'::jsonb) AS params,
+               CASE WHEN jsonb_typeof(r->11) = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(r->11)) END AS returned,
+               r->>12 AS rid
+          FROM jsonb_array_elements(batch) r
+    ), verified AS (
+        SELECT k.tenant_id, k.subject, x.* FROM x
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+         ORDER BY x.tick  -- as recall_record_reads
+    ), written AS (
+        INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
+                                   object_ids, namespace, params, returned)
+        SELECT tenant_id, tick, at, greatest(at, clock_timestamp() - accept), rid, key_id, subject, run, method, route,
+               status, object_ids, namespace, params, returned
+          FROM verified
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM verified
+$$;
+REVOKE ALL ON FUNCTION recall_record_requests(jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_record_requests(jsonb, interval) TO recall_app;
+
+-- Retention of the audit, in every tenant (the sweep calls it until it comes back short): up to `batch` rows
+-- older than their tenant's audit_retention, or `default_keep` where it has none.
+CREATE OR REPLACE FUNCTION recall_purge_audit(default_keep interval, batch integer) RETURNS integer
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    WITH gone AS (
+        DELETE FROM request_audit a USING tenants t
+         WHERE t.id = a.tenant_id AND a.at < now() - coalesce(t.audit_retention, default_keep)
+           AND (a.tenant_id, a.tick) IN (
+               SELECT b.tenant_id, b.tick FROM request_audit b JOIN tenants u ON u.id = b.tenant_id
+                WHERE b.at < now() - coalesce(u.audit_retention, default_keep) LIMIT batch)
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+REVOKE ALL ON FUNCTION recall_purge_audit(interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_purge_audit(interval, integer) TO recall_app;
 
 -- ---- messages ---------------------------------------------------------------------------------
 -- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type

@@ -50,6 +50,7 @@ from recall_server.routes import (
 )
 from recall_server.routes import trace as trace_routes
 from recall_server.service import Service
+from recall_server.service.audit import AuditRequests
 from recall_server.service.trace import TraceReads
 
 log = logging.getLogger("recall_server")
@@ -169,7 +170,8 @@ def create_app(settings: Settings) -> Litestar:
     app = Litestar(
         route_handlers=[  # our OPTIONS handlers first, so Litestar adds none of its own
             Router("/", route_handlers=[*_options_handlers(protected), *protected],
-                   middleware=[RequireKey, TraceReads, WholeNumbers],  # TraceReads: the recall trace (service/trace.py)
+                   # TraceReads: the recall trace (service/trace.py); AuditRequests: the request audit (service/audit.py)
+                   middleware=[RequireKey, TraceReads, AuditRequests, WholeNumbers],
                    security=[{"bearer": []}]),
             *_options_handlers([*meta.PUBLIC, *console.ROUTES, *reference.ROUTES]),
             *meta.PUBLIC,

@@ -241,6 +241,24 @@ def tenants_retention(name: str, days: float | None, data_dir: Path | None) -> N
                                                            "are kept until deleted"))
 
 
+@tenants.command("audit-retention")
+@click.argument("name")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Days an audited request is kept; omit for the server's RECALL_AUDIT_TTL (30 days).")
+@data_dir_option
+def tenants_audit_retention(name: str, days: float | None, data_dir: Path | None) -> None:
+    """Set how long tenant NAME keeps its request audit (GET /requests), applied by the sweep."""
+    from recall_server.service import ops
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_audit_retention(conn, name, days))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: audited requests " + (f"are kept {days:g} days" if days else
+                                                      "are kept for RECALL_AUDIT_TTL"))
+
+
 @tenants.command("memory-ttl")
 @click.argument("name")
 @click.option("--scratchpad", type=click.FloatRange(min=0), default=None,
@@ -291,7 +309,8 @@ def sweep(batch: int, data_dir: Path | None) -> None:
     from recall_server.service import ops
 
     settings = _settings(data_dir=data_dir)
-    purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl, settings.delivery_ttl))
+    purged = _owner(settings, lambda conn: ops.sweep(conn, batch, settings.trace_ttl, settings.delivery_ttl,
+                                                             settings.audit_ttl))
     click.echo(f"purged {purged} expired objects")
 
 

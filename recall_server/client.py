@@ -30,7 +30,8 @@ what Retry-After says (at most `max_retry_wait`). A connection that could not be
 every call (nothing was sent); a lost answer or a 503 only for calls that are safe to repeat. Every
 write sends an Idempotency-Key generated once per call, so the retries of a call that may have reached
 the server (a dropped connection, a 503, a 409 "in flight") are replayed, never redone.
-Reads send `X-Recall-Run: <run>` when a run is given (constructor or per call).
+Every call sends `X-Recall-Run: <run>` when a run is given (constructor or per call): the trace records
+the run's reads, the audit its writes and searches.
 
 Paths: every segment a method puts in a URL (an ID, a run) is escaped in one place (`_path`), so
 whatever a string holds ("/", "..", "?", "#") it reaches the route the method names as one segment.
@@ -52,6 +53,7 @@ import msgspec
 from recall_server import config, errors, ids
 from recall_server.models import (
     AssignOwner,
+    AuditedRequest,
     Backlink,
     BacklinkPage,
     CheckpointCount,
@@ -96,6 +98,7 @@ from recall_server.models import (
     NewKey,
     Read,
     ReadPage,
+    RequestPage,
     ReportIndexEntry,
     ReportPage,
     ReportView,
@@ -257,7 +260,8 @@ class _Call(NamedTuple):
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
     for t in (AppendedMessages, MessagePage, Retraction, BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
-              MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, ReportPage, ReportView, Resolved,
+              MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, RequestPage, AuditedRequest,
+              ReportPage, ReportView, Resolved,
               SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
 _RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
@@ -353,14 +357,15 @@ class _Operations:
         return out
 
     def _headers(self, call: _Call) -> dict[str, str]:
-        """Per logical call: the Idempotency-Key every attempt of it shares, the run on reads."""
+        """Per logical call: the Idempotency-Key every attempt of it shares, the run (the trace records its reads,
+        the audit its writes and searches)."""
         headers = dict(call.headers or {})
         if call.body is not None:
             headers["Content-Type"] = "application/json"
         if call.idempotency:
             headers.setdefault("Idempotency-Key", f"rc-{uuid.uuid4().hex}")
         run = call.run or self.run
-        if run and call.method == "GET":
+        if run:
             headers[RUN_HEADER] = run
         return headers
 
@@ -720,6 +725,19 @@ class _Operations:
         """A page of the traced reads of this ID, each naming its run (served for a deleted one too)."""
         return self._run(_Call("GET", ("ids", object_id, "reads"), ReadPage, _query(cursor=cursor, limit=limit)))
 
+    # ---- the request audit ------------------------------------------------------------------------
+
+    def list_requests(self, cursor: str | None = None, limit: int | None = None, **filters: str | None
+                      ) -> RequestPage:
+        """A page of the tenant's audited writes, deletes, administration and searches in order (a key with
+        grants: its own). Filters: since, until, route, method, status ('4xx'), key_id, subject, run,
+        object_id. There is always a next_cursor, to tail."""
+        return self._run(_Call("GET", ("requests",), RequestPage, _query(cursor=cursor, limit=limit, **filters)))
+
+    def get_request(self, request_id: str) -> AuditedRequest:
+        """The audited request with this X-Request-ID (written within a trace flush interval)."""
+        return self._run(_Call("GET", ("requests", request_id), AuditedRequest))
+
     # ---- webhook endpoints (admin scope) ----------------------------------------------------------
 
     def create_hook(self, source: str = "github", label: str = "") -> NewHook:
@@ -861,6 +879,11 @@ class RecallClient(_Operations):
         """Every settled read of the ID once, in order."""
         return self._walk(lambda cursor: self.object_reads(object_id, cursor, limit), after)
 
+    def iter_requests(self, after: str | None = None, *, limit: int = 500,
+                      **filters: str | None) -> Iterator[AuditedRequest]:
+        """Every settled audited request once, in order (filters as list_requests)."""
+        return self._walk(lambda cursor: self.list_requests(cursor, limit, **filters), after)
+
     def close(self) -> None:
         self.http.close()
 
@@ -975,6 +998,10 @@ class AsyncRecallClient(_Operations):
     def iter_object_reads(self, object_id: str, after: str | None = None, *,
                                 limit: int = 500) -> AsyncIterator[Read]:
         return self._walk(lambda cursor: self.object_reads(object_id, cursor, limit), after)
+
+    def iter_requests(self, after: str | None = None, *, limit: int = 500,
+                            **filters: str | None) -> AsyncIterator[AuditedRequest]:
+        return self._walk(lambda cursor: self.list_requests(cursor, limit, **filters), after)
 
     async def aclose(self) -> None:
         await self.http.aclose()

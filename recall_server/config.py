@@ -55,6 +55,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     trace_flush_interval: float = 1.0  # seconds between trace writes per process; pages show reads 2x this old
     trace_buffer: int = 10_000  # traced reads per process awaiting a write; beyond it they are dropped (counted)
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
+    audit_ttl: int = 30 * 86_400  # seconds an audited request is kept where its tenant sets no audit retention
     delivery_ttl: int = 7 * 86_400  # seconds a webhook delivery is kept to answer its redelivery (then purged)
     # Search by meaning (recall_server/embedders.py): the model that turns text into vectors.
     embedder: Literal["minilm", "wordllama", "openai", "none"] = "minilm"

@@ -29,12 +29,13 @@ and problems are rendered by errors.send.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import msgspec
 
 from recall_server import errors, ids, jsonbody, spill
-from recall_server.service import trace
+from recall_server.service import audit, trace
 from recall_server.models import CreateNote, CreateTrigger
 from recall_server.limits import read_body, replay
 from recall_server.observability import request_id
@@ -79,8 +80,8 @@ class Direct:
             await self._answer(scope, send, route[0], route[1], object_id, budget)
         elif (scope["method"] == "POST" and not scope["query_string"] and (write := _write(scope["path"]))
               and self._plain_body(scope["headers"])):
-            scope["path_template"] = write[0]
-            await self._create(scope, receive, send, *write[1:])
+            scope["path_template"], scope["path_params"] = write[0], write[3]
+            await self._create(scope, receive, send, write[1], write[2])
         else:
             await self.app(scope, receive, send)
 
@@ -99,8 +100,10 @@ class Direct:
         return True
 
     async def _create(self, scope: dict[str, Any], receive: Any, send: Any, model: type, create: Any) -> None:
+        at_us = time.time_ns() // 1000
         try:
             cred = await caller_key(scope, self.app.state)
+            run = trace.run_of(scope)  # after the key's 401, as AuditRequests
             body = await read_body(receive)  # BodyGuard bounds it: 408 when it does not arrive in time
         except Exception as exc:
             await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
@@ -113,12 +116,15 @@ class Direct:
         try:
             outcome = await create(self.app.state.service.writes, cred, req)
         except Exception as exc:
-            await self._problem(scope, send, errors.as_problem(exc, "POST", scope["path"]))
+            problem = errors.as_problem(exc, "POST", scope["path"])
+            await self._problem(scope, send, problem)
+            audit.record(self.app.state.service.trace, cred, run, at_us, scope, problem.status, None)
             return
         headers = [(b"location", outcome.location.encode())] if outcome.location else []
         if outcome.replayed:
             headers.append((b"idempotent-replayed", b"true"))
         await _send(send, outcome.status, [*headers, *_HEADERS], outcome.body or b"")
+        audit.record(self.app.state.service.trace, cred, run, at_us, scope, outcome.status, outcome.body)
 
     async def _answer(self, scope: dict[str, Any], send: Any, route: str, method: str, object_id: str,
                       budget: int) -> None:
@@ -158,14 +164,16 @@ async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body
 _TRIGGERS, _NOTES = template(triggers.create_trigger), template(threads.add_note)
 
 
-def _write(path: str) -> tuple[str, type, Any] | None:
-    """The plain write a POST path is (its route template, body model and service call), or None."""
+def _write(path: str) -> tuple[str, type, Any, dict[str, str]] | None:
+    """The plain write a POST path is (its route template, body model, service call and path parameters), or
+    None."""
     if path == _TRIGGERS:
-        return path, CreateTrigger, lambda writes, cred, req: writes.create_trigger(cred, req, None)
+        return path, CreateTrigger, lambda writes, cred, req: writes.create_trigger(cred, req, None), {}
     collection, _, rest = path[1:].partition("/")
     thread_id, _, tail = rest.partition("/")
     if collection == "threads" and thread_id and tail == "events":
-        return _NOTES, CreateNote, lambda writes, cred, req: writes.add_note(cred, thread_id, req, None)
+        return (_NOTES, CreateNote, lambda writes, cred, req: writes.add_note(cred, thread_id, req, None),
+                {"thread_id": thread_id})
     return None
 
 

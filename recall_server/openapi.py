@@ -53,7 +53,7 @@ _CREATES = {
 }
 _PAGES = {"ListThreads", "ListEvents", "ListReports", "ListMemories", "ListMemoryVersions", "ListMemoryNamespaces",
           "Search", "ListBacklinks"}
-_PAGES |= {"ListRunReads", "ListObjectReads"}  # the recall trace
+_PAGES |= {"ListRunReads", "ListObjectReads", "ListRequests"}  # the recall trace, the request audit
 _PAGES |= {"ListCheckpoints"}  # LangGraph checkpoints
 # The named ID schemas: the same patterns recall_server/models enforces in bodies.
 _ID_SCHEMAS = {
@@ -192,14 +192,20 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
         ]
 
     _github_delivery(ops)
-    # The recall trace: every GET that needs a key takes X-Recall-Run, except the trace's own pages and
-    # the key list (trace.UNTRACED); a malformed one is a 400.
+    # The recall trace and the request audit: every GET that needs a key takes X-Recall-Run, except the trace's
+    # and the audit's own pages and the key list (trace.UNTRACED), and so does every write (service/audit.py);
+    # a malformed one is a 400.
     for op_id, (_, method, op) in ops.items():
-        if method == "get" and op.get("security") and op_id not in {"ListRunReads", "ListObjectReads", "ListKeys"}:
+        if not op.get("security") or op_id in {"ListRunReads", "ListObjectReads", "ListRequests", "GetRequest",
+                                               "ListKeys"}:
+            continue
+        if method in ("get", "post", "put", "patch", "delete"):
+            recorded = ("this read in the trace" if method == "get" else "this request in the audit") \
+                if op_id != "Search" else "this search in the trace and the audit"
             op.setdefault("parameters", []).append(
                 {"name": "X-Recall-Run", "in": "header", "required": False,
                  "schema": {"type": "string", "pattern": ids.RUN_PATTERN},
-                 "description": "Record this read in the trace of this run (GET /runs/{run_id}/reads)."})
+                 "description": f"Record {recorded} of this run (GET /runs/{{run_id}}/reads, GET /requests?run=)."})
             op["responses"].setdefault("400", {"description": "A malformed X-Recall-Run header (or parameter).",
                                                "content": {PROBLEM_JSON: {"schema": _PROBLEM}}})
     _lens_links(ops)
@@ -264,6 +270,7 @@ def _query_values(ops: dict[str, tuple[str, str, dict[str, Any]]]) -> None:
                     param.pop(key, None)
                 param["content"] = {"application/json": {"schema": {"type": "object"}}}
             elif (op_id, param["name"]) in (("ListMessages", "since"), ("ListMessages", "until"),
+                                            ("ListRequests", "since"), ("ListRequests", "until"),
                                             ("GetCurrentMemory", "as_of")):
                 schema["oneOf"][0]["format"] = "date-time"
             elif (op_id, param["name"]) == ("ListMemories", "tag"):

@@ -56,6 +56,8 @@ COORDINATOR_TABLES = {
 SPANNING_FUNCTIONS = {
     "recall_sweep": "purges what expired in every tenant",
     "recall_record_reads": "a trace flush: one process's buffered reads, each filed in the tenant of its verified key",
+    "recall_record_requests": "an audit flush: one process's buffered requests, each filed in the tenant of its verified key",
+    "recall_purge_audit": "retention: drops audited requests past each tenant's audit retention, in every tenant",
     "recall_purge_retained": "retention: drops trace reads and webhook deliveries past their TTLs in every tenant",
     "recall_embedding_batch": "the indexer: the embedding queue's due entries, whatever their tenant",
     "recall_embedding_store": "the indexer: each entry's vector stored in its own tenant",
@@ -73,6 +75,8 @@ ALL_TENANTS = {
     "key_subject": "`recall-server keys grant ID` finds the key in whichever tenant has it (reference table)",
     "set_grants": "`recall-server keys grant ID` changes the key in whichever tenant has it (reference table)",
     "record_reads": "a trace flush writes each read to its own key's tenant (recall_record_reads)",
+    "record_requests": "an audit flush writes each request to its own key's tenant (recall_record_requests)",
+    "purge_audit": "audit retention, for every tenant (recall_purge_audit)",
     "purge_retained": "trace and webhook retention, for every tenant (recall_purge_retained)",
     "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",
     "revoke_hook": "`recall-server hooks revoke ID` finds the hook in whichever tenant has it (reference table)",
@@ -116,7 +120,7 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
                                     "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
                                     "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
-                                    "checkpoint_writes", "thread_messages", "message_retractions"}
+                                    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:

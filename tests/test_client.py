@@ -450,15 +450,19 @@ def test_retries_are_bounded(base_url: str, api_key: str) -> None:
     assert AlwaysDown.calls == 3
 
 
-def test_the_run_is_sent_on_reads(base_url: str, api_key: str) -> None:
+def test_the_run_is_sent_on_every_call(base_url: str, api_key: str) -> None:
+    """Reads carry the run for the trace, writes for the audit; a call's own run wins over the client's."""
     transport = Recording()
     with RecallClient(base_url, api_key, transport=transport, run="run-a") as client:
         thread = client.create_thread(title="t")
         client.get_thread(thread.id)
         client.get_thread(thread.id, run="run-b")
-    create, read, other = transport.sent
-    assert "x-recall-run" not in create.headers
-    assert (read.headers["x-recall-run"], other.headers["x-recall-run"]) == ("run-a", "run-b")
+    with RecallClient(base_url, api_key, transport=transport) as client:
+        client.get_thread(thread.id)
+    create, read, other, unrun = transport.sent[-4:]
+    assert (create.headers["x-recall-run"], read.headers["x-recall-run"], other.headers["x-recall-run"]) == (
+        "run-a", "run-a", "run-b")
+    assert "x-recall-run" not in unrun.headers
 
 
 def test_defaults_come_from_the_environment_then_the_local_server(

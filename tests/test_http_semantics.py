@@ -33,7 +33,7 @@ def test_head_answers_every_get_route_like_get_without_a_body(client: httpx.Clie
     filled = {"{thread_id}": objects["thread"], "{worker_id}": objects["worker"],
               "{trigger_id}": objects["trigger"], "{report_id}": objects["report"], "{object_id}": objects["report"],
               "{key_id}": "0123456789abcdef", "{memory_id}": objects["memory"], "{run_id}": "head-run",
-              "{seq}": "1"}
+              "{seq}": "1", "{request_id}": "head-request"}
     paths = []
     for template in get_routes(base_url):
         path = template

@@ -22,7 +22,7 @@ DISTRIBUTED_TABLES = (
     "threads", "workers", "triggers", "thread_owners", "trigger_neighbours", "reports", "report_refs",
     "thread_events", "idempotency_keys", "memories", "memory_sources", "hook_deliveries", "github_threads",
     "trace_reads", "embeddings", "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
-    "checkpoint_writes", "thread_messages", "message_retractions",
+    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit",
 )
 
 # Functions whose first argument is the tenant. Created on every node, not delegated to the tenant's node

@@ -190,12 +190,58 @@ BEGIN
               FROM jsonb_array_elements(batch) e) x
           JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
                          AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+         ORDER BY x.tick
     LOOP
         INSERT INTO trace_reads (tenant_id, tick, run_id, at, pos, object_id, route, status, bytes, key_id, request_id)
         VALUES (v.tenant_id, v.tick, v.run, v.at, greatest(v.at, clock_timestamp() - accept), v.obj, v.route, v.status,
                 v.size, v.key_id, v.rid)
         ON CONFLICT DO NOTHING;
         n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- The audit flush, filed row by row for the same reason.
+CREATE OR REPLACE FUNCTION recall_record_requests(batch jsonb, accept interval) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE v record; n integer := 0;
+BEGIN
+    FOR v IN
+        SELECT k.tenant_id, k.subject, x.* FROM (
+            SELECT e->>0 AS key_id, decode(e->>1, 'base64') AS sha, (e->>2)::bigint AS tick, e->>3 AS run,
+                   timestamptz 'epoch' + (e->>4)::bigint * interval '1 microsecond' AS at, e->>5 AS method,
+                   e->>6 AS route, (e->>7)::integer AS status,
+                   ARRAY(SELECT jsonb_array_elements_text(e->8)) AS object_ids, e->>9 AS namespace,
+                   nullif(e->10, 'null'::jsonb) AS params,
+                   CASE WHEN jsonb_typeof(e->11) = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(e->11)) END
+                       AS returned,
+                   e->>12 AS rid
+              FROM jsonb_array_elements(batch) e) x
+          JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
+                         AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+         ORDER BY x.tick
+    LOOP
+        INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
+                                   object_ids, namespace, params, returned)
+        VALUES (v.tenant_id, v.tick, v.at, greatest(v.at, clock_timestamp() - accept), v.rid, v.key_id, v.subject, v.run,
+                v.method, v.route, v.status, v.object_ids, v.namespace, v.params, v.returned)
+        ON CONFLICT DO NOTHING;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- The audit's retention, tenant by tenant: one DELETE each, which names its tenant.
+CREATE OR REPLACE FUNCTION recall_purge_audit(default_keep interval, batch integer) RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE t record; gone integer; n integer := 0;
+BEGIN
+    FOR t IN SELECT id, now() - coalesce(audit_retention, default_keep) AS before FROM tenants LOOP
+        DELETE FROM request_audit WHERE tenant_id = t.id AND at < t.before;
+        GET DIAGNOSTICS gone = ROW_COUNT;
+        n := n + gone;
     END LOOP;
     RETURN n;
 END

@@ -23,7 +23,7 @@ from recall_server.models.hooks import (  # noqa: F401
     CreateHook, Delivery, HookId, HookList, HookView, NewHook,
 )
 from recall_server.models.trace import (  # noqa: F401
-    Read, ReadPage, RunId,
+    AuditedRequest, Background, Read, ReadPage, RequestPage, RunId,
 )
 from recall_server.models.search import (  # noqa: F401
     Backlink, BacklinkPage, GrepLine, GrepMatch, GrepResult, SearchExplain, SearchHit, SearchPage,

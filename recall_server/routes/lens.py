@@ -10,6 +10,7 @@ from litestar.params import FromPath, Parameter, QueryParameter
 from recall_server import grep
 from recall_server.models import BacklinkPage, GrepResult, SearchPage
 from recall_server.routes import NAMESPACE, Caller, Cursor, LabelFilter, Limit, paged, problems
+from recall_server.service.audit import SEARCH
 
 Kind = Literal["trigger", "thread", "worker", "report", "memory", "message"]
 Mode = Literal["hybrid", "lexical", "semantic", "exact"]
@@ -22,7 +23,7 @@ Context = Annotated[int, Parameter(ge=0, le=grep.MAX_CONTEXT, description="Lines
 MaxMatches = Annotated[int, QueryParameter(name="max", ge=1, le=grep.MAX_MATCHES, description="The most matches returned.")]
 
 
-@get("/search", responses=problems(400, 401, 503), operation_id="Search")
+@get("/search", responses=problems(400, 401, 503), operation_id="Search", opt=SEARCH)
 async def search(
     request: Caller,
     labels: LabelFilter,

@@ -33,6 +33,7 @@ from recall_server.service.indexer import Indexer
 from recall_server.service.lens import Lens
 from recall_server.service.memories import Memories
 from recall_server.service.messages import Messages
+from recall_server.service.audit import Audit
 from recall_server.service.trace import Trace
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
@@ -40,7 +41,7 @@ from recall_server.service.writes import Writes
 
 class Service:
     """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `messages`, `lens`,
-    `trace`, `admin`, `checkpoints`; and the server's own upkeep (`ready`, `sweep`)."""
+    `trace`, `audit`, `admin`, `checkpoints`; and the server's own upkeep (`ready`, `sweep`)."""
 
     def __init__(self, db: Database, cursors: CursorCodec, settings: Settings, indexer_db: Database | None = None) -> None:
         """`settings`: the retention periods (Idempotency-Key outcomes, trace reads, webhook deliveries),
@@ -56,7 +57,9 @@ class Service:
         self.admin = Admin(db)
         self.checkpoints = Checkpoints(db, cursors)
         self.trace = Trace(db, cursors, settings.trace_flush_interval, settings.trace_buffer)
+        self.audit = Audit(self.trace)
         self.trace_ttl = settings.trace_ttl
+        self.audit_ttl = settings.audit_ttl
         self.delivery_ttl = settings.delivery_ttl
 
     async def ready(self) -> None:
@@ -66,4 +69,4 @@ class Service:
     async def sweep(self, batch: int = 500) -> int:
         """Purge expired objects in every tenant (the serve loop's periodic sweep)."""
         async with self.db.connection() as conn:
-            return await ops.sweep(conn, batch, self.trace_ttl, self.delivery_ttl)
+            return await ops.sweep(conn, batch, self.trace_ttl, self.delivery_ttl, self.audit_ttl)

@@ -219,7 +219,7 @@ class Indexer:
             try:
                 made = await self._embed(texts) if texts else []
             except EmbedUnavailable as exc:  # kept, to be tried again after a backoff (committed with this batch)
-                await q.embeddings_failed(conn, entries, str(exc), permanent=False)
+                await q.embeddings_failed(conn, entries, f"{type(exc).__name__}: {exc}", permanent=False)
                 EMBED_FAILURES.labels("unavailable").inc(len(entries))
                 log.warning("embedder unavailable, %d entries wait for a retry: %s", len(entries), exc)
                 return 0
@@ -270,7 +270,7 @@ class Indexer:
             try:
                 made += await self._embed([entry.text])
             except EmbedRejected as exc:
-                await q.embeddings_failed(conn, [entry], str(exc), permanent=True)
+                await q.embeddings_failed(conn, [entry], f"{type(exc).__name__}: {exc}", permanent=True)
                 EMBED_FAILURES.labels("rejected").inc()
                 entries.remove(entry)
         return made

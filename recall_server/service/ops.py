@@ -22,6 +22,12 @@ async def set_retention(conn: q.Conn, tenant: str, days: float | None) -> None:
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
+async def set_audit_retention(conn: q.Conn, tenant: str, days: float | None) -> None:
+    """Days the tenant's request audit is kept (None: the server's RECALL_AUDIT_TTL)."""
+    if not await q.set_audit_retention(conn, tenant, days):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
 async def set_memory_ttl(conn: q.Conn, tenant: str, scratchpad: float | None, state: float | None) -> None:
     """Default lifetimes (seconds) of scratchpad and state memories written without ttl/expires_at (0: none)."""
     if not await q.set_memory_ttl(conn, tenant, scratchpad, state):
@@ -80,15 +86,18 @@ async def revoke_key(conn: q.Conn, key_id: str) -> KeyView | None:
     return revoked
 
 
-async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float) -> int:
+async def sweep(conn: q.Conn, batch: int, trace_ttl: float, delivery_ttl: float, audit_ttl: float) -> int:
     """Purge expired objects in every tenant until a batch comes back short; each batch is its own
     transaction (recall_sweep runs as the owner). Trace reads older than `trace_ttl` seconds and webhook
-    deliveries older than `delivery_ttl` go too, and so do the LangGraph checkpoints past their tenant's
+    deliveries older than `delivery_ttl` go too, audited requests past their tenant's audit retention
+    (`audit_ttl` seconds where it sets none), and so do the LangGraph checkpoints past their tenant's
     retention and the pending writes whose checkpoint is gone. Returns how many objects it purged."""
     purged = 0
     while (done := await q.sweep(conn, batch)) == batch:
         purged += done
     while await q.purge_retained(conn, trace_ttl, delivery_ttl, batch * 10) == batch * 10:
+        pass
+    while await q.purge_audit(conn, audit_ttl, batch * 10) >= batch * 10:
         pass
     while await q.checkpoint_retention(conn, batch) > 0:  # each tenant's checkpoint retention policy
         pass

@@ -58,7 +58,7 @@ log = logging.getLogger("recall_server.trace")
 RUN_HEADER = "X-Recall-Run"
 _RUN_HEADER = RUN_HEADER.lower().encode()
 _OBJECT_CHARS = 200  # a path's ID is stored up to this long (a malformed one can be a whole URL)
-_START = (datetime(1970, 1, 1, tzinfo=UTC), -1)  # before every read
+START = (datetime(1970, 1, 1, tzinfo=UTC), -1)  # before every row
 
 # Route handlers with opt={"trace": False} are never traced: reading the trace, managing keys.
 UNTRACED = {"trace": False}
@@ -69,67 +69,109 @@ WRITE_FAILURES = Counter("recall_trace_write_failures_total",
 DROPPED = Counter("recall_trace_dropped_total", "Traced reads never written: the buffer was full "
                   "(a failing database), the key no longer verified, or the database refused the batch's data",
                   ["reason"])
+AUDITED = Counter("recall_audit_requests_written_total", "Audited requests written to the audit")
+AUDIT_FAILURES = Counter("recall_audit_write_failures_total",
+                         "Audit writes (one per flush) that failed; their requests stay buffered for the next")
+AUDIT_DROPPED = Counter("recall_audit_dropped_total", "Audited requests never written: the buffer was full, "
+                        "the key no longer verified, or the database refused the batch's data", ["reason"])
 
 
-class Trace:
-    """This process's trace buffer and its writer, and the two trace pages."""
+class Buffer:
+    """Rows of one kind buffered in this process and written in batches, each batch one statement (`write`,
+    given the batch as one JSON document and the acceptance window). A failed write keeps its rows for the next
+    flush, within `capacity`; a batch refused as data is dropped (no retry can change it). Counted in /metrics."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, flush_interval: float = 1.0,
-                 capacity: int = 10_000) -> None:
-        self.db = db
-        self.cursors = cursors
-        self.flush_interval = flush_interval
-        self.capacity = capacity
-        self.accept = 1.5 * flush_interval  # a row written later than this after its read is re-placed
-        self.settle = 2 * flush_interval  # pages show reads older than this
+    def __init__(self, what: str, write: Any, written: Counter, failures: Counter, dropped: Counter,
+                 capacity: int) -> None:
+        self.what, self.write, self.capacity = what, write, capacity
+        self.written, self.failures, self.dropped = written, failures, dropped
         self.pending: list[tuple[Any, ...]] = []
-        # A tick names one read uniquely across processes and restarts: a counter from a random start in
-        # 2^62 (two processes' ranges of a billion reads each overlap with odds of about 2^-32).
-        self._ticks = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2)
         self._encode = msgspec.json.Encoder().encode
 
-    def record(self, cred: Credential, run: str, at_us: int, object_id: str | None, route: str, status: int,
-               size: int, request: str | None) -> None:
-        """Buffer one read (no I/O); dropped, and counted, when the buffer is full."""
+    def add(self, row: tuple[Any, ...]) -> None:
         if len(self.pending) >= self.capacity:
-            DROPPED.labels("buffer_full").inc()
+            self.dropped.labels("buffer_full").inc()
             return
-        self.pending.append((cred.key_id, cred.secret_sha256, next(self._ticks), run, at_us,
-                             None if object_id is None else _storable(object_id[:_OBJECT_CHARS]), route, status, size,
-                             request))
+        self.pending.append(row)
 
-    async def flush(self) -> int:
+    async def flush(self, db: Database, accept: float) -> int:
         """Write the buffer in one statement; returns the rows written. Never raises for a database failure:
         the rows stay buffered (up to the bound) for the next flush."""
         if not self.pending:
             return 0
         batch, self.pending = self.pending, []
         try:
-            async with self.db.connection() as conn:
-                verified = await q.record_reads(conn, self._encode(batch).decode(), self.accept)
+            async with db.connection() as conn:
+                verified = await self.write(conn, self._encode(batch).decode(), accept)
         except asyncpg.DataError as exc:
-            DROPPED.labels("refused").inc(len(batch))
-            log.warning("trace write of %d reads refused (%s); dropped", len(batch), type(exc).__name__)
+            self.dropped.labels("refused").inc(len(batch))
+            log.warning("%s write of %d rows refused (%s); dropped", self.what, len(batch), type(exc).__name__)
             return 0
         except BaseException as exc:
             self._keep(batch)
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                 raise  # shutdown: the final flush writes them (a row written twice is inserted once)
-            WRITE_FAILURES.inc()
-            log.warning("trace write of %d reads failed (%s); kept for the next flush", len(batch),
+            self.failures.inc()
+            log.warning("%s write of %d rows failed (%s); kept for the next flush", self.what, len(batch),
                         type(exc).__name__)
             return 0
-        WRITTEN.inc(verified)
+        self.written.inc(verified)
         if verified < len(batch):
-            DROPPED.labels("key_not_verified").inc(len(batch) - verified)
+            self.dropped.labels("key_not_verified").inc(len(batch) - verified)
         return verified
 
     def _keep(self, batch: list[tuple[Any, ...]]) -> None:
         """Put a batch that was not written back in front of what arrived since, within the bound."""
         room = max(self.capacity - len(self.pending), 0)
         if room < len(batch):
-            DROPPED.labels("buffer_full").inc(len(batch) - room)
+            self.dropped.labels("buffer_full").inc(len(batch) - room)
         self.pending[:0] = batch[:room]
+
+
+class Trace:
+    """This process's trace buffers (reads, and the audit's requests) and their writer, and the read pages."""
+
+    def __init__(self, db: Database, cursors: CursorCodec, flush_interval: float = 1.0,
+                 capacity: int = 10_000) -> None:
+        self.db = db
+        self.cursors = cursors
+        self.flush_interval = flush_interval
+        self.accept = 1.5 * flush_interval  # a row written later than this after its read is re-placed
+        self.settle = 2 * flush_interval  # pages show reads older than this
+        self.reads = Buffer("trace", q.record_reads, WRITTEN, WRITE_FAILURES, DROPPED, capacity)
+        self.requests = Buffer("audit", q.record_requests, AUDITED, AUDIT_FAILURES, AUDIT_DROPPED, capacity)
+        # A tick names one row uniquely across processes and restarts: a counter from a random start in
+        # 2^62 (two processes' ranges of a billion rows each overlap with odds of about 2^-32).
+        self._ticks = itertools.count(int.from_bytes(os.urandom(8), "big") >> 2)
+
+    @property
+    def pending(self) -> list[tuple[Any, ...]]:
+        """The reads buffered, not yet written."""
+        return self.reads.pending
+
+    @pending.setter
+    def pending(self, rows: list[tuple[Any, ...]]) -> None:
+        self.reads.pending = rows
+
+    def record(self, cred: Credential, run: str, at_us: int, object_id: str | None, route: str, status: int,
+               size: int, request: str | None) -> None:
+        """Buffer one read (no I/O); dropped, and counted, when the buffer is full."""
+        self.reads.add((cred.key_id, cred.secret_sha256, next(self._ticks), run, at_us,
+                        None if object_id is None else _storable(object_id[:_OBJECT_CHARS]), route, status, size,
+                        request))
+
+    def record_request(self, cred: Credential, run: str | None, at_us: int, method: str, route: str, status: int,
+                       object_ids: list[str], namespace: str | None, params: dict[str, Any] | None,
+                       returned: list[str] | None, request: str | None) -> None:
+        """Buffer one audited request (no I/O; service/audit.py); dropped, and counted, when the buffer is full."""
+        self.requests.add((cred.key_id, cred.secret_sha256, next(self._ticks), run, at_us, method, route, status,
+                           object_ids, None if namespace is None else _storable(namespace[:_OBJECT_CHARS]),
+                           params, returned, request))
+
+    async def flush(self) -> int:
+        """Write both buffers, one statement each; returns the reads written (see Buffer.flush)."""
+        await self.requests.flush(self.db, self.accept)
+        return await self.reads.flush(self.db, self.accept)
 
     async def flush_forever(self) -> None:
         """Flush every `flush_interval` seconds, measured from one flush's start to the next."""
@@ -144,7 +186,7 @@ class Trace:
     def _page(pager: Pager, tenant: str, rows: list[tuple[Read, q.ReadPosition]], limit: int) -> ReadPage:
         """Like the event log, always a next cursor, to tail a live run."""
         shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: list(r[1]),
-                                                  tail=list(pager.after or _START))
+                                                  tail=list(pager.after or START))
         return ReadPage(data=[read for read, _ in shown], next_cursor=next_cursor, has_more=has_more)
 
     async def run_reads(self, cred: Credential, run: str, cursor: str | None, limit: int) -> ReadPage:

@@ -26,6 +26,14 @@ async def set_retention(conn: Conn, tenant: str, days: float | None) -> bool:
     ) is not None
 
 
+async def set_audit_retention(conn: Conn, tenant: str, days: float | None) -> bool:
+    """How long the tenant's request audit is kept (None: the server's RECALL_AUDIT_TTL)."""
+    return await conn.fetchval(
+        "UPDATE tenants SET audit_retention = make_interval(secs => $2 * 86400) WHERE id = $1 RETURNING true",
+        tenant, days,
+    ) is not None
+
+
 async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, state: float | None) -> bool:
     """Set the default lifetimes (seconds; 0 keeps until deleted, None leaves it as it is)."""
     return await conn.fetchval(
