@@ -134,6 +134,15 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     run_script(server_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.fixture()
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A new, empty database in the test cluster (a server on it migrates it): its queues are its own, no other server's indexer drains them."""
+    name = f"recall_fresh_{uuid.uuid4().hex[:10]}"
+    run_script(database_url, f'CREATE DATABASE "{name}"')
+    yield with_database(database_url, name)
+    run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
 def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # No periodic sweep in the shared server: tests that sweep do it themselves, deterministically.

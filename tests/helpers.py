@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -254,6 +255,27 @@ def fails_after(seconds: int) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def settled_rows(client: httpx.Client, path: str, count: int, limit: int = 500, timeout: float = 15,
+                 **params: Any) -> list[dict[str, Any]]:
+    """Every row on the trace or audit page(s) at `path` (with `params`) once `count` of them have settled (or
+    the timeout passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reads, cursor = [], None
+        while True:
+            page = client.get(path, params={"limit": limit, **params, **({"cursor": cursor} if cursor else {})})
+            assert page.status_code == 200, page.text
+            body = page.json()
+            reads += body["data"]
+            cursor = body["next_cursor"]
+            assert cursor, "a trace or audit page always hands back a cursor"
+            if not body["has_more"]:
+                break
+        if len(reads) >= count or time.monotonic() > deadline:
+            return reads
+        time.sleep(0.2)  # polling (with a deadline) for the servers' flushes
 
 
 def uid(prefix: str) -> str:

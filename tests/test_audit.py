@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import ServerProcess, assert_problem, cli, create_key, run_script, run_sql, uid, with_database
+from helpers import ServerProcess, assert_problem, cli, create_key, run_sql, settled_rows, uid
 from litestar.testing import AsyncTestClient
 
 from recall_server import config
@@ -25,21 +25,7 @@ FLUSH = 0.5  # this module's servers' trace flush interval: pages show rows 1 s 
 
 def settled(client: httpx.Client, count: int, timeout: float = 20, **params: Any) -> list[dict[str, Any]]:
     """Every request GET /requests lists with `params`, once `count` of them have settled (or the timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows, cursor = [], None
-        while True:
-            page = client.get("/requests", params={"limit": 200, **params, **({"cursor": cursor} if cursor else {})})
-            assert page.status_code == 200, page.text
-            body = page.json()
-            rows += body["data"]
-            cursor = body["next_cursor"]
-            assert cursor, "an audit page always hands back a cursor"
-            if not body["has_more"]:
-                break
-        if len(rows) >= count or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.2)  # polling (with a deadline) for the server's flushes
+    return settled_rows(client, "/requests", count, 200, timeout, **params)
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +45,6 @@ def tenant(audit_server: ServerProcess, database_url: str) -> dict[str, str]:
 
 def client_of(server: ServerProcess, key: str) -> httpx.Client:
     return httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {key}"})
-
-
-@pytest.fixture()
-def fresh_store(database_url: str) -> Iterator[str]:
-    """A new, empty database in the test cluster (its server migrates it): no other server's indexer."""
-    name = f"recall_audit_{uuid.uuid4().hex[:10]}"
-    run_script(database_url, f'CREATE DATABASE "{name}"')
-    yield with_database(database_url, name)
-    run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture()
@@ -171,15 +148,15 @@ def test_another_tenant_sees_none_and_a_key_with_grants_sees_only_its_own(
 
 
 def test_a_failed_embedding_shows_in_the_audit_of_the_write_that_queued_it(
-        fresh_store: str, tmp_path: Path) -> None:
+        fresh_database: str, tmp_path: Path) -> None:
     """With an embedder that nothing answers, the audit of the write says its object's embedding is retrying,
     with the error's class; with one that works, indexed."""
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    server = ServerProcess(fresh_store, tmp_path / "server.log", RECALL_EMBEDDER="openai", RECALL_EMBED_URL=dead,
+    server = ServerProcess(fresh_database, tmp_path / "server.log", RECALL_EMBEDDER="openai", RECALL_EMBED_URL=dead,
                            RECALL_EMBED_MODEL="m", RECALL_EMBED_DIMS="8", RECALL_SWEEP_INTERVAL="0",
                            RECALL_TRACE_FLUSH_INTERVAL=str(FLUSH)).start()
     try:
-        with client_of(server, create_key(fresh_store, "default", "write")) as c:
+        with client_of(server, create_key(fresh_database, "default", "write")) as c:
             thread = c.post("/threads", json={"title": "embedded later"}).json()
             deadline = time.monotonic() + 30
             while True:

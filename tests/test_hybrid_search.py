@@ -521,15 +521,6 @@ def explain_buffers(database_url: str, tenant: str, *words: str, access: str = "
 # ---- servers configured otherwise: no embedder, no pgvector, an embedder that fails ------------------
 
 
-@pytest.fixture()
-def fresh_database(database_url: str) -> Iterator[str]:
-    """A new, empty database in the test cluster (a server on it migrates it): its queue is its own."""
-    name = f"recall_vec_{uuid.uuid4().hex[:10]}"
-    run_script(database_url, f'CREATE DATABASE "{name}"')
-    yield with_database(database_url, name)
-    run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
 @contextmanager
 def serving(database_url: str, tmp_path: Path, **env: str) -> Iterator[tuple[ServerProcess, httpx.Client]]:
     server = ServerProcess(database_url, tmp_path / f"server-{uuid.uuid4().hex[:6]}.log", **env).start()

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
-from helpers import run_script, run_sql, with_database
+from helpers import run_script, run_sql
 
 from recall_server.service.indexer import build_vector_index
 
@@ -24,17 +22,11 @@ MODEL = "fairness-test:8"
 
 
 @pytest.fixture()
-def store(database_url: str) -> Iterator[str]:
+def store(fresh_database: str) -> str:
     from recall_server.db.migrate import migrate
 
-    name = f"recall_fair_{uuid.uuid4().hex[:10]}"
-    run_script(database_url, f'CREATE DATABASE "{name}"')
-    url = with_database(database_url, name)
-    try:
-        asyncio.run(migrate(url))
-        yield url
-    finally:
-        run_script(database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+    asyncio.run(migrate(fresh_database))
+    return fresh_database
 
 
 def queue(url: str, tenant: str, n: int, age: str) -> None:

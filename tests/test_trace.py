@@ -17,6 +17,7 @@ import httpx
 import pytest
 from faults import PostgresProxy
 from helpers import Graph, ServerProcess, assert_problem, cli, create_key, uid
+from helpers import settled_rows as settled
 from litestar.testing import AsyncTestClient
 
 from recall_server import config
@@ -35,25 +36,6 @@ def key_id(key: str) -> str:
 
 def traced(client: httpx.Client, path: str, run: str) -> httpx.Response:
     return client.get(path, headers={"X-Recall-Run": run})
-
-
-def settled(client: httpx.Client, path: str, count: int, limit: int = 500, timeout: float = 15) -> list[dict[str, Any]]:
-    """Every read on the page(s) at `path` once `count` of them have settled (or the timeout passed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reads, cursor = [], None
-        while True:
-            page = client.get(path, params={"limit": limit, **({"cursor": cursor} if cursor else {})})
-            assert page.status_code == 200, page.text
-            body = page.json()
-            reads += body["data"]
-            cursor = body["next_cursor"]
-            assert cursor, "a trace page always hands back a cursor"
-            if not body["has_more"]:
-                break
-        if len(reads) >= count or time.monotonic() > deadline:
-            return reads
-        time.sleep(0.2)  # polling (with a deadline) for the servers' flushes
 
 
 @pytest.fixture(scope="module")
