@@ -918,6 +918,7 @@ LANGUAGE plpgsql AS $$
 DECLARE v_now timestamptz := now();  -- a value, not a call, in the UPDATEs: Citus refuses now() in coalesce()
 BEGIN
     PERFORM recall_wipe_memory(t, mem, v_now);
+    PERFORM recall_scrub_audit(t, mem);
     DELETE FROM memory_sources WHERE tenant_id = t AND memory_id = mem;
     UPDATE thread_events SET ref_gone_at = least(ref_gone_at, v_now) WHERE tenant_id = t AND ref = mem;
     PERFORM recall_rebuild_heads_showing(t, mem);
@@ -1421,7 +1422,11 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
         INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
                                    object_ids, namespace, params, returned)
         SELECT tenant_id, tick, at, greatest(at, clock_timestamp() - accept), rid, key_id, subject, run, method, route,
-               status, object_ids, namespace, params, returned
+               status, object_ids,
+               CASE WHEN NOT EXISTS (SELECT 1 FROM memories m WHERE m.tenant_id = verified.tenant_id
+                                        AND m.id = ANY (verified.object_ids) AND m.deleted_at IS NOT NULL)
+                    THEN namespace END,  -- erased since: its namespace went with it (recall_scrub_audit)
+               params, returned
           FROM verified
         ON CONFLICT DO NOTHING
         RETURNING 1
@@ -1446,6 +1451,23 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 REVOKE ALL ON FUNCTION recall_purge_audit(interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_purge_audit(interval, integer) TO recall_app;
+
+-- An erased memory's namespace is content (its tombstone is in no namespace): the audit rows naming it lose
+-- theirs. As the owner (the audit is append-only for recall_app), for the tenant the request bound; rows
+-- flushed after the erasure drop it as they are written (recall_record_requests).
+CREATE OR REPLACE FUNCTION recall_scrub_audit(t text, obj text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE bound text := current_setting('app.tenant_id', true);
+BEGIN
+    IF coalesce(bound, '') <> '' AND bound <> t THEN
+        RAISE EXCEPTION 'recall_scrub_audit: tenant % is not the bound tenant', t;
+    END IF;
+    UPDATE request_audit SET namespace = NULL
+     WHERE tenant_id = t AND object_ids @> ARRAY[obj] AND namespace IS NOT NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_scrub_audit(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_scrub_audit(text, text) TO recall_app;
 
 -- ---- messages ---------------------------------------------------------------------------------
 -- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type

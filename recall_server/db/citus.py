@@ -41,6 +41,7 @@ TENANT_FUNCTIONS = (
     "recall_link_of(text,text)",
     "recall_erase_memory_version(text,text)",
     "recall_wipe_memory(text,text,timestamp with time zone)",
+    "recall_scrub_audit(text,text)",
     "recall_head_events(text,text)",
     "recall_head_owners(text,text)",
     "recall_rebuild_head(text,text)",

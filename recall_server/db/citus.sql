@@ -225,7 +225,11 @@ BEGIN
         INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
                                    object_ids, namespace, params, returned)
         VALUES (v.tenant_id, v.tick, v.at, greatest(v.at, clock_timestamp() - accept), v.rid, v.key_id, v.subject, v.run,
-                v.method, v.route, v.status, v.object_ids, v.namespace, v.params, v.returned)
+                v.method, v.route, v.status, v.object_ids,
+                CASE WHEN NOT EXISTS (SELECT 1 FROM memories m WHERE m.tenant_id = v.tenant_id
+                                         AND m.id = ANY (v.object_ids) AND m.deleted_at IS NOT NULL)
+                     THEN v.namespace END,  -- as schema.sql's form
+                v.params, v.returned)
         ON CONFLICT DO NOTHING;
         n := n + 1;
     END LOOP;

@@ -61,6 +61,11 @@ async def erasure_findings(conn: Conn, tenant: str, object_id: str) -> list[str]
            WHERE v.tenant_id = $1 AND v.id <> $2
              AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
              AND recall_is_gone(v.deleted_at, v.expires_at)
+          UNION ALL SELECT 'request_audit: request ' || coalesce(a.request_id, a.tick::text) || ' keeps the namespace of '
+                           || v.id
+            FROM memories v JOIN request_audit a ON a.tenant_id = v.tenant_id AND a.object_ids @> ARRAY[v.id]
+           WHERE v.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND v.deleted_at IS NOT NULL AND a.namespace IS NOT NULL
         ) found ORDER BY place
         """,
         tenant, object_id,
@@ -93,6 +98,11 @@ async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list
                                     UNION ALL SELECT v.id FROM memories v
                                      WHERE v.tenant_id = $1 AND recall_is_gone(v.deleted_at, v.expires_at)
                                        AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)))
+          UNION ALL SELECT 'request_audit: request ' || coalesce(a.request_id, a.tick::text) || ' keeps the namespace of '
+                           || v.id
+            FROM memories v JOIN request_audit a ON a.tenant_id = v.tenant_id AND a.object_ids @> ARRAY[v.id]
+           WHERE v.tenant_id = $1 AND v.pair = (SELECT pair FROM memories WHERE tenant_id = $1 AND id = $2)
+             AND v.deleted_at IS NOT NULL AND a.namespace IS NOT NULL
         ) found ORDER BY place
         """,
         tenant, object_id,
