@@ -1062,6 +1062,7 @@ DROP FUNCTION IF EXISTS recall_sweep();
 CREATE OR REPLACE FUNCTION recall_sweep(batch integer DEFAULT 500) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE r record; n integer := 0;
+    bound text := current_setting('app.tenant_id', true); access text := current_setting('app.access', true);
 BEGIN
     IF NOT pg_try_advisory_xact_lock(7265636, 1) THEN  -- another process is sweeping
         RETURN 0;
@@ -1074,6 +1075,8 @@ BEGIN
         UNION ALL SELECT tenant_id, id FROM memories WHERE deleted_at IS NULL AND expires_at <= now()
         LIMIT batch
     LOOP
+        -- bound to its tenant with no grants, as recall_wipe_memory asks of any caller but the owner's session
+        PERFORM set_config('app.tenant_id', r.tenant_id, true), set_config('app.access', '', true);
         IF left(r.id, 4) = 'mem_' THEN  -- an expired version only: the pair's other versions have their own expiry
             PERFORM recall_erase_memory_version(r.tenant_id, r.id);
         ELSE
@@ -1081,6 +1084,7 @@ BEGIN
         END IF;
         n := n + 1;
     END LOOP;
+    PERFORM set_config('app.tenant_id', coalesce(bound, ''), true), set_config('app.access', coalesce(access, ''), true);
     DELETE FROM idempotency_keys WHERE expires_at <= now();
     RETURN n;
 END

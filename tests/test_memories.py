@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from helpers import Graph, assert_problem, cli, create_key, uid
+from helpers import Graph, ServerProcess, assert_problem, cli, create_key, expire as run_expire, uid
 
 from recall_server import spill
 from recall_server.models import Link
@@ -274,12 +274,35 @@ def test_verify_erasure_finds_nothing_after_a_delete_and_after_expiry_and_sweep(
     assert _verify(database_url, short["id"]).returncode == 0
 
 
-def _verify(database_url: str, mem: str):
+def test_the_servers_own_periodic_sweep_erases_an_expired_memory_and_thread(fresh_database: str, tmp_path) -> None:
+    """The serve loop's sweep (as the application role, not the owner the CLI's sweep runs as) erases expired
+    memory versions and objects alike, and logs no failure."""
+    log = tmp_path / "server.log"
+    server = ServerProcess(fresh_database, log, RECALL_SWEEP_INTERVAL="0.3").start()
+    try:
+        key = create_key(fresh_database, "sweep", "write")
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as c:
+            mem = remember(c, ["sweep"], "k", "brief", ttl=3600, summary="brief")["id"]
+            thread = c.post("/threads", json={"title": "brief", "ttl": 3600})
+            assert thread.status_code == 201, thread.text
+            run_expire(fresh_database, mem, thread.json()["id"])
+            deadline = time.monotonic() + 20
+            while _verify(fresh_database, mem, "sweep").returncode != 0 and time.monotonic() < deadline:
+                time.sleep(0.3)
+            for gone in (mem, thread.json()["id"]):
+                run = _verify(fresh_database, gone, "sweep")
+                assert run.returncode == 0, run.stdout + log.read_text()[-2000:]
+    finally:
+        server.stop()
+    assert "sweep failed" not in log.read_text(), log.read_text()[-2000:]
+
+
+def _verify(database_url: str, mem: str, tenant: str = "default"):
     import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", mem],
+    return subprocess.run([sys.executable, "-m", "recall_server", "verify-erasure", mem, "--tenant", tenant],
                           env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True, timeout=60)
 
 
