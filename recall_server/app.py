@@ -56,12 +56,21 @@ from recall_server.service.trace import TraceReads
 log = logging.getLogger("recall_server")
 
 
+def _issue_text(issue: dict[str, Any]) -> str:
+    """A parameter's validation message for a person: a cursor is opaque, so one that does not parse is "not a
+    cursor this server issued", never the escaped pattern it failed."""
+    message = str(issue.get("message", ""))
+    if issue.get("key") == "cursor" and "matching regex" in message:
+        return "not a cursor this server issued (pass a page's next_cursor unchanged)"
+    return message
+
+
 def _as_problem(request: Request[Any, Any, Any], exc: Exception) -> errors.Problem:
     if isinstance(exc, errors.Problem):
         return exc
     if isinstance(exc, ValidationException):
         issues = exc.extra if isinstance(exc.extra, list) else []
-        where = "; ".join(f"{i.get('key', 'body')}: {i.get('message', '')}" for i in issues if isinstance(i, dict))
+        where = "; ".join(f"{i.get('key', 'body')}: {_issue_text(i)}" for i in issues if isinstance(i, dict))
         return errors.BadRequest(f"{exc.detail}{': ' + where if where else ''}")
     if isinstance(exc, SerializationException):
         return errors.BadRequest(f"The request body is not valid JSON: {exc}")

@@ -92,11 +92,18 @@ def main() -> None:
 @click.option("--host", default=None, help=f"Bind address (env {ENV_NAMES['host']}, default 127.0.0.1).")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help=f"Port (env {ENV_NAMES['port']}, default 8000).")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help=f"Worker processes (env {ENV_NAMES['workers']}, default 1).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help=f"Worker processes (env {ENV_NAMES['workers']}, default one per core, at most "
+                   f"{config.MAX_DEFAULT_WORKERS}).")
+@click.option("--log-format", type=click.Choice(["auto", "text", "json"]), default=None,
+              help=f"Log lines (env {ENV_NAMES['log_format']}): text on a terminal and JSON otherwise (auto, the "
+                   "default), or always one of them.")
 @data_dir_option
-def serve(host: str | None, port: int | None, workers: int | None, data_dir: Path | None) -> None:
-    """Start the HTTP server (migrating the database first)."""
-    settings = _settings(host=host, port=port, workers=workers, data_dir=data_dir)
+def serve(host: str | None, port: int | None, workers: int | None, log_format: str | None,
+          data_dir: Path | None) -> None:
+    """Start the HTTP server (migrating the database first). It holds the terminal: stop it with Ctrl-C."""
+    settings = _settings(host=host, port=port, workers=workers, log_format=log_format, data_dir=data_dir)
+    settings = msgspec.structs.replace(settings, workers=settings.workers or config.default_workers())
     held = _hold_address(settings)  # before anything starts: a second server on the port fails here
     own_metrics_dir = not settings.metrics_dir
     if own_metrics_dir:  # worker processes aggregate Prometheus metrics through a shared directory
@@ -107,8 +114,10 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
             stale.unlink()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = settings.metrics_dir  # read by prometheus_client at import
 
+    from recall_server import observability  # after PROMETHEUS_MULTIPROC_DIR: prometheus_client reads it at import
     from recall_server.db.migrate import migrate
-    from recall_server.observability import log_config
+
+    settings = msgspec.structs.replace(settings, log_format=observability.log_format(settings.log_format))
 
     embedded = not settings.database_url
     settings = msgspec.structs.replace(settings, database_url=_dsn(settings))
@@ -117,12 +126,42 @@ def serve(host: str | None, port: int | None, workers: int | None, data_dir: Pat
     if embedded:
         _bootstrap_local_key(settings)
     os.environ.update(config.to_env(settings))  # worker processes build their settings from it
+    _banner(settings, embedded)
     held.close()  # granian binds it now
     try:
-        _granian(settings, log_config(settings.log_level)).serve()  # returns after SIGTERM/SIGINT, exit 0
+        # returns after SIGTERM/SIGINT, exit 0
+        _granian(settings, observability.log_config(settings.log_level, settings.log_format)).serve()
     finally:
         if own_metrics_dir:
             shutil.rmtree(settings.metrics_dir, ignore_errors=True)
+
+
+def _banner(settings: Settings, embedded: bool) -> None:
+    """Where everything is, once: the API, the console, the reference, and where the key is (never the key).
+    To a person at a terminal, as lines on stdout; otherwise one log line (`serving`, with these fields), so
+    that a log collector reads only log lines."""
+    import logging
+
+    from recall_server.observability import JsonFormatter, TextFormatter
+
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = f"http://{'127.0.0.1' if settings.host in ('0.0.0.0', '::') else host}:{settings.port}"
+    key = _key_file(settings)
+    where = {"version": __version__, "workers": settings.workers, "url": base, "console": f"{base}/console",
+             "reference": f"{base}/schema/swagger",
+             "store": f"embedded PostgreSQL in {settings.data_dir}" if embedded else "DATABASE_URL",
+             **({"key_file": str(key)} if embedded and key.is_file() else {})}
+    if sys.stdout.isatty():
+        click.echo("\n".join([
+            f"recall-server {__version__}, {settings.workers} worker{'s' if settings.workers > 1 else ''}",
+            *(f"  {label:<10} {where[name]}" for label, name in (("API", "url"), ("console", "console"),
+                                                                  ("reference", "reference"), ("store", "store"))),
+            *([f"  key        {key} (a write key for tenant 'default')"] if "key_file" in where else [])]))
+        return
+    record = logging.LogRecord("recall_server", logging.INFO, __file__, 0, "serving", None, None)
+    record.fields = where
+    formatter = TextFormatter() if settings.log_format == "text" else JsonFormatter()
+    click.echo(formatter.format(record), err=True)
 
 
 def _hold_address(settings: Settings) -> socket.socket:
@@ -396,13 +435,13 @@ _GRANT_HELP = ("ACCESS:PATTERN, repeatable: read or write (which includes read),
 
 
 @keys.command("create")
-@click.option("--tenant", required=True, help="Tenant the key belongs to.")
+@click.option("--tenant", default=None, help="Tenant the key belongs to (default: the store's only tenant).")
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
 @click.option("--label", default="", help="Its display name, to recognise it by in `keys list`.")
 @click.option("--subject", default=None, help="Who the key speaks for, KIND:ID (e.g. user:u123, agent:triage).")
 @click.option("--grant", "grants", multiple=True, help=_GRANT_HELP + " None: the key reaches its whole tenant.")
 @data_dir_option
-def keys_create(tenant: str, scope: str, label: str, subject: str | None, grants: tuple[str, ...],
+def keys_create(tenant: str | None, scope: str, label: str, subject: str | None, grants: tuple[str, ...],
                 data_dir: Path | None) -> None:
     """Create a key; it is printed once, alone on the last line, and cannot be recovered."""
     from recall_server import ids
@@ -535,9 +574,7 @@ def demo(url: str | None, key: str | None, data_dir: Path | None) -> None:
     """Load the PR #412 story into a running server and print the hop-by-hop recall."""
     from recall_server.demo import run
 
-    if key is None and data_dir is not None and _key_file(_settings(data_dir=data_dir)).is_file():
-        key = _key_file(_settings(data_dir=data_dir)).read_text().strip()
-    url, key = config.client_target(url, key)
+    url, key = config.client_target(url, key, data_dir)
     if key is None:
         raise click.ClickException("no API key: pass --key or set RECALL_API_KEY (and RECALL_URL for another "
                                    "server), or start the local server with `recall-server serve`, which saves one")
@@ -563,9 +600,10 @@ def demo(url: str | None, key: str | None, data_dir: Path | None) -> None:
 @click.option("--url", default=None, help="Base URL of the server (env RECALL_URL; default: the local `serve`).")
 @click.option("--key", default=None,
               help="API key (env RECALL_API_KEY; default: the key the local `serve` saved in its data directory).")
-@click.option("--run", "run_id", default=None, help="Run ID sent as X-Recall-Run on reads (default: a new one).")
-def mcp_command(url: str | None, key: str | None, run_id: str | None) -> None:
+@click.option("--run", "run_id", default=None, help="Run ID sent as X-Recall-Run on every call (default: a new one).")
+@data_dir_option
+def mcp_command(url: str | None, key: str | None, run_id: str | None, data_dir: Path | None) -> None:
     """Serve the recall tools to an MCP client on stdin/stdout, acting through the server at --url."""
     from recall_server.mcp import serve_stdio
 
-    serve_stdio(url, key, run_id)
+    serve_stdio(*config.client_target(url, key, data_dir), run_id)

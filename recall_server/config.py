@@ -18,7 +18,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     data_dir: Path = Path(platformdirs.user_data_dir("recall-server"))
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
-    workers: Annotated[int, msgspec.Meta(ge=1)] = 1
+    workers: Annotated[int, msgspec.Meta(ge=1)] | None = None  # None: default_workers()
     max_body_bytes: int = 8 * 1024 * 1024
     webhook_max_body_bytes: int = 8 * 1024 * 1024  # webhook deliveries (GitHub sends at most 25 MB)
     # Keys and array items one JSON body may hold (jsonbody.MAX_ITEMS: decoding costs per item); more is a 413.
@@ -52,6 +52,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     content_cache_bytes: int = 64 * 1024 * 1024  # per process: payloads/bodies served without reading them again
     sweep_interval: float = 60.0  # seconds between purges of expired objects inside serve (0: never)
     log_level: str = "info"
+    log_format: Literal["auto", "text", "json"] = "auto"  # auto: text on a terminal, JSON lines otherwise
     trace_flush_interval: float = 1.0  # seconds between trace writes per process; pages show reads 2x this old
     trace_buffer: int = 10_000  # traced reads per process awaiting a write; beyond it they are dropped (counted)
     trace_ttl: int = 30 * 86_400  # seconds a trace read is kept (the sweep purges older ones)
@@ -79,6 +80,17 @@ ENV_NAMES = {
 }
 
 
+# The most worker processes `serve` starts by default: each holds up to pool_max connections (embedded
+# PostgreSQL allows 100) and its own copy of the embedder (~270 MB with MiniLM).
+MAX_DEFAULT_WORKERS = 4
+
+
+def default_workers() -> int:
+    """One worker per core this process may use, at most MAX_DEFAULT_WORKERS."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      MAX_DEFAULT_WORKERS))
+
+
 def load(**flags: object) -> Settings:
     """Settings from the environment, overridden by any flag that was given (not None)."""
     raw: dict[str, object] = {}
@@ -94,9 +106,10 @@ def key_file(settings: Settings) -> Path:
     return settings.data_dir / "api-key"
 
 
-def client_target(url: str | None = None, key: str | None = None) -> tuple[str, str | None]:
+def client_target(url: str | None = None, key: str | None = None,
+                  data_dir: Path | None = None) -> tuple[str, str | None]:
     """Where a client connects, and with which key: the arguments, else RECALL_URL / RECALL_API_KEY,
-    else the local server `serve` starts by default and the key it saved.
+    else the local server `serve` starts by default and the key it saved (in `data_dir`, if given).
 
     The saved key is only used when the URL is also the local default: it must never be sent to a
     server someone else named.
@@ -104,7 +117,7 @@ def client_target(url: str | None = None, key: str | None = None) -> tuple[str, 
     url = url or os.environ.get("RECALL_URL") or None
     key = key or os.environ.get("RECALL_API_KEY") or None
     if url is None:
-        settings = load()
+        settings = load(data_dir=data_dir)
         host = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
         url = f"http://{host}:{settings.port}"
         path = key_file(settings)

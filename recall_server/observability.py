@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,13 +164,31 @@ class JsonFormatter(logging.Formatter):
 JsonFormatter.converter = time.gmtime
 
 
-def log_config(level: str) -> dict[str, Any]:
-    """logging.dictConfig for serve: everything (ours and the HTTP server's) as JSON lines on stderr."""
+class TextFormatter(logging.Formatter):
+    """For a person at a terminal: local time, level, logger, message, then the same fields as key=value."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in getattr(record, "fields", {}).items())
+        line = (f"{self.formatTime(record, '%H:%M:%S')}.{int(record.msecs):03d} {record.levelname.lower():<7} "
+                f"{record.name}: {record.getMessage()}{' ' + fields if fields else ''}")
+        return f"{line}\n{self.formatException(record.exc_info)}" if record.exc_info else line
+
+
+def log_format(chosen: str) -> str:
+    """`text` or `json`: `auto` is text when stderr is a terminal, JSON lines for a file, a pipe, a collector."""
+    if chosen != "auto":
+        return chosen
+    return "text" if sys.stderr.isatty() else "json"
+
+
+def log_config(level: str, fmt: str = "json") -> dict[str, Any]:
+    """logging.dictConfig for serve: everything (ours and the HTTP server's) on stderr, as JSON lines or as
+    text (`fmt`, resolved by log_format)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": JsonFormatter}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+        "formatters": {"json": {"()": JsonFormatter}, "text": {"()": TextFormatter}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": fmt, "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
         "loggers": {
             "_granian": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},

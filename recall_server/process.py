@@ -58,7 +58,9 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.args = args
-        self.env = {**os.environ, **env}
+        # One worker unless told: the suites and benchmarks start many servers side by side, and count on one
+        # process per server (its trace buffer, its metrics); `serve` alone defaults to one per core.
+        self.env = {"RECALL_WORKERS": "1", **os.environ, **env}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> ServerProcess:

@@ -55,9 +55,18 @@ async def issue_key(conn: q.Conn, tenant: str, scope: str, label: str, subject: 
                   key=key, subject=info.subject, grants=info.grants)
 
 
-async def issue_key_checked(conn: q.Conn, tenant: str, scope: str, label: str, subject: str | None = None,
+async def issue_key_checked(conn: q.Conn, tenant: str | None, scope: str, label: str, subject: str | None = None,
                             grants: list[Grant] | None = None) -> NewKey:
-    if not await q.tenant_exists(conn, tenant):
+    """A key for `tenant`, or (None) for the store's only tenant."""
+    if tenant is None:
+        names = await q.tenant_names(conn, 6)
+        if len(names) != 1:
+            listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise Unprocessable(f"This store has {'no tenant' if not names else 'several tenants (' + listed + ')'}: "
+                                "name one with --tenant." + ("" if names else
+                                                             " Create one with `recall-server tenants create NAME`."))
+        tenant = names[0]
+    elif not await q.tenant_exists(conn, tenant):
         raise NotFound(f"No tenant named {tenant!r}; create it with `recall-server tenants create {tenant}`.")
     return await issue_key(conn, tenant, scope, label, subject, grants)
 

@@ -15,6 +15,11 @@ async def tenant_exists(conn: Conn, tenant: str) -> bool:
     return await conn.fetchval("SELECT true FROM tenants WHERE id = $1", tenant) is not None
 
 
+async def tenant_names(conn: Conn, limit: int) -> list[str]:
+    """Up to `limit` tenants' names, in order (the operator's CLI: which tenant a command means)."""
+    return [r[0] for r in await conn.fetch("SELECT id FROM tenants ORDER BY id LIMIT $1", limit)]
+
+
 async def set_retention(conn: Conn, tenant: str, days: float | None) -> bool:
     return await conn.fetchval(
         """
