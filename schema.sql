@@ -1403,6 +1403,8 @@ CREATE INDEX IF NOT EXISTS request_audit_by_time ON request_audit USING brin (at
 GRANT SELECT ON request_audit TO recall_app;
 SELECT recall_isolate('request_audit');
 SELECT recall_add_column('tenants', 'audit_retention', 'interval', $$audit_retention > interval '0'$$);
+-- The question of each search kept in its row's params (`q`): only where the tenant opted in (user content).
+SELECT recall_add_column('tenants', 'audit_queries', 'boolean NOT NULL DEFAULT false', 'audit_queries IS NOT NULL');
 
 -- One flush of a process's audit buffer, as recall_record_reads writes the trace's: each row into the tenant
 -- of its verified key, with the key's subject; returns how many rows verified.
@@ -1419,8 +1421,9 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
                r->>12 AS rid
           FROM jsonb_array_elements(batch) r
     ), verified AS (
-        SELECT k.tenant_id, k.subject, x.* FROM x
+        SELECT k.tenant_id, k.subject, t.audit_queries, x.* FROM x
           JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+          JOIN tenants t ON t.id = k.tenant_id
          ORDER BY x.tick  -- as recall_record_reads
     ), written AS (
         INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
@@ -1430,7 +1433,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
                CASE WHEN NOT EXISTS (SELECT 1 FROM memories m WHERE m.tenant_id = verified.tenant_id
                                         AND m.id = ANY (verified.object_ids) AND m.deleted_at IS NOT NULL)
                     THEN namespace END,  -- erased since: its namespace went with it (recall_scrub_audit)
-               params, returned
+               CASE WHEN audit_queries THEN params ELSE params - 'q' END, returned
           FROM verified
         ON CONFLICT DO NOTHING
         RETURNING 1

@@ -226,6 +226,23 @@ def tenants_audit_retention(name: str, days: float | None, data_dir: Path | None
                                                       "are kept for RECALL_AUDIT_TTL"))
 
 
+@tenants.command("audit-queries")
+@click.argument("name")
+@click.argument("keep", type=click.Choice(["on", "off"]))
+@data_dir_option
+def tenants_audit_queries(name: str, keep: str, data_dir: Path | None) -> None:
+    """Whether tenant NAME's request audit keeps each search's question (off by default: it is user content)."""
+    from recall_server.service import ops
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_audit_queries(conn, name, keep == "on"))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: audited searches " + ("keep their question" if keep == "on" else
+                                                      "keep their parameters, never the question"))
+
+
 @tenants.command("memory-ttl")
 @click.argument("name")
 @click.option("--scratchpad", type=click.FloatRange(min=0), default=None,

@@ -92,6 +92,26 @@ def test_a_runs_writes_and_searches_are_audited_in_order_with_what_they_returned
     assert [r["route"] for r in reads] == ["/search", "/search", "/threads/{thread_id}"]  # reads: the trace's
 
 
+def test_a_tenant_that_opts_in_keeps_each_searchs_question(audit_server: ServerProcess, database_url: str) -> None:
+    """`tenants audit-queries NAME on`: the searches recorded after it keep `q` in their params; off again, the
+    next ones do not; another tenant's never do."""
+    name = f"audit-{uuid.uuid4().hex[:10]}"
+    key, other = create_key(database_url, name, "write"), create_key(database_url, f"{name}-b", "write")
+    with client_of(audit_server, key) as c, client_of(audit_server, other) as b:
+        def searched(client: httpx.Client, question: str) -> dict[str, Any]:
+            run = uid("run")
+            assert client.get("/search", params={"q": question, "mode": "lexical"},
+                              headers={"X-Recall-Run": run}).status_code == 200
+            return settled(client, 1, run=run)[0]["params"]
+
+        assert "q" not in searched(c, "before opting in")
+        assert "keep their question" in cli(database_url, "tenants", "audit-queries", name, "on")
+        assert searched(c, "card payment retries")["q"] == "card payment retries"
+        assert "q" not in searched(b, "card payment retries")
+        cli(database_url, "tenants", "audit-queries", name, "off")
+        assert "q" not in searched(c, "after opting out")
+
+
 def test_a_request_is_found_by_its_request_id_and_by_the_ids_it_touched(ours: httpx.Client) -> None:
     rid = "audit-" + uuid.uuid4().hex
     thread = ours.post("/threads", json={"title": "found by request ID"}, headers={"X-Request-ID": rid}).json()

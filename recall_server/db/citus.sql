@@ -208,7 +208,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS 
 DECLARE v record; n integer := 0;
 BEGIN
     FOR v IN
-        SELECT k.tenant_id, k.subject, x.* FROM (
+        SELECT k.tenant_id, k.subject, t.audit_queries, x.* FROM (
             SELECT e->>0 AS key_id, decode(e->>1, 'base64') AS sha, (e->>2)::bigint AS tick, e->>3 AS run,
                    timestamptz 'epoch' + (e->>4)::bigint * interval '1 microsecond' AS at, e->>5 AS method,
                    e->>6 AS route, (e->>7)::integer AS status,
@@ -220,6 +220,7 @@ BEGIN
               FROM jsonb_array_elements(batch) e) x
           JOIN api_keys k ON k.id = x.key_id AND k.secret_sha256 = x.sha
                          AND (k.revoked_at IS NULL OR k.revoked_at > x.at)
+          JOIN tenants t ON t.id = k.tenant_id
          ORDER BY x.tick
     LOOP
         INSERT INTO request_audit (tenant_id, tick, at, pos, request_id, key_id, subject, run_id, method, route, status,
@@ -229,7 +230,7 @@ BEGIN
                 CASE WHEN NOT EXISTS (SELECT 1 FROM memories m WHERE m.tenant_id = v.tenant_id
                                          AND m.id = ANY (v.object_ids) AND m.deleted_at IS NOT NULL)
                      THEN v.namespace END,  -- as schema.sql's form
-                v.params, v.returned)
+                CASE WHEN v.audit_queries THEN v.params ELSE v.params - 'q' END, v.returned)
         ON CONFLICT DO NOTHING;
         n := n + 1;
     END LOOP;

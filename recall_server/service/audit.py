@@ -39,7 +39,8 @@ WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SEARCH = {"audit": "search"}  # the opt of a GET route that is audited as a search (routes/lens.py)
 MAX_BODY = 1 << 20  # an answer read for its IDs up to this many bytes; past it only the path's IDs are kept
 # A search's parameters kept in its row: its filters and options, never `q` (the question is user content).
-PARAMS = ("mode", "type", "status", "namespace", "since", "until", "limit", "min_score", "rerank", "explain",
+# `q` goes to the buffer, and into a row only where its tenant opted in (recall_record_requests drops it).
+PARAMS = ("q", "mode", "type", "status", "namespace", "since", "until", "limit", "min_score", "rerank", "explain",
           "app_id", "agent_id", "run_id", "tag", "cursor")
 _MULTI = frozenset({"type", "tag"})
 

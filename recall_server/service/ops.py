@@ -28,6 +28,12 @@ async def set_audit_retention(conn: q.Conn, tenant: str, days: float | None) -> 
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
+async def set_audit_queries(conn: q.Conn, tenant: str, keep: bool) -> None:
+    """Whether the tenant's request audit keeps each search's question (`q` in its params)."""
+    if not await q.set_audit_queries(conn, tenant, keep):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
 async def set_memory_ttl(conn: q.Conn, tenant: str, scratchpad: float | None, state: float | None) -> None:
     """Default lifetimes (seconds) of scratchpad and state memories written without ttl/expires_at (0: none)."""
     if not await q.set_memory_ttl(conn, tenant, scratchpad, state):

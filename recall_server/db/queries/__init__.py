@@ -80,7 +80,8 @@ from recall_server.db.queries.checkpoints import (
 
 # tenants.py: Tenants and their settings (operator CLI, as the owner); the server's own rows.
 from recall_server.db.queries.tenants import (
-    create_tenant, tenant_exists, tenant_names, set_retention, set_audit_retention, set_memory_ttl, cursor_secret, ping
+    create_tenant, tenant_exists, tenant_names, set_retention, set_audit_retention, set_audit_queries, set_memory_ttl,
+    cursor_secret, ping
 )
 
 __all__ = [
@@ -100,7 +101,7 @@ __all__ = [
     "vector_index_plan", "hold_index_build", "run_index_statement",
     "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
-    "advance_github_thread", "create_tenant", "tenant_exists", "tenant_names", "set_retention", "set_audit_retention", "set_memory_ttl", "cursor_secret",
+    "advance_github_thread", "create_tenant", "tenant_exists", "tenant_names", "set_retention", "set_audit_retention", "set_audit_queries", "set_memory_ttl", "cursor_secret",
     "ping", "fetch_channel_value", "fetch_write_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "make_checkpoint_thread",
     "lock_checkpoint_threads", "put_checkpoint",
     "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",

@@ -39,6 +39,12 @@ async def set_audit_retention(conn: Conn, tenant: str, days: float | None) -> bo
     ) is not None
 
 
+async def set_audit_queries(conn: Conn, tenant: str, keep: bool) -> bool:
+    """Whether the tenant's audit keeps each search's question."""
+    return await conn.fetchval("UPDATE tenants SET audit_queries = $2 WHERE id = $1 RETURNING true",
+                               tenant, keep) is not None
+
+
 async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, state: float | None) -> bool:
     """Set the default lifetimes (seconds; 0 keeps until deleted, None leaves it as it is)."""
     return await conn.fetchval(
