@@ -81,7 +81,7 @@ class Lens:
                                                   lambda h: [Decimal(h.position), h.created_at, h.id, as_of])
         if nearest is not None:
             note = NO_CLOSE_MATCH if note is None else f"{NO_CLOSE_MATCH}; {note}"
-        return SearchPage(data=[_hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
+        return SearchPage(data=await self._flagged(cred, [_hit(h, explain) for h in shown]), next_cursor=next_cursor, has_more=has_more,
                           mode=ran, note=note, min_score=float(floor) if floor is not None else None,  # type: ignore[arg-type]
                           nearest=nearest)
 
@@ -107,8 +107,19 @@ class Lens:
                                           namespace)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
-        return SearchPage(data=[_hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,
-                          mode="exact")
+        return SearchPage(data=await self._flagged(cred, [_hit(h, False) for h in shown]), next_cursor=next_cursor,
+                          has_more=has_more, mode="exact")
+
+    async def _flagged(self, cred: Credential, hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits, each memory with the erased sources its tenant's lineage policy flagged it with: one more
+        statement, for a page with memories."""
+        memories = [h.id for h in hits if h.type == "memory"]
+        if memories:
+            async with self.db.connection() as conn:
+                flagged = await q.sources_erased(conn, cred, memories)
+            for h in hits:
+                h.source_erased = flagged.get(h.id, [])
+        return hits
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
         """Every live object that links to this one, with the relation, in (relation, id) order."""

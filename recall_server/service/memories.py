@@ -151,7 +151,7 @@ class Memories:
                 id=r.id, namespace=r.namespace.split("/"), key=r.key, kind=r.kind, version=r.version,
                 summary=r.summary, content_type=r.content_type, tags=r.tags, confirmed=r.confirmed,
                 created_at=r.created_at, href=f"/memories/{r.id}", expires_at=r.expires_at,
-                chain_created_at=r.chain_created_at,
+                chain_created_at=r.chain_created_at, source_erased=r.source_erased or [],
             )
             if r.text is None:
                 entry.value_href = f"/memories/{r.id}/value"

@@ -22,6 +22,7 @@ from recall_server.rows import Labels, MemoryRow
 
 _link = msgspec.json.Decoder(Link | None)
 _tags = msgspec.json.Decoder(dict[str, str])
+_ids = msgspec.json.Decoder(list[str])
 
 
 def _columns(as_of: str | None = None) -> str:
@@ -45,7 +46,9 @@ def _columns(as_of: str | None = None) -> str:
     {successor} AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
        FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id
-        AND ((SELECT recall_reads()) IS NULL OR recall_sees(s.tenant_id, s.source_id))) AS sources
+        AND ((SELECT recall_reads()) IS NULL OR recall_sees(s.tenant_id, s.source_id))) AS sources,
+    (SELECT coalesce(json_agg(l.source_id ORDER BY l.source_id), '[]') FROM memory_lineage l
+      WHERE l.tenant_id = auth.tenant AND l.memory_id = m.id AND l.policy = 'flag') AS source_erased
 """
 
 
@@ -67,6 +70,7 @@ def _memory_row(row: asyncpg.Record) -> MemoryRow:
         tags=_tags.decode(row["tags"]),
         confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
         sources=links_json.decode(row["sources"]), chain_created_at=row["chain_created_at"],
+        source_erased=_ids.decode(row["source_erased"]),
         supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
         superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
         **labels_of(row),
@@ -127,6 +131,7 @@ class _MemoryKey(msgspec.Struct):
     chain_created_at: datetime | None  # version 1's, on later versions
     expires_at: datetime | None
     text: str | None  # the value, when it is small enough to show in the list
+    source_erased: list[str] | None = None  # flagged by the tenant's lineage policy
 
 
 _memory_keys = msgspec.json.Decoder(list[_MemoryKey])
@@ -137,7 +142,9 @@ _MEMORIES = """
              m.created_at, m.expires_at,
              CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
                                             WHERE c.tenant_id = auth.tenant AND c.id = m.chain) END AS chain_created_at,
-             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
+             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text,
+             (SELECT array_agg(l.source_id ORDER BY l.source_id) FROM memory_lineage l
+               WHERE l.tenant_id = auth.tenant AND l.memory_id = m.id AND l.policy = 'flag') AS source_erased
         FROM memories m
        WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
          AND (m.expires_at IS NULL OR m.expires_at > now())

@@ -268,3 +268,18 @@ async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, aft
     if row is None:
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _backlink_rows.decode(row["links"])
+
+
+_SOURCES_ERASED = keyed("""
+    SELECT json_object_agg(x.memory_id, x.erased)::text AS flagged FROM (
+      SELECT l.memory_id, json_agg(l.source_id ORDER BY l.source_id) AS erased FROM memory_lineage l
+       WHERE l.tenant_id = auth.tenant AND l.memory_id = ANY ($3::text[]) AND l.policy = 'flag'
+       GROUP BY l.memory_id) x
+""")
+_flagged = msgspec.json.Decoder(dict[str, list[str]])
+
+
+async def sources_erased(conn: Conn, cred: Credential, memory_ids: list[str]) -> dict[str, list[str]]:
+    """The erased sources each of these memory versions is flagged with (the tenant's lineage policy `flag`)."""
+    _, row = await tenancy.fetch(conn, cred, _SOURCES_ERASED, memory_ids)
+    return {} if row is None else _flagged.decode(row["flagged"])
