@@ -45,7 +45,7 @@ from recall_server.db.queries.memories import (
 from recall_server.db.queries.objects import fetch_content, resolve, states, state, request_hash
 # search.py: full-text search and backlinks.
 from recall_server.db.queries.search import (
-    SEARCH_PREFIX, search, search_ranked, sources_erased, BACKLINK_RELATIONS, backlinks,
+    SEARCH_PREFIX, search, search_ranked, search_memories_as_of, sources_erased, BACKLINK_RELATIONS, backlinks,
 )
 # trace.py: recording read batches, purging retained rows, a run's and an object's reads.
 from recall_server.db.queries.trace import record_reads, purge_retained, ReadPosition, run_reads, object_reads
@@ -97,7 +97,7 @@ __all__ = [
     "insert_refs", "fetch_memory", "fetch_current_memory", "fetch_memory_as_of", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
     "insert_memory_sources", "fetch_content", "resolve", "states", "state", "request_hash", "SEARCH_PREFIX",
-    "search", "search_ranked", "sources_erased", "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter", "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
+    "search", "search_ranked", "search_memories_as_of", "sources_erased", "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter", "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
     "run_reads",
     "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "follow_retraction", "derived_memories", "sweep",
     "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",

@@ -146,8 +146,7 @@ _MEMORIES = """
              (SELECT array_agg(l.source_id ORDER BY l.source_id) FROM memory_lineage l
                WHERE l.tenant_id = auth.tenant AND l.memory_id = m.id AND l.policy = 'flag') AS source_erased
         FROM memories m
-       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
-         AND (m.expires_at IS NULL OR m.expires_at > now())
+       WHERE m.tenant_id = auth.tenant AND {live}
          AND {namespace}
          AND ($4::text IS NULL OR m.kind = $4)
          AND ($5::jsonb IS NULL OR m.tags @> $5)
@@ -174,26 +173,38 @@ _VALUE = (r"CASE WHEN position('\x5c7530303030'::bytea IN m.value) > 0 OR ($14 A
 _FILTER = f"(CASE WHEN $14 THEN {_NUL_FREE.format('$9')} ELSE $9 END)::jsonb"  # once a statement: (SELECT ...)
 
 
+_LIVE = "m.current AND m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())"
+# As of $15: the version of each pair that was current then, the newest written by then, unless it had expired
+# by then. An erased version is wiped (in no namespace) and kept as a later version of its pair, so what was
+# erased never comes back: neither it nor the version it superseded.
+_LIVE_AS_OF = """m.created_at <= $15 AND m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > $15)
+         AND NOT EXISTS (SELECT 1 FROM memories n WHERE n.tenant_id = auth.tenant AND n.pair = m.pair
+                            AND n.created_at <= $15 AND (n.created_at, n.version) > (m.created_at, m.version))"""
+
+
 @functools.cache
-def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
+def _memories(namespace: bool, labels: tuple[bool, bool, bool], as_of: bool = False) -> str:
     """The statement listing current memories with these filters given: along memories_current (or
-    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
+    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none;
+    `as_of`: those current at $15, read from every version in the range."""
     return keyed(_MEMORIES.format(namespace=under("m.namespace", "$3") if namespace else "$3::text IS NULL",
-                                  labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER))
+                                  labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER,
+                                  live=_LIVE_AS_OF if as_of else _LIVE))
 
 
 async def list_memories(
     conn: Conn, cred: Credential, namespace: str | None, kind: str | None, tags: str | None, labels: Labels,
     value_contains: str | None, after: tuple[str, str] | None, limit: int, inline_max: int,
-    recode_filter: bool,
+    recode_filter: bool, as_of: datetime | None = None,
 ) -> tuple[str, list[_MemoryKey]]:
-    """The key's tenant, and its current live memories in (namespace, key) order after `after`.
-    `tags` and `value_contains` are JSON objects the tags / JSON value must contain; `recode_filter`:
-    value_contains holds a NUL or a U+FFFF (_NUL_FREE)."""
+    """The key's tenant, and its current live memories (`as_of`: those current then) in (namespace, key) order
+    after `after`. `tags` and `value_contains` are JSON objects the tags / JSON value must contain;
+    `recode_filter`: value_contains holds a NUL or a U+FFFF (_NUL_FREE)."""
     start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
-        conn, cred, _memories(namespace is not None, given(labels)), namespace, kind, tags,
+        conn, cred, _memories(namespace is not None, given(labels), as_of is not None), namespace, kind, tags,
         labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max, recode_filter,
+        *([as_of] if as_of is not None else []),
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _memory_keys.decode(row["memories"])
@@ -221,11 +232,31 @@ _VERSIONS = keyed("""
 """)
 
 
-async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int,
-                               limit: int) -> tuple[str, State, list[_VersionKey]]:
-    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first."""
-    tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
-    if row is None:
+# As of $6: the versions written by then, each current (superseded by none written by then), superseded, or
+# gone (erased, or expired by then); the memory itself missing when written later.
+_VERSIONS_AS_OF = keyed("""
+    SELECT (m.deleted_at IS NOT NULL OR coalesce(m.expires_at <= $6, false)) AS gone, m.created_at <= $6 AS written,
+           (SELECT coalesce(json_agg(x ORDER BY x.version DESC), '[]') FROM (
+              SELECT v.id, v.version, v.summary,
+                     NOT EXISTS (SELECT 1 FROM memories n WHERE n.tenant_id = auth.tenant AND n.chain = v.chain
+                                    AND n.version > v.version AND n.created_at <= $6) AS current,
+                     (v.deleted_at IS NOT NULL OR coalesce(v.expires_at <= $6, false)) AS gone, v.created_at
+                FROM memories v WHERE v.tenant_id = auth.tenant AND v.chain = m.chain AND v.version < $4
+                 AND v.created_at <= $6
+               ORDER BY v.version DESC LIMIT $5) x) AS versions
+    FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3
+""")
+
+
+async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int, limit: int,
+                               as_of: datetime | None = None) -> tuple[str, State, list[_VersionKey]]:
+    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first
+    (`as_of`: as they were then; the memory MISSING if it was written later, unless erased)."""
+    if as_of is None:
+        tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
+    else:
+        tenant, row = await tenancy.fetch(conn, cred, _VERSIONS_AS_OF, memory_id, before, limit, as_of)
+    if row is None or (as_of is not None and not row["written"] and not row["gone"]):  # erased: gone at every time
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _version_keys.decode(row["versions"])
 
