@@ -677,18 +677,19 @@ class _Operations:
                run_id: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
                namespace: str | list[str] | tuple[str, ...] | None = None, cursor: str | None = None,
                limit: int | None = None, run: str | None = None, rerank: bool = True,
-               min_score: float | None = None) -> SearchPage:
+               min_score: float | None = None, as_of: datetime | str | None = None) -> SearchPage:
         """A page of live objects matching q (a question, or words), best first: IDs to start hopping from.
         `mode`: hybrid (the server's default with an embedder), lexical, semantic or exact (docs/search.md);
         `explain`: each hit says which arm found it. `type`: one kind or several (trigger, thread, worker,
         report, memory); `namespace`: memories in it or under it; since/until bound created_at. Ranked modes
         rerank for relevance in [0, 1] and leave out hits below `min_score` (default 0.5; a page without one
-        has note "no close match" and `nearest`); `rerank=False`: the arms' fused ranking, every hit."""
+        has note "no close match" and `nearest`); `rerank=False`: the arms' fused ranking, every hit. `as_of`: the
+        memory versions current then with every word of q, newest first (memories only)."""
         params = _query(q=q, mode=mode, explain="true" if explain else None, rerank=None if rerank else "false",
                         min_score=min_score,
                         type=[type] if isinstance(type, str) else type, status=status, app_id=app_id,
                         agent_id=agent_id, run_id=run_id, namespace=_namespace(namespace), since=_moment(since),
-                        until=_moment(until), cursor=cursor, limit=limit)
+                        until=_moment(until), cursor=cursor, limit=limit, as_of=_moment(as_of))
         return self._run(_Call("GET", ("search",), SearchPage, params, run=run))
 
     def backlinks(self, object_id: str, cursor: str | None = None, limit: int | None = None, *,

@@ -177,3 +177,27 @@ def test_the_lineage_policy_command_refuses_an_unknown_tenant_or_policy(database
     runner = CliRunner(env={"DATABASE_URL": database_url})
     assert runner.invoke(main, ["tenants", "lineage", "nobody-here", "--policy", "erase"]).exit_code == 1
     assert runner.invoke(main, ["tenants", "lineage", "default", "--policy", "forget"]).exit_code == 2
+
+
+def test_the_policy_is_the_tenants_and_reaches_memories_outside_the_erasing_keys_grants(
+        base_url: str, database_url: str) -> None:
+    """A key with grants erases a trigger in its namespace: a memory learned from it in another subject's
+    namespace, which the key can neither read nor write, is erased all the same (policy erase)."""
+    name = f"lineage-{uuid.uuid4().hex[:12]}"
+    service, admin = create_key(database_url, name, "write"), create_key(database_url, name, "admin")
+    cli(database_url, "tenants", "lineage", name, "--policy", "erase")
+    with httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {service}"}) as c, \
+            httpx.Client(base_url=base_url, timeout=30, headers={"Authorization": f"Bearer {admin}"}) as a:
+        made = a.post("/admin/keys", json={"scope": "write", "subject": "user:u1",
+                                           "grants": [{"namespace": "users/{subject_id}/**", "access": "write"}]})
+        assert made.status_code == 201, made.text
+        with httpx.Client(base_url=base_url, timeout=30,
+                          headers={"Authorization": f"Bearer {made.json()['key']}"}) as bob:
+            trigger = bob.post("/triggers", json={"source": "ci", "summary": "s", "namespace": ["users", "u1"]})
+            assert trigger.status_code == 201, trigger.text
+            learned = c.post("/memories", json={"namespace": ["users", "u2"], "key": "k", "value": "v",
+                                                "sources": [trigger.json()["id"]]})
+            assert learned.status_code == 201, learned.text
+            assert bob.get(f"/memories/{learned.json()['id']}").status_code == 404  # outside its grants
+            assert bob.delete(f"/triggers/{trigger.json()['id']}").status_code == 204
+        assert_problem(c.get(f"/memories/{learned.json()['id']}"), 410)
