@@ -1514,6 +1514,10 @@ GRANT SELECT ON memory_lineage TO recall_app;  -- written by recall_follow_linea
 -- A key with grants sees the lineage of the memories its grants cover.
 SELECT recall_isolate('memory_lineage', via => 'recall_sees(tenant_id, memory_id)');
 
+-- The message sources (`<thread ID>/<seq>`) by their thread: what erasing or retracting on a thread looks up.
+CREATE INDEX IF NOT EXISTS memory_sources_by_message_thread ON memory_sources (tenant_id, split_part(source_id, '/', 1))
+    WHERE strpos(source_id, '/') > 0;
+
 -- The IDs erasing `obj` erased, for its lineage: the object; a thread's triggers and reports, and the messages
 -- of it that memories cite (its log is deleted with it: the sources still name them); every version of a
 -- memory's pair. As the owner (an erased version is in no namespace, so no grant reads it), for the bound tenant.
@@ -1529,7 +1533,8 @@ BEGIN
         UNION SELECT id FROM triggers WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND thread_id = obj
         UNION SELECT id FROM reports WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND thread_id = obj
         UNION SELECT source_id FROM memory_sources
-               WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND left(source_id, length(obj) + 1) = obj || '/'
+               WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND strpos(source_id, '/') > 0
+                 AND split_part(source_id, '/', 1) = obj
         UNION SELECT v.id FROM memories m JOIN memories v ON v.tenant_id = m.tenant_id AND v.pair = m.pair
                WHERE left(obj, 4) = 'mem_' AND m.tenant_id = t AND m.id = obj);
 END
@@ -1543,7 +1548,7 @@ LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN ARRAY(
         SELECT DISTINCT s.source_id FROM memory_sources s
-         WHERE s.tenant_id = t AND left(s.source_id, length(thr) + 1) = thr || '/'
+         WHERE s.tenant_id = t AND strpos(s.source_id, '/') > 0 AND split_part(s.source_id, '/', 1) = thr
            AND split_part(s.source_id, '/', 2) ~ '^[0-9]{1,18}$'
            AND recall_message_retracted(t, thr, split_part(s.source_id, '/', 2)::bigint));
 END
