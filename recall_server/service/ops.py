@@ -176,7 +176,7 @@ async def erasure_lineage(conn: q.Conn, tenant: str, object_id: str) -> list[tup
             out.append((None, f"{where}: erased since (policy {d.policy})"))
         elif d.policy == "flag":
             out.append((None if d.flagged else f"memories: {d.memory_id}, learned from it, is not flagged",
-                        f"{where}: kept, flagged source_erased (policy flag)"))
+                        f"{where}: kept, {'flagged' if d.flagged else 'NOT flagged'} source_erased (policy flag)"))
         else:
             out.append((None, f"{where}: kept as it is (policy keep)"))
     return out

@@ -15,6 +15,7 @@ class Derived(msgspec.Struct, frozen=True):
     erased: bool  # wiped: a tombstone
     flagged: bool  # shown with source_erased
 
+
 async def erase(conn: Conn, tenant: str, object_id: str) -> None:
     """Delete: content wiped, copies scrubbed, the ID kept as a tombstone (see recall_erase); then the memories
     learned from what it erased, by the tenant's lineage policy (recall_erase_following)."""
