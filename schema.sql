@@ -16,6 +16,7 @@
 --   webhooks     hooks (secrets as HMAC pads), hook_deliveries, github_threads, recall_hook_verify
 --   the trace    trace_reads, recall_record_reads, retention
 --   the audit    request_audit (what a tenant's keys wrote, deleted and searched), recall_record_requests
+--   lineage      memory_lineage: the memories learned from what is erased, handled by the tenant's lineage_policy
 --   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
 --                message_retractions (appended, never rewriting the log)
 --   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
@@ -591,6 +592,16 @@ BEGIN
                            INTO summary, gone, gone_at FROM memories x WHERE x.tenant_id = t AND x.id = obj;
         ELSE NULL;
     END CASE;
+    IF NOT FOUND AND strpos(obj, '/') > 0 THEN
+        -- a message, `<thread ID>/<seq>` (recall_message_ref; a memory's source): its event's one-line preview,
+        -- gone with its thread or once retracted (a retraction takes it out of the conversation, and lineage)
+        SELECT e.summary, recall_is_gone(x.deleted_at, x.expires_at) OR recall_message_retracted(t, e.thread_id, e.seq),
+               coalesce(x.deleted_at, x.expires_at)
+          INTO summary, gone, gone_at
+          FROM thread_events e JOIN threads x ON x.tenant_id = e.tenant_id AND x.id = e.thread_id
+         WHERE e.tenant_id = t AND e.thread_id = split_part(obj, '/', 1) AND e.type = 'message'
+           AND e.seq = (CASE WHEN split_part(obj, '/', 2) ~ '^[0-9]{1,18}$' THEN split_part(obj, '/', 2)::bigint END);
+    END IF;
     present := FOUND;  -- false for no row, and for an ID of no kind (no statement ran)
 END
 $$;
@@ -982,6 +993,8 @@ CREATE OR REPLACE FUNCTION recall_namespace_of(t text, obj text) RETURNS SETOF t
     UNION ALL SELECT namespace FROM triggers WHERE left(obj, 4) = 'trg_' AND tenant_id = t AND id = obj
     UNION ALL SELECT namespace FROM reports WHERE left(obj, 4) = 'rpt_' AND tenant_id = t AND id = obj
     UNION ALL SELECT namespace FROM memories WHERE left(obj, 4) = 'mem_' AND tenant_id = t AND id = obj
+    -- a message (`<thread ID>/<seq>`, a memory's source) is in its thread's namespace
+    UNION ALL SELECT namespace FROM threads WHERE strpos(obj, '/') > 0 AND tenant_id = t AND id = split_part(obj, '/', 1)
 $$;
 
 CREATE OR REPLACE FUNCTION recall_erase(t text, obj text) RETURNS void
@@ -1475,6 +1488,137 @@ END
 $$;
 REVOKE ALL ON FUNCTION recall_scrub_audit(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION recall_scrub_audit(text, text) TO recall_app;
+
+-- ---- lineage ----------------------------------------------------------------------------------
+-- What happens to the memories learned from what is erased (docs/lifecycle.md#lineage). A memory's sources
+-- (memory_sources) name what it was learned from: any object, or a thread's message (`<thread ID>/<seq>`).
+-- When a trigger, thread, report, memory or a range of messages is erased (a delete, a retraction), the
+-- memories citing it, directly or through other memories, are derived from it, and the tenant's
+-- lineage_policy decides: 'erase' (they are erased too, every version of their pair, in the same
+-- transaction), 'flag' (they stay, shown with source_erased: the erased IDs), 'keep' (they stay as they
+-- are). Each derived version and erased ID is recorded here, whatever the policy: IDs only, never content.
+SELECT recall_add_column('tenants', 'lineage_policy', $$text NOT NULL DEFAULT 'flag'$$,
+                         $$lineage_policy IN ('erase', 'flag', 'keep')$$);
+
+CREATE TABLE IF NOT EXISTS memory_lineage (
+    tenant_id text NOT NULL,
+    memory_id text NOT NULL,  -- a version derived from the erased ID
+    source_id text NOT NULL,  -- the erased ID (an object's, or a message's `<thread ID>/<seq>`)
+    policy    text NOT NULL CHECK (policy IN ('erase', 'flag', 'keep')),  -- what was done, by the policy then
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (tenant_id, memory_id, source_id),
+    FOREIGN KEY (tenant_id, memory_id) REFERENCES memories (tenant_id, id)
+);
+CREATE INDEX IF NOT EXISTS memory_lineage_by_source ON memory_lineage (tenant_id, source_id);
+GRANT SELECT ON memory_lineage TO recall_app;  -- written by recall_follow_lineage only, as the owner
+-- A key with grants sees the lineage of the memories its grants cover.
+SELECT recall_isolate('memory_lineage', via => 'recall_sees(tenant_id, memory_id)');
+
+-- The message sources (`<thread ID>/<seq>`) by their thread: what erasing or retracting on a thread looks up.
+CREATE INDEX IF NOT EXISTS memory_sources_by_message_thread ON memory_sources (tenant_id, split_part(source_id, '/', 1))
+    WHERE strpos(source_id, '/') > 0;
+
+-- The IDs erasing `obj` erased, for its lineage: the object; a thread's triggers and reports, and the messages
+-- of it that memories cite (its log is deleted with it: the sources still name them); every version of a
+-- memory's pair. As the owner (an erased version is in no namespace, so no grant reads it), for the bound tenant.
+CREATE OR REPLACE FUNCTION recall_erased_with(t text, obj text) RETURNS text[]
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE bound text := current_setting('app.tenant_id', true);
+BEGIN
+    IF coalesce(bound, '') <> '' AND bound <> t THEN
+        RAISE EXCEPTION 'recall_erased_with: tenant % is not the bound tenant', t;
+    END IF;
+    RETURN ARRAY(
+        SELECT obj
+        UNION SELECT id FROM triggers WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND thread_id = obj
+        UNION SELECT id FROM reports WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND thread_id = obj
+        UNION SELECT source_id FROM memory_sources
+               WHERE left(obj, 4) = 'thr_' AND tenant_id = t AND strpos(source_id, '/') > 0
+                 AND split_part(source_id, '/', 1) = obj
+        UNION SELECT v.id FROM memories m JOIN memories v ON v.tenant_id = m.tenant_id AND v.pair = m.pair
+               WHERE left(obj, 4) = 'mem_' AND m.tenant_id = t AND m.id = obj);
+END
+$$;
+REVOKE ALL ON FUNCTION recall_erased_with(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_erased_with(text, text) TO recall_app;
+
+-- The messages of thread `thr` that memories cite and that a retraction has taken out, for their lineage.
+CREATE OR REPLACE FUNCTION recall_retracted_sources(t text, thr text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT DISTINCT s.source_id FROM memory_sources s
+         WHERE s.tenant_id = t AND strpos(s.source_id, '/') > 0 AND split_part(s.source_id, '/', 1) = thr
+           AND split_part(s.source_id, '/', 2) ~ '^[0-9]{1,18}$'
+           AND recall_message_retracted(t, thr, split_part(s.source_id, '/', 2)::bigint));
+END
+$$;
+
+-- The lineage of `erased` (IDs just erased in tenant t): the live memory versions citing one of them, directly
+-- or through other memories, each recorded with the erased ID it derives from and handled by the tenant's
+-- lineage_policy. Under 'erase' each is erased with its pair (recall_erase), and the memories citing the other
+-- versions of those pairs are derived in turn, until none is left. As the owner, for the tenant the request
+-- bound: the policy is the tenant's, so it reaches memories outside a key's grants, which the key then neither
+-- reads nor writes. Returns how many versions it found.
+CREATE OR REPLACE FUNCTION recall_follow_lineage(t text, erased text[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE bound text := current_setting('app.tenant_id', true);
+    v_access text := current_setting('app.access', true);
+    v_policy text; frontier text[] := erased; total integer := 0; n integer; pairs text[]; mem text;
+BEGIN
+    IF coalesce(bound, '') = '' THEN
+        IF session_user <> current_user THEN
+            RAISE EXCEPTION 'recall_follow_lineage: no tenant bound';
+        END IF;
+    ELSIF bound <> t THEN
+        RAISE EXCEPTION 'recall_follow_lineage: tenant % is not the bound tenant', t;
+    END IF;
+    SELECT lineage_policy INTO v_policy FROM tenants WHERE id = t;
+    WHILE cardinality(frontier) > 0 LOOP
+        WITH RECURSIVE derived(memory_id, source_id) AS (
+            SELECT s.memory_id, s.source_id FROM memory_sources s
+              JOIN memories m ON m.tenant_id = s.tenant_id AND m.id = s.memory_id AND m.deleted_at IS NULL
+             WHERE s.tenant_id = t AND s.source_id = ANY (frontier)
+            UNION
+            SELECT s.memory_id, d.source_id FROM derived d
+              JOIN memory_sources s ON s.tenant_id = t AND s.source_id = d.memory_id
+              JOIN memories m ON m.tenant_id = t AND m.id = s.memory_id AND m.deleted_at IS NULL
+        ), recorded AS (
+            INSERT INTO memory_lineage (tenant_id, memory_id, source_id, policy)
+            SELECT DISTINCT t, memory_id, source_id, v_policy FROM derived
+            -- derived again (a message retracted, then its thread erased): what is done now is what was done
+            ON CONFLICT (tenant_id, memory_id, source_id) DO UPDATE SET policy = excluded.policy, at = excluded.at
+             WHERE memory_lineage.policy <> excluded.policy
+            RETURNING memory_id)
+        SELECT count(*), ARRAY(SELECT DISTINCT memory_id FROM derived) INTO n, pairs FROM (SELECT 1 FROM recorded) r;
+        total := total + n;
+        EXIT WHEN v_policy <> 'erase' OR cardinality(pairs) = 0;
+        -- the other versions of those pairs, erased with them: what cites them is derived next
+        frontier := ARRAY(SELECT DISTINCT v.id FROM memories m JOIN memories v ON v.tenant_id = m.tenant_id
+                                                                            AND v.pair = m.pair
+                           WHERE m.tenant_id = t AND m.id = ANY (pairs) AND v.deleted_at IS NULL
+                             AND NOT v.id = ANY (pairs));
+        -- erased as the tenant's owner would: a key's grants do not narrow the tenant's policy
+        PERFORM set_config('app.access', split_part(coalesce(v_access, ''), E'\n', 1), true);
+        FOREACH mem IN ARRAY pairs LOOP
+            PERFORM recall_erase(t, mem);
+        END LOOP;
+        PERFORM set_config('app.access', coalesce(v_access, ''), true);
+    END LOOP;
+    RETURN total;
+END
+$$;
+REVOKE ALL ON FUNCTION recall_follow_lineage(text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_follow_lineage(text, text[]) TO recall_app;
+
+-- Erasing one object as a delete does: recall_erase, then the lineage of every ID it erased.
+CREATE OR REPLACE FUNCTION recall_erase_following(t text, obj text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM recall_erase(t, obj);
+    PERFORM recall_follow_lineage(t, recall_erased_with(t, obj));
+END
+$$;
 
 -- ---- messages ---------------------------------------------------------------------------------
 -- A conversation on a thread (docs/conversations.md): each message is an event of the thread's log (type

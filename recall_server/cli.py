@@ -243,6 +243,24 @@ def tenants_audit_queries(name: str, keep: str, data_dir: Path | None) -> None:
                                                       "keep their parameters, never the question"))
 
 
+@tenants.command("lineage")
+@click.argument("name")
+@click.option("--policy", type=click.Choice(["erase", "flag", "keep"]), required=True,
+              help="erase: the memories learned from an erased source are erased too; flag (the default): they "
+                   "stay, marked source_erased; keep: they stay as they are (the lineage is recorded).")
+@data_dir_option
+def tenants_lineage(name: str, policy: str, data_dir: Path | None) -> None:
+    """Set what erasing a source does to tenant NAME's memories learned from it (docs/lifecycle.md)."""
+    from recall_server.service import ops
+    from recall_server.errors import NotFound
+
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_lineage_policy(conn, name, policy))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"tenant {name}: lineage policy {policy}")
+
+
 @tenants.command("memory-ttl")
 @click.argument("name")
 @click.option("--scratchpad", type=click.FloatRange(min=0), default=None,
@@ -346,6 +364,9 @@ def verify_erasure(object_id: str, tenant: str, checkpoints: bool, data_dir: Pat
     findings = _owner(_settings(data_dir=data_dir), lambda conn: check(conn, tenant, object_id))
     for place in findings:
         click.echo(place)
+    if not checkpoints:  # each memory learned from it, and what its tenant's lineage policy left of it
+        for _, state in _owner(_settings(data_dir=data_dir), lambda conn: ops.erasure_lineage(conn, tenant, object_id)):
+            click.echo(state)
     if not findings:
         click.echo(f"{object_id}: erased (no content found) in the store's tables, search columns and vectors")
     click.echo(f"not checked: {'; '.join(ops.NOT_CHECKED)}")

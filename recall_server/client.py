@@ -474,9 +474,10 @@ class _Operations:
         return self._run(_Call("GET", ("threads",), ThreadPage, params, run=run))
 
     def list_events(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,
-                    run: str | None = None) -> EventPage:
-        return self._run(_Call("GET", ("threads", thread_id, "events"), EventPage, _query(cursor=cursor, limit=limit),
-                               run=run))
+                    run: str | None = None, as_of: datetime | str | None = None) -> EventPage:
+        """A page of the thread's log in seq order; `as_of`: of the events appended by then."""
+        return self._run(_Call("GET", ("threads", thread_id, "events"), EventPage,
+                               _query(cursor=cursor, limit=limit, as_of=_moment(as_of)), run=run))
 
     def add_note(self, thread_id: str, summary: str, ref: str | None = None) -> Event:
         return self._run(_Call("POST", ("threads", thread_id, "events"), Event,
@@ -587,19 +588,22 @@ class _Operations:
     def list_memories(self, *, namespace: str | list[str] | tuple[str, ...] | None = None, kind: str | None = None,
                       tags: dict[str, str] | list[str] | None = None, value_contains: dict[str, Any] | str | None = None,
                       app_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
-                      cursor: str | None = None, limit: int | None = None, run: str | None = None) -> MemoryPage:
+                      cursor: str | None = None, limit: int | None = None, run: str | None = None,
+                      as_of: datetime | str | None = None) -> MemoryPage:
         """A page of current memories in (namespace, key) order. `namespace` is a prefix of whole segments;
-        `tags` all must match ({key: value} or ["key:value"]); `value_contains` a JSON object the value contains."""
+        `tags` all must match ({key: value} or ["key:value"]); `value_contains` a JSON object the value contains;
+        `as_of`: the memories current at that time."""
         params = _query(namespace=_namespace(namespace), kind=kind, tag=_tags(tags),
                         value_contains=_value_contains(value_contains), app_id=app_id, agent_id=agent_id,
-                        run_id=run_id, cursor=cursor, limit=limit)
+                        run_id=run_id, cursor=cursor, limit=limit, as_of=_moment(as_of))
         return self._run(_Call("GET", ("memories",), MemoryPage, params, run=run))
 
     def memory_versions(self, memory_id: str, cursor: str | None = None, limit: int | None = None, *,
-                        run: str | None = None) -> MemoryVersionPage:
-        """A page of the chain the version belongs to, newest first."""
+                        run: str | None = None, as_of: datetime | str | None = None) -> MemoryVersionPage:
+        """A page of the chain the version belongs to, newest first; `as_of`: the versions written by then, as
+        they were then (NotFound if this one was not written yet)."""
         return self._run(_Call("GET", ("memories", memory_id, "versions"), MemoryVersionPage,
-                               _query(cursor=cursor, limit=limit), run=run))
+                               _query(cursor=cursor, limit=limit, as_of=_moment(as_of)), run=run))
 
     def memory_namespaces(self, *, prefix: str | list[str] | tuple[str, ...] | None = None,
                           suffix: str | list[str] | tuple[str, ...] | None = None, max_depth: int | None = None,
@@ -673,18 +677,19 @@ class _Operations:
                run_id: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
                namespace: str | list[str] | tuple[str, ...] | None = None, cursor: str | None = None,
                limit: int | None = None, run: str | None = None, rerank: bool = True,
-               min_score: float | None = None) -> SearchPage:
+               min_score: float | None = None, as_of: datetime | str | None = None) -> SearchPage:
         """A page of live objects matching q (a question, or words), best first: IDs to start hopping from.
         `mode`: hybrid (the server's default with an embedder), lexical, semantic or exact (docs/search.md);
         `explain`: each hit says which arm found it. `type`: one kind or several (trigger, thread, worker,
         report, memory); `namespace`: memories in it or under it; since/until bound created_at. Ranked modes
         rerank for relevance in [0, 1] and leave out hits below `min_score` (default 0.5; a page without one
-        has note "no close match" and `nearest`); `rerank=False`: the arms' fused ranking, every hit."""
+        has note "no close match" and `nearest`); `rerank=False`: the arms' fused ranking, every hit. `as_of`: the
+        memory versions current then with every word of q, newest first (memories only)."""
         params = _query(q=q, mode=mode, explain="true" if explain else None, rerank=None if rerank else "false",
                         min_score=min_score,
                         type=[type] if isinstance(type, str) else type, status=status, app_id=app_id,
                         agent_id=agent_id, run_id=run_id, namespace=_namespace(namespace), since=_moment(since),
-                        until=_moment(until), cursor=cursor, limit=limit)
+                        until=_moment(until), cursor=cursor, limit=limit, as_of=_moment(as_of))
         return self._run(_Call("GET", ("search",), SearchPage, params, run=run))
 
     def backlinks(self, object_id: str, cursor: str | None = None, limit: int | None = None, *,

@@ -30,7 +30,11 @@ _BODY = r"[A-Za-z0-9_-]{1,64}"
 _ANY_PREFIX = "|".join(PREFIX.values())
 ANY_ID_PATTERN = rf"^({_ANY_PREFIX})_{_BODY}\Z"
 ID_RE = re.compile(ANY_ID_PATTERN)
-_SHOWN = re.compile(rf'"((?:{_ANY_PREFIX})_{_BODY})"'.encode())
+# A message of a thread, as search and a memory's sources name it: `<thread ID>/<seq>` (schema.sql,
+# recall_message_ref). A source is any object's ID or a message's.
+SOURCE_PATTERN = rf"^(({_ANY_PREFIX})_{_BODY}|{OBJECTS['thread'][0]}_{_BODY}/[1-9][0-9]{{0,17}})\Z"
+# An ID a stored response shows, or a message's (whose thread it then shows): erasing either drops the response.
+_SHOWN = re.compile(rf'"((?:{_ANY_PREFIX})_{_BODY})(?:/[0-9]+)?"'.encode())
 
 _MENTIONED = re.compile(rf"(?<![A-Za-z0-9_-])((?:{_ANY_PREFIX})_{_BODY})(?![A-Za-z0-9_-])")
 MENTIONED_MAX = 16

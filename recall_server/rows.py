@@ -111,6 +111,7 @@ class MemoryRow(Struct):
     run_id: str | None = None
     expires_at: datetime | None = None
     gone: bool = False
+    source_erased: list[str] = []  # erased IDs it was learned from, flagged by the tenant's lineage policy
 
 
 class Labels(Struct, frozen=True):

@@ -235,7 +235,7 @@ def memory_view(row: MemoryRow, budget: int) -> MemoryView:
         id=row.id, namespace=row.namespace.split("/"), key=row.key, kind=row.kind,
         status="current" if row.current else "superseded", version=row.version, summary=row.summary,
         content_type=row.content_type, tags=row.tags, confirmed=row.confirmed, sources=[],
-        created_at=row.created_at, chain_created_at=row.chain_created_at,
+        created_at=row.created_at, chain_created_at=row.chain_created_at, source_erased=row.source_erased,
         links={"self": f"/memories/{row.id}", "value": href, "versions": f"/memories/{row.id}/versions",
                "backlinks": f"/ids/{row.id}/backlinks"},
         supersedes=None if row.supersedes is None else Link(id=row.supersedes.id),

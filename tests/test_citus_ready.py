@@ -120,7 +120,8 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
                                     "reports", "report_refs", "thread_events", "idempotency_keys", "memories",
                                     "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
                                     "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
-                                    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit"}
+                                    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit",
+                                        "memory_lineage"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:

@@ -142,6 +142,23 @@ def test_writes_return_views(recall: RecallClient) -> None:
         recall.get(trigger.id)
 
 
+def test_reads_as_of_an_instant_through_the_client(recall: RecallClient) -> None:
+    root = uid("mem")[4:]
+    word = uid("w")[2:].lower()
+    first = recall.remember(namespace=[root], key="plan", value=f"basic {word}")
+    second = recall.remember(namespace=[root], key="plan", value="pro")
+    then = first.created_at + (second.created_at - first.created_at) / 2
+    assert [e.id for e in recall.list_memories(namespace=[root], as_of=then).data] == [first.id]
+    assert [v.status for v in recall.memory_versions(second.id, as_of=second.created_at + timedelta(seconds=1)).data] \
+        == ["current", "superseded"]
+    assert [h.id for h in recall.search(word, as_of=then).data] == [first.id]
+    thread = recall.create_thread(title="t")
+    note = recall.add_note(thread.id, "first")
+    assert recall.list_events(thread.id, as_of=note.at - timedelta(seconds=1)).data == []
+    with pytest.raises(rc.NotFound):
+        recall.memory_versions(second.id, as_of=then)  # not written yet
+
+
 def test_the_client_vocabulary_is_the_servers() -> None:
     assert {s: c.__name__ for s, c in rc.BY_STATUS.items()} == {s: c.__name__ for s, c in errors.BY_STATUS.items()}
     assert all(issubclass(c, rc.RecallError) for c in rc.BY_STATUS.values())

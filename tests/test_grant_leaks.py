@@ -11,6 +11,9 @@ from test_grants import SELF_AND_PAYMENTS, as_key, assert_a_miss, issue, remembe
 from test_trace import settled
 
 
+LATER = "9999-12-31T00:00:00Z"  # an instant after every write
+
+
 def shape(response: httpx.Response) -> tuple[int, object]:
     """A response as a key could compare two of them: its status and its body, request_id left out."""
     body = response.json()
@@ -52,7 +55,9 @@ def test_every_list_of_an_object_outside_the_grants_is_the_miss_of_one_that_neve
     for path, object_id in ((f"/workers/{worker}/reports", worker), (f"/threads/{thread}/events", thread),
                             (f"/threads/{thread}/messages", thread), (f"/ids/{thread}/backlinks", thread),
                             (f"/ids/{memory}/backlinks", memory), (f"/ids/{memory}/reads", memory),
-                            (f"/memories/{memory}/versions", memory)):
+                            (f"/memories/{memory}/versions", memory),
+                            (f"/memories/{memory}/versions?as_of={LATER}", memory),  # as of a time: the same
+                            (f"/threads/{thread}/events?as_of={LATER}", thread)):
         assert service.get(path).status_code == 200, path
         assert_a_miss(bob, path, object_id)
 
@@ -108,3 +113,19 @@ def test_the_trace_shows_a_key_with_grants_only_its_own_reads(tenant, issue, as_
             assert shown.status_code == 200, shown.text
             assert [(r["object_id"], r["key_id"]) for r in shown.json()["data"]] == [(payments, own)], path
     assert_a_miss(ana, f"/ids/{secret}/reads", secret)
+
+
+def test_reads_as_of_a_time_show_a_key_with_grants_only_what_they_cover(tenant, issue, as_key) -> None:
+    """A memory list and a search as of a time, like those of now, leave out the memories outside the key's
+    grants (and their lineage), whatever the time."""
+    one, two = uid("u"), uid("u")
+    service, bob = as_key(tenant["service"]), as_key(issue(f"user:{two}", SELF_AND_PAYMENTS))
+    word = uid("w")[2:].lower()
+    hidden = remember(service, f"users/{one}", "k", f"alice {word}").json()["id"]
+    mine = remember(service, f"users/{two}", "k", f"bob {word}").json()["id"]
+    for c, seen in ((service, {hidden, mine}), (bob, {mine})):
+        listed = c.get("/memories", params={"namespace": "users", "as_of": LATER})
+        ids = {e["id"] for e in listed.json()["data"]}
+        assert ids >= seen and (hidden in ids) == (c is service), listed.text
+        found = c.get("/search", params={"q": word, "as_of": LATER})
+        assert {h["id"] for h in found.json()["data"]} == seen, found.text

@@ -145,7 +145,7 @@ def test_another_subjects_thread_is_refused_before_any_of_its_events_are_read(
         try:
             async with conn.transaction():
                 plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", tenant["name"], access,
-                                           thread, 0, 100)
+                                           thread, 0, 100, None)
         finally:
             await conn.close()
         return loops(json.loads(plan)[0]["Plan"], "thread_events")

@@ -22,7 +22,7 @@ DISTRIBUTED_TABLES = (
     "threads", "workers", "triggers", "thread_owners", "trigger_neighbours", "reports", "report_refs",
     "thread_events", "idempotency_keys", "memories", "memory_sources", "hook_deliveries", "github_threads",
     "trace_reads", "embeddings", "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
-    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit",
+    "checkpoint_writes", "thread_messages", "message_retractions", "request_audit", "memory_lineage",
 )
 
 # Functions whose first argument is the tenant. Created on every node, not delegated to the tenant's node
@@ -42,6 +42,10 @@ TENANT_FUNCTIONS = (
     "recall_erase_memory_version(text,text)",
     "recall_wipe_memory(text,text,timestamp with time zone)",
     "recall_scrub_audit(text,text)",
+    "recall_erased_with(text,text)",
+    "recall_retracted_sources(text,text)",
+    "recall_follow_lineage(text,text[])",
+    "recall_erase_following(text,text)",
     "recall_head_events(text,text)",
     "recall_head_owners(text,text)",
     "recall_rebuild_head(text,text)",

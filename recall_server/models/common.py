@@ -23,6 +23,8 @@ WorkerId = Annotated[str, Meta(pattern=ids.pattern("worker"), examples=["wkr_77a
 TriggerId = Annotated[str, Meta(pattern=ids.pattern("trigger"), examples=["trg_8f21"])]
 ReportId = Annotated[str, Meta(pattern=ids.pattern("report"), examples=["rpt_412a"])]
 AnyId = Annotated[str, Meta(pattern=ids.ANY_ID_PATTERN, examples=["thr_pr_412"])]
+# What a memory was learned from: any object's ID, or a thread's message as `<thread ID>/<seq>`.
+SourceId = Annotated[str, Meta(pattern=ids.SOURCE_PATTERN, examples=["thr_pr_412", "thr_chat_1/3"])]
 MemoryId = Annotated[str, Meta(pattern=ids.pattern("memory"), examples=["mem_u1_tone"])]
 Title = Annotated[str, Meta(min_length=1, max_length=120, pattern=OneLine, extra=FREE_TEXT)]
 Summary = Annotated[str, Meta(max_length=200, pattern=OneLine, extra=FREE_TEXT)]

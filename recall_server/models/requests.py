@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from recall_server import ids, text
-from recall_server.models.common import AnyId, ContentType, DateTimeText, DisplayLabel, Label, MemoryId, Name, Namespace, OneLine, ReportId, Request, Source, Status, Summary, ThreadId, Title, TriggerId, TriggerLinks, WorkerId
+from recall_server.models.common import AnyId, ContentType, DateTimeText, DisplayLabel, Label, MemoryId, Name, Namespace, OneLine, ReportId, Request, Source, SourceId, Status, Summary, ThreadId, Title, TriggerId, TriggerLinks, WorkerId
 from recall_server.models.hooks import Delivery
 
 
@@ -82,7 +82,8 @@ Tags = Annotated[dict[TagKey, TagValue], Meta(max_length=16, description="At mos
 # (openapi.py publishes it on the parameter's items): the value may be anything.
 TagFilter = Annotated[str, Meta(pattern=r"^[^:]+:")]
 MAX_SOURCES = 8
-Sources = Annotated[list[AnyId], Meta(max_length=MAX_SOURCES, description="IDs it was learned from; each must be live.")]
+Sources = Annotated[list[SourceId], Meta(max_length=MAX_SOURCES, description=(
+    "IDs it was learned from (objects', or a thread's message as `<thread ID>/<seq>`); each must be live."))]
 
 
 class CreateMemory(Request, kw_only=True):

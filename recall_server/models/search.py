@@ -6,7 +6,7 @@ from typing import Literal
 
 from msgspec import Struct
 
-from recall_server.models.common import AnyId, ThreadId
+from recall_server.models.common import AnyId, SourceId, ThreadId
 
 
 class SearchHit(Struct, omit_defaults=True):
@@ -23,6 +23,7 @@ class SearchHit(Struct, omit_defaults=True):
     snippet: str  # one line around the match, `**` marking the matched words (at most 300 characters)
     thread_id: ThreadId | None = None  # a trigger's, report's or message's thread: the next hop (omitted for the others)
     seq: int | None = None  # a message's seq in its thread's log
+    source_erased: list[SourceId] = []  # a memory's erased sources, flagged by its tenant's lineage policy
     explain: SearchExplain | None = None  # with explain=true (ranked modes): which arm found it, and where
 
 

@@ -6,14 +6,14 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct, UnsetType
 
-from recall_server.models.common import AnyId, MemoryId, ReportId, ThreadId, Timestamp, TriggerId, WorkerId
+from recall_server.models.common import AnyId, MemoryId, ReportId, SourceId, ThreadId, Timestamp, TriggerId, WorkerId
 from recall_server.models.requests import Grant
 
 
 class Link(Struct, omit_defaults=True):
     """A neighbour in the graph: its ID and, when the budget allows, its one-line summary."""
 
-    id: AnyId
+    id: SourceId  # any object's, or (a memory's source) a thread's message
     summary: str | UnsetType = UNSET
     refs: list[TriggerId] | UnsetType = UNSET  # on a worker's reports: the trigger IDs each one cites
     deleted: bool = False  # the linked object was deleted or has expired: only its ID remains
@@ -136,6 +136,8 @@ class MemoryView(Struct, omit_defaults=True):
     run_id: str | None = None
     expires_at: Timestamp | None = None
     chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
+    # erased IDs it was learned from, directly or through other memories (the tenant's lineage policy `flag`)
+    source_erased: list[SourceId] = []
 
 
 class MemoryIndexEntry(Struct, omit_defaults=True):
@@ -156,6 +158,7 @@ class MemoryIndexEntry(Struct, omit_defaults=True):
     value_href: str | UnsetType = UNSET
     expires_at: Timestamp | None = None
     chain_created_at: Timestamp | None = None  # when version 1 of this chain was written (omitted on version 1)
+    source_erased: list[SourceId] = []  # as MemoryView's
 
 
 class MemoryVersion(Struct, omit_defaults=True):

@@ -34,6 +34,10 @@ SizedLimit = Annotated[int, Parameter(ge=1, le=500, description=(
     f"Page size. A page also ends before its items' JSON would pass {PAGE_BYTES // 1024 ** 2} MiB (an item "
     "larger than that comes alone), with has_more and next_cursor: follow next_cursor while has_more, "
     "never stop at a page shorter than limit."))]
+# A read as of an instant: the state that held then (docs/memories.md#as-of). Erased data is gone at every time.
+AsOf = Annotated[str | None, Parameter(max_length=64, description=(
+    "RFC 3339 date-time with an offset: the state at that instant (what was current, expired or appended "
+    "by then). What is erased is gone at every time."))]
 Cursor = Annotated[
     str | None,
     Parameter(description="Opaque cursor from a previous page's next_cursor.", max_length=512,

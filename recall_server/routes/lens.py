@@ -53,11 +53,14 @@ async def search(
     until: Moment = None,
     cursor: Cursor = None,
     limit: SearchLimit = 10,
+    as_of: Annotated[str | None, Parameter(max_length=64, description=(
+        "RFC 3339 date-time with an offset: search the memory versions current then (memories only; every word "
+        "must match, newest first; no semantic arm). What is erased is gone at every time."))] = None,
 ) -> Response[SearchPage]:
     """Live objects (a memory: its current version) and messages whose title, summary, name, source, key,
     namespace, labels or content (first 64 KiB) match q, or whose meaning is near it: best first."""
     return paged(request, await request.service.lens.search(request.cred, q, mode, explain, kinds, status, labels, since,
-                                                            until, cursor, limit, namespace, rerank, min_score))
+                                                            until, cursor, limit, namespace, rerank, min_score, as_of))
 
 
 @get("/ids/{object_id:str}/backlinks", responses=problems(400, 401, 404, 410, 503), operation_id="ListBacklinks")

@@ -19,6 +19,7 @@ from recall_server.models import (
     TagFilter,
 )
 from recall_server.routes import (
+    AsOf,
     Budget,
     Caller,
     Cursor,
@@ -90,10 +91,13 @@ async def list_memories(
         max_length=4096, description="A JSON object the (JSON) value must contain, e.g. {\"lang\":\"en\"}.")] = None,
     cursor: Cursor = None,
     limit: SizedLimit = 50,
+    as_of: AsOf = None,
 ) -> Response[MemoryPage]:
-    """Current versions only (never superseded, deleted or expired ones), in (namespace, key) order."""
+    """Current versions only (never superseded, deleted or expired ones), in (namespace, key) order; `as_of`:
+    those current then."""
     return paged(request, await request.service.memories.list_memories(
-        request.cred, namespace_param("namespace", namespace), kind, tag, labels, value_contains, cursor, limit))
+        request.cred, namespace_param("namespace", namespace), kind, tag, labels, value_contains, cursor, limit,
+        as_of))
 
 
 @get("/memories/{memory_id:str}", responses=problems(400, 401, 404, 410, 503), operation_id="GetMemory")
@@ -110,10 +114,12 @@ async def get_memory_value(memory_id: FromPath[str], request: Caller) -> Respons
 @get("/memories/{memory_id:str}/versions", responses=problems(400, 401, 404, 410, 503),
      operation_id="ListMemoryVersions")
 async def list_memory_versions(
-    memory_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50,
+    memory_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50, as_of: AsOf = None,
 ) -> Response[MemoryVersionPage]:
-    """The chain of versions this memory belongs to, newest first."""
-    return paged(request, await request.service.memories.list_memory_versions(request.cred, memory_id, cursor, limit))
+    """The chain of versions this memory belongs to, newest first; `as_of`: those written by then, each as it
+    was then (404 if this version was not written yet)."""
+    return paged(request, await request.service.memories.list_memory_versions(request.cred, memory_id, cursor, limit,
+                                                                              as_of))
 
 
 @delete("/memories/{memory_id:str}", responses=problems(401, 403, 404, 503), operation_id="DeleteMemory")

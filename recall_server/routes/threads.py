@@ -21,6 +21,7 @@ from recall_server.models import (
 )
 from recall_server.routes import (
     NAMESPACE,
+    AsOf,
     Budget,
     Caller,
     Cursor,
@@ -79,9 +80,10 @@ async def list_threads(
 @get("/threads/{thread_id:str}/events", responses=problems(400, 401, 404, 410, 503), operation_id="ListEvents")
 async def list_events(
     thread_id: FromPath[str], request: Caller,
-    cursor: Cursor = None, limit: Limit = 50,
+    cursor: Cursor = None, limit: Limit = 50, as_of: AsOf = None,
 ) -> Response[EventPage]:
-    return paged(request, await request.service.views.list_events(request.cred, thread_id, cursor, limit))
+    """The log in seq order; `as_of`: the events appended by then, a message marked retracted if it was then."""
+    return paged(request, await request.service.views.list_events(request.cred, thread_id, cursor, limit, as_of))
 
 
 @post("/threads/{thread_id:str}/events", status_code=201, responses=problems(*WRITE), operation_id="AddNote")

@@ -41,7 +41,7 @@ class Lens:
     async def search(self, cred: Credential, text: str, mode: str | None, explain: bool, kinds: list[str] | None,
                      status: str | None, labels: Labels, since: str | None, until: str | None, cursor: str | None,
                      limit: int, namespace: str | None = None, rerank_on: bool = True,
-                     min_score: float | None = None) -> SearchPage:
+                     min_score: float | None = None, as_of: str | None = None) -> SearchPage:
         """Live objects matching `text`, best first: exact (all the words, every match, keyset by ts_rank) or
         ranked (lexical, semantic, or both fused, then reranked unless `rerank_on` is false: only hits scoring
         `min_score` or more), see db/queries/search.py."""
@@ -53,6 +53,9 @@ class Lens:
         if namespace is not None:  # only memories have one
             wanted = [k for k in wanted if k == "memory"]
         start, end = bound("since", since), bound("until", until)
+        if as_of is not None:
+            return await self._as_of(cred, text, kinds, status, labels, start, end, cursor, limit, namespace,
+                                     bound("as_of", as_of))
         ran, note = self._mode(mode)
         if min_score is not None and (ran == "exact" or not rerank_on):
             raise BadRequest("min_score is a floor on the rerank stage's relevance: it needs a ranked mode "
@@ -81,7 +84,7 @@ class Lens:
                                                   lambda h: [Decimal(h.position), h.created_at, h.id, as_of])
         if nearest is not None:
             note = NO_CLOSE_MATCH if note is None else f"{NO_CLOSE_MATCH}; {note}"
-        return SearchPage(data=[_hit(h, explain) for h in shown], next_cursor=next_cursor, has_more=has_more,
+        return SearchPage(data=await self._flagged(cred, [_hit(h, explain) for h in shown]), next_cursor=next_cursor, has_more=has_more,
                           mode=ran, note=note, min_score=float(floor) if floor is not None else None,  # type: ignore[arg-type]
                           nearest=nearest)
 
@@ -107,8 +110,39 @@ class Lens:
                                           namespace)
         shown, next_cursor, has_more = pager.page(tenant, hits, limit,
                                                   lambda h: [Decimal(h.position), h.created_at, h.id])
-        return SearchPage(data=[_hit(h, False) for h in shown], next_cursor=next_cursor, has_more=has_more,
-                          mode="exact")
+        return SearchPage(data=await self._flagged(cred, [_hit(h, False) for h in shown]), next_cursor=next_cursor,
+                          has_more=has_more, mode="exact")
+
+    async def _as_of(self, cred: Credential, text: str, kinds: list[str] | None, status: str | None, labels: Labels,
+                     start: datetime | None, end: datetime | None, cursor: str | None, limit: int,
+                     namespace: str | None, at: datetime | None) -> SearchPage:
+        """The memory versions current at `at` with all the words of `text`, newest first. Only current versions
+        are indexed, so this reads the versions (in `namespace`, when given) and matches their text as it reads
+        them: the words arm alone, whatever the mode (no vectors are kept of superseded versions)."""
+        assert at is not None
+        if set(kinds or ["memory"]) != {"memory"} or status is not None:
+            raise BadRequest("as_of searches memories only (type=memory, no status).", field="as_of")
+        pager = self.cursors.pager(cursor, tuple[datetime, str], "search_as_of", text, labels.key(), start, end,
+                                   namespace, at)
+        async with self.db.connection() as conn:
+            tenant, rows = await q.search_memories_as_of(conn, cred, text, at, namespace, labels, start, end,
+                                                         pager.after, limit + 1)
+        shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda h: [h.created_at, h.id])
+        hits = [SearchHit(id=h.id, type="memory", summary=h.summary, href=ids.href(h.id), score=h.score,
+                          snippet=one_line(h.summary, 300)) for h in shown]
+        return SearchPage(data=await self._flagged(cred, hits), next_cursor=next_cursor, has_more=has_more,
+                          mode="exact", note="as_of: every word, over the memory versions current then, newest first")
+
+    async def _flagged(self, cred: Credential, hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits, each memory with the erased sources its tenant's lineage policy flagged it with: one more
+        statement, for a page with memories."""
+        memories = [h.id for h in hits if h.type == "memory"]
+        if memories:
+            async with self.db.connection() as conn:
+                flagged = await q.sources_erased(conn, cred, memories)
+            for h in hits:
+                h.source_erased = flagged.get(h.id, [])
+        return hits
 
     async def backlinks(self, cred: Credential, object_id: str, cursor: str | None, limit: int) -> BacklinkPage:
         """Every live object that links to this one, with the relation, in (relation, id) order."""

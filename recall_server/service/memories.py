@@ -137,21 +137,23 @@ class Memories:
 
     async def list_memories(self, cred: Credential, namespace: str | None, kind: str | None, tags: list[str] | None,
                             labels: Labels, value_contains: str | None, cursor: str | None,
-                            limit: int) -> MemoryPage:
+                            limit: int, as_of: str | None = None) -> MemoryPage:
+        """Current live memories in (namespace, key) order; `as_of`: those current then."""
+        at = bound("as_of", as_of)
         (tag_json, possible), value_json = tag_filter(tags), value_filter(value_contains)
         pager = self.cursors.pager(cursor, tuple[str, str], "memories", namespace, kind, tag_json, labels.key(),
-                                   value_json)
+                                   value_json, *([at] if at else []))
         async with self.db.connection() as conn:  # tags no memory can match read no row (and still check a cursor)
             tenant, rows = await q.list_memories(conn, cred, namespace, kind, tag_json, labels, value_json,
                                                  pager.after, limit + 1 if possible else 0, LIST_INLINE_BYTES,
-                                                 recode_filter(value_json))
+                                                 recode_filter(value_json), at)
         entries = []
         for r in rows:
             entry = MemoryIndexEntry(
                 id=r.id, namespace=r.namespace.split("/"), key=r.key, kind=r.kind, version=r.version,
                 summary=r.summary, content_type=r.content_type, tags=r.tags, confirmed=r.confirmed,
                 created_at=r.created_at, href=f"/memories/{r.id}", expires_at=r.expires_at,
-                chain_created_at=r.chain_created_at,
+                chain_created_at=r.chain_created_at, source_erased=r.source_erased or [],
             )
             if r.text is None:
                 entry.value_href = f"/memories/{r.id}/value"
@@ -163,13 +165,14 @@ class Memories:
         return MemoryPage(data=shown, next_cursor=next_cursor, has_more=has_more)
 
     async def list_memory_versions(self, cred: Credential, memory_id: str, cursor: str | None,
-                                   limit: int) -> MemoryVersionPage:
-        """Newest first: the chain of versions the memory belongs to."""
+                                   limit: int, as_of: str | None = None) -> MemoryVersionPage:
+        """Newest first: the chain of versions the memory belongs to (`as_of`: as it was then)."""
+        at = bound("as_of", as_of)
         await self.views.authenticated_miss(cred, "memory", memory_id)
-        pager = self.cursors.pager(cursor, tuple[int], "memory_versions", memory_id)
+        pager = self.cursors.pager(cursor, tuple[int], "memory_versions", memory_id, *([at] if at else []))
         before = (pager.after or (2**31 - 1,))[0]
         async with self.db.connection() as conn:
-            tenant, state, rows = await q.list_memory_versions(conn, cred, memory_id, before, limit + 1)
+            tenant, state, rows = await q.list_memory_versions(conn, cred, memory_id, before, limit + 1, at)
         shown, next_cursor, has_more = pager.page(tenant, rows, limit, lambda r: [r.version])
         require_live(state, memory_id, "memory")
         data = [MemoryVersion(id=r.id, version=r.version, summary="" if r.gone else r.summary,

@@ -138,6 +138,7 @@ class Messages:
                 return Outcome(status=200, body=json(body), object_id=thread_id)
             seq, at = await q.retract_messages(conn, tenant, thread_id, summary, ranges)
             await q.rebuild_head(conn, tenant, thread_id)  # the head shows no retracted message
+            await q.follow_retraction(conn, tenant, thread_id)  # memories learned from them: lineage
             body = Retraction(seq=seq, at=at, count=count, messages=[_message(thread_id, m) for m in shown])
             return Outcome(status=201, body=json(body), object_id=thread_id)
 

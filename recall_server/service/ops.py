@@ -155,8 +155,37 @@ async def verify_erasure(conn: q.Conn, tenant: str, object_id: str) -> list[str]
         return [f"{object_id} never existed in tenant {tenant}"]
     findings = sorted([*await q.erasure_findings(conn, tenant, object_id),
                        *await q.search_index_findings(conn, tenant, object_id),
-                       *await q.message_findings(conn, tenant, object_id)])
+                       *await q.message_findings(conn, tenant, object_id),
+                       *[f for f, _ in await erasure_lineage(conn, tenant, object_id) if f]])
     return findings if state is State.GONE else [f"{object_id} is live (not deleted, not expired)", *findings]
+
+
+async def erasure_lineage(conn: q.Conn, tenant: str, object_id: str) -> list[tuple[str | None, str]]:
+    """Each memory version learned from what erasing this ID erased: (a finding, when its state is not what
+    the policy applied says, else None; its state as verify-erasure reports it)."""
+    out: list[tuple[str | None, str]] = []
+    for d in await q.derived_memories(conn, tenant, object_id):
+        where = f"lineage: {d.memory_id}, learned from it"
+        if d.policy is None:
+            finding = f"memory_sources: {d.memory_id} cites it, and its lineage was never followed"
+            out.append((finding, f"{where}: not followed"))
+        elif d.policy == "erase":
+            out.append((None if d.erased else f"memories: {d.memory_id}, learned from it, still has content "
+                        "(lineage policy erase)", f"{where}: {'erased' if d.erased else 'NOT erased'} (policy erase)"))
+        elif d.erased:
+            out.append((None, f"{where}: erased since (policy {d.policy})"))
+        elif d.policy == "flag":
+            out.append((None if d.flagged else f"memories: {d.memory_id}, learned from it, is not flagged",
+                        f"{where}: kept, {'flagged' if d.flagged else 'NOT flagged'} source_erased (policy flag)"))
+        else:
+            out.append((None, f"{where}: kept as it is (policy keep)"))
+    return out
+
+
+async def set_lineage_policy(conn: q.Conn, tenant: str, policy: str) -> None:
+    """What erasing a source does to the memories learned from it: erase, flag or keep."""
+    if not await q.set_lineage_policy(conn, tenant, policy):
+        raise NotFound(f"No tenant named {tenant!r}.")
 
 
 async def issue_hook(conn: q.Conn, tenant: str, source: str, label: str) -> NewHook:

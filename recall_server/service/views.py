@@ -29,6 +29,7 @@ from recall_server.models import (
 )
 from recall_server.observability import CONTENT_CACHE
 from recall_server.rows import Content, Labels
+from recall_server.service.inputs import bound
 
 Fetch = Callable[[q.Conn, Credential, str, int], Awaitable[tuple[str, Any]]]
 
@@ -143,12 +144,14 @@ class Views:
         shown, next_cursor, has_more = pager.page(tenant, rows, limit, _newest_first)
         return ThreadPage([entry for entry, _ in shown], next_cursor, has_more)
 
-    async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int) -> EventPage:
+    async def list_events(self, cred: Credential, thread_id: str, cursor: str | None, limit: int,
+                          as_of: str | None = None) -> EventPage:
+        at = bound("as_of", as_of)
         await self.authenticated_miss(cred, "thread", thread_id)
-        pager = self.cursors.pager(cursor, tuple[int], "events", thread_id)
+        pager = self.cursors.pager(cursor, tuple[int], "events", thread_id, *([at] if at else []))
         after = (pager.after or (0,))[0]
         async with self.db.connection() as conn:
-            tenant, state, events = await q.list_events(conn, cred, thread_id, after, limit + 1)
+            tenant, state, events = await q.list_events(conn, cred, thread_id, after, limit + 1, at)
         # Always hand back a position: a caller tailing a live thread polls with it for new events.
         shown, next_cursor, has_more = pager.page(tenant, events, limit, lambda e: [e.seq], tail=[after])
         require_live(state, thread_id, "thread")

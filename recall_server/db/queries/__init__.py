@@ -44,7 +44,9 @@ from recall_server.db.queries.memories import (
 # objects.py: its content, what it resolves to, its state, the hash of the request that made it.
 from recall_server.db.queries.objects import fetch_content, resolve, states, state, request_hash
 # search.py: full-text search and backlinks.
-from recall_server.db.queries.search import SEARCH_PREFIX, search, search_ranked, BACKLINK_RELATIONS, backlinks
+from recall_server.db.queries.search import (
+    SEARCH_PREFIX, search, search_ranked, search_memories_as_of, sources_erased, BACKLINK_RELATIONS, backlinks,
+)
 # trace.py: recording read batches, purging retained rows, a run's and an object's reads.
 from recall_server.db.queries.trace import record_reads, purge_retained, ReadPosition, run_reads, object_reads
 # audit.py: recording request batches, purging retained rows, a page of requests, one request.
@@ -54,7 +56,9 @@ from recall_server.db.queries.audit import (
 # idempotency.py: the per-key lock, the stored response, recording one.
 from recall_server.db.queries.idempotency import idempotency_lock, idempotency_get, idempotency_put
 # erasure.py: erase one ID, sweep expired objects, and the verify-erasure findings.
-from recall_server.db.queries.erasure import erase, sweep, erasure_findings, search_index_findings
+from recall_server.db.queries.erasure import (
+    erase, follow_retraction, sweep, erasure_findings, search_index_findings, derived_memories,
+)
 # embeddings.py: the indexer's queue, reindexing, the vector index, whether vectors are available.
 from recall_server.db.queries.embeddings import (
     Queued, QueueStats, vectors_available, embedding_batch, store_embeddings, embeddings_failed,
@@ -80,8 +84,8 @@ from recall_server.db.queries.checkpoints import (
 
 # tenants.py: Tenants and their settings (operator CLI, as the owner); the server's own rows.
 from recall_server.db.queries.tenants import (
-    create_tenant, tenant_exists, tenant_names, set_retention, set_audit_retention, set_audit_queries, set_memory_ttl,
-    cursor_secret, ping
+    create_tenant, tenant_exists, tenant_names, set_retention, set_audit_retention, set_audit_queries,
+    set_lineage_policy, set_memory_ttl, cursor_secret, ping,
 )
 
 __all__ = [
@@ -93,15 +97,16 @@ __all__ = [
     "insert_refs", "fetch_memory", "fetch_current_memory", "fetch_memory_as_of", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
     "insert_memory_sources", "fetch_content", "resolve", "states", "state", "request_hash", "SEARCH_PREFIX",
-    "search", "search_ranked", "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter", "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
+    "search", "search_ranked", "search_memories_as_of", "sources_erased", "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter", "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
     "run_reads",
-    "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "sweep",
+    "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "follow_retraction", "derived_memories", "sweep",
     "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",
     "store_embeddings", "embeddings_failed", "embedding_queue_stats", "queue_reindex", "IndexPlan",
     "vector_index_plan", "hold_index_build", "run_index_statement",
     "insert_key", "key_subject", "list_keys", "own_key", "record_key_use", "revoke_key", "set_grants",
     "insert_hook", "list_hooks", "revoke_hook", "claim_delivery", "finish_delivery", "delivery_outcome",
-    "advance_github_thread", "create_tenant", "tenant_exists", "tenant_names", "set_retention", "set_audit_retention", "set_audit_queries", "set_memory_ttl", "cursor_secret",
+    "advance_github_thread", "create_tenant", "tenant_exists", "tenant_names", "set_retention", "set_audit_retention",
+    "set_audit_queries", "set_lineage_policy", "set_memory_ttl", "cursor_secret",
     "ping", "fetch_channel_value", "fetch_write_value", "fetch_checkpoint", "list_checkpoints", "checkpoint_thread_gone", "make_checkpoint_thread",
     "lock_checkpoint_threads", "put_checkpoint",
     "put_checkpoint_writes", "erase_checkpoint_thread", "checkpoint_threads_of_runs", "delete_checkpoint_runs",

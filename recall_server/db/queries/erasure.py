@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from recall_server.db.queries._common import Conn
 
+
+class Derived(msgspec.Struct, frozen=True):
+    """A memory version learned from an erased ID (verify-erasure): what its lineage recorded, and its state."""
+
+    memory_id: str
+    policy: str | None  # the policy applied; None: it cites an erased ID and its lineage was never followed
+    erased: bool  # wiped: a tombstone
+    flagged: bool  # shown with source_erased
+
+
 async def erase(conn: Conn, tenant: str, object_id: str) -> None:
-    """Delete: content wiped, copies scrubbed, the ID kept as a tombstone (see recall_erase)."""
-    await conn.execute("SELECT recall_erase($1, $2)", tenant, object_id)
+    """Delete: content wiped, copies scrubbed, the ID kept as a tombstone (see recall_erase); then the memories
+    learned from what it erased, by the tenant's lineage policy (recall_erase_following)."""
+    await conn.execute("SELECT recall_erase_following($1, $2)", tenant, object_id)
+
+
+async def follow_retraction(conn: Conn, tenant: str, thread_id: str) -> None:
+    """The memories learned from the thread's messages a retraction has taken out, by the tenant's lineage
+    policy (as an erasure's)."""
+    await conn.execute("SELECT recall_follow_lineage($1, recall_retracted_sources($1, $2))", tenant, thread_id)
 
 
 async def sweep(conn: Conn, batch: int) -> int:
@@ -108,3 +127,42 @@ async def search_index_findings(conn: Conn, tenant: str, object_id: str) -> list
         tenant, object_id,
     )
     return [r[0] for r in rows]
+
+
+async def derived_memories(conn: Conn, tenant: str, object_id: str) -> list[Derived]:
+    """The memory versions learned from what erasing this ID erased, directly or through other memories (the
+    lineage recorded, followed through the pairs it erased), and those citing it whose lineage was never
+    followed."""
+    rows = await conn.fetch(
+        """
+        WITH RECURSIVE roots AS (  -- an erased thread's messages: those its lineage recorded too (their
+                                   -- memories may be erased since, and their sources with them)
+            SELECT unnest(recall_erased_with($1, $2)) AS id
+            UNION SELECT source_id FROM memory_lineage
+             WHERE tenant_id = $1 AND left($2, 4) = 'thr_' AND left(source_id, length($2) + 1) = $2 || '/'),
+        lineage(memory_id, policy) AS (
+            SELECT l.memory_id, l.policy FROM memory_lineage l
+             WHERE l.tenant_id = $1 AND l.source_id IN (SELECT id FROM roots)
+            UNION
+            SELECT l.memory_id, l.policy FROM lineage d
+              JOIN memories m ON m.tenant_id = $1 AND m.id = d.memory_id
+              JOIN memories v ON v.tenant_id = $1 AND v.pair = m.pair
+              JOIN memory_lineage l ON l.tenant_id = $1 AND l.source_id = v.id
+        ), found AS (
+            SELECT memory_id, policy FROM lineage
+            UNION
+            SELECT s.memory_id, NULL FROM memory_sources s
+              JOIN memories m ON m.tenant_id = s.tenant_id AND m.id = s.memory_id AND m.deleted_at IS NULL
+             WHERE s.tenant_id = $1 AND s.source_id IN (SELECT id FROM roots)
+               AND NOT EXISTS (SELECT 1 FROM memory_lineage l
+                                WHERE l.tenant_id = $1 AND l.memory_id = s.memory_id AND l.source_id = s.source_id))
+        SELECT f.memory_id, f.policy,
+               m.deleted_at IS NOT NULL AND m.namespace = '' AND octet_length(m.value) = 0 AS erased,
+               EXISTS (SELECT 1 FROM memory_lineage l
+                        WHERE l.tenant_id = $1 AND l.memory_id = f.memory_id AND l.policy = 'flag') AS flagged
+          FROM found f JOIN memories m ON m.tenant_id = $1 AND m.id = f.memory_id
+         ORDER BY f.memory_id, f.policy
+        """,
+        tenant, object_id,
+    )
+    return [Derived(r["memory_id"], r["policy"], r["erased"], r["flagged"]) for r in rows]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -22,23 +23,30 @@ _event = msgspec.json.Decoder(Event)
 # rather than `ORDER BY seq LIMIT n`: with the LIMIT, PostgreSQL re-planned small pages on every
 # execution (tests/test_plans.py).
 _SUMMARY = filed_summary("e.type", "e.summary", "e.ref")
+# As of $6 (NULL: now): the events appended by then; a message is retracted by a retraction appended by then.
+_RETRACTED = """recall_message_retracted(e.tenant_id, e.thread_id, e.seq) AND ($6::timestamptz IS NULL OR EXISTS (
+    SELECT 1 FROM message_retractions r JOIN thread_events b ON b.tenant_id = auth.tenant AND b.thread_id = r.thread_id
+                                                        AND b.seq = r.by_seq
+     WHERE r.tenant_id = auth.tenant AND r.thread_id = e.thread_id AND r.from_seq <= e.seq AND r.to_seq >= e.seq
+       AND b.at <= $6))"""
 _EVENTS = keyed(f"""
     SELECT recall_is_gone(t.deleted_at, t.expires_at) AS gone,
-           (SELECT coalesce(json_agg(CASE WHEN e.type = 'message' AND recall_message_retracted(e.tenant_id, e.thread_id, e.seq)
+           (SELECT coalesce(json_agg(CASE WHEN e.type = 'message' AND {_RETRACTED}
                    THEN (recall_event(e.seq, e.type, e.at, e.summary, e.ref, e.ref_gone_at)::jsonb || '{{"retracted": true}}')::json
                    ELSE recall_event(e.seq, e.type, e.at, {_SUMMARY}, e.ref, e.ref_gone_at) END ORDER BY e.seq), '[]')
               FROM thread_events e
              WHERE e.tenant_id = auth.tenant AND e.thread_id = t.id
-               AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5)) AS events
+               AND e.seq > $4 AND e.seq <= least(t.last_seq, $4 + $5) AND ($6::timestamptz IS NULL OR e.at <= $6)) AS events
     FROM threads t WHERE t.tenant_id = auth.tenant AND t.id = $3
 """)
 
 
 async def list_events(
-    conn: Conn, cred: Credential, thread_id: str, after_seq: int, limit: int,
+    conn: Conn, cred: Credential, thread_id: str, after_seq: int, limit: int, as_of: datetime | None = None,
 ) -> tuple[str, State, list[Event]]:
-    """The key's tenant, the thread's state, and the `limit` events after a seq, in order."""
-    tenant, row = await tenancy.fetch(conn, cred, _EVENTS, thread_id, after_seq, limit)
+    """The key's tenant, the thread's state, and the `limit` events after a seq, in order (`as_of`: of those
+    appended by then)."""
+    tenant, row = await tenancy.fetch(conn, cred, _EVENTS, thread_id, after_seq, limit, as_of)
     if row is None:
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), events_json.decode(row["events"])

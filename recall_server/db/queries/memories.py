@@ -22,6 +22,7 @@ from recall_server.rows import Labels, MemoryRow
 
 _link = msgspec.json.Decoder(Link | None)
 _tags = msgspec.json.Decoder(dict[str, str])
+_ids = msgspec.json.Decoder(list[str])
 
 
 def _columns(as_of: str | None = None) -> str:
@@ -45,7 +46,9 @@ def _columns(as_of: str | None = None) -> str:
     {successor} AS superseded_by,
     (SELECT coalesce(json_agg(recall_link_of(s.tenant_id, s.source_id) ORDER BY s.position), '[]')
        FROM memory_sources s WHERE s.tenant_id = auth.tenant AND s.memory_id = m.id
-        AND ((SELECT recall_reads()) IS NULL OR recall_sees(s.tenant_id, s.source_id))) AS sources
+        AND ((SELECT recall_reads()) IS NULL OR recall_sees(s.tenant_id, s.source_id))) AS sources,
+    (SELECT coalesce(json_agg(l.source_id ORDER BY l.source_id), '[]') FROM memory_lineage l
+      WHERE l.tenant_id = auth.tenant AND l.memory_id = m.id AND l.policy = 'flag') AS source_erased
 """
 
 
@@ -67,6 +70,7 @@ def _memory_row(row: asyncpg.Record) -> MemoryRow:
         tags=_tags.decode(row["tags"]),
         confirmed=row["confirmed"], current=row["current"], version=row["version"], created_at=row["created_at"],
         sources=links_json.decode(row["sources"]), chain_created_at=row["chain_created_at"],
+        source_erased=_ids.decode(row["source_erased"]),
         supersedes=_link.decode(row["supersedes"]) if row["supersedes"] else None,
         superseded_by=_link.decode(row["superseded_by"]) if row["superseded_by"] else None,
         **labels_of(row),
@@ -127,6 +131,7 @@ class _MemoryKey(msgspec.Struct):
     chain_created_at: datetime | None  # version 1's, on later versions
     expires_at: datetime | None
     text: str | None  # the value, when it is small enough to show in the list
+    source_erased: list[str] | None = None  # flagged by the tenant's lineage policy
 
 
 _memory_keys = msgspec.json.Decoder(list[_MemoryKey])
@@ -137,10 +142,11 @@ _MEMORIES = """
              m.created_at, m.expires_at,
              CASE WHEN m.version > 1 THEN (SELECT c.created_at FROM memories c
                                             WHERE c.tenant_id = auth.tenant AND c.id = m.chain) END AS chain_created_at,
-             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text
+             CASE WHEN octet_length(m.value) <= $13 THEN convert_from(m.value, 'UTF8') END AS text,
+             (SELECT array_agg(l.source_id ORDER BY l.source_id) FROM memory_lineage l
+               WHERE l.tenant_id = auth.tenant AND l.memory_id = m.id AND l.policy = 'flag') AS source_erased
         FROM memories m
-       WHERE m.tenant_id = auth.tenant AND m.current AND m.deleted_at IS NULL
-         AND (m.expires_at IS NULL OR m.expires_at > now())
+       WHERE m.tenant_id = auth.tenant AND {live}
          AND {namespace}
          AND ($4::text IS NULL OR m.kind = $4)
          AND ($5::jsonb IS NULL OR m.tags @> $5)
@@ -167,26 +173,38 @@ _VALUE = (r"CASE WHEN position('\x5c7530303030'::bytea IN m.value) > 0 OR ($14 A
 _FILTER = f"(CASE WHEN $14 THEN {_NUL_FREE.format('$9')} ELSE $9 END)::jsonb"  # once a statement: (SELECT ...)
 
 
+_LIVE = "m.current AND m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())"
+# As of $15: the version of each pair that was current then, the newest written by then, unless it had expired
+# by then. An erased version is wiped (in no namespace) and kept as a later version of its pair, so what was
+# erased never comes back: neither it nor the version it superseded.
+_LIVE_AS_OF = """m.created_at <= $15 AND m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > $15)
+         AND NOT EXISTS (SELECT 1 FROM memories n WHERE n.tenant_id = auth.tenant AND n.pair = m.pair
+                            AND n.created_at <= $15 AND (n.created_at, n.version) > (m.created_at, m.version))"""
+
+
 @functools.cache
-def _memories(namespace: bool, labels: tuple[bool, bool, bool]) -> str:
+def _memories(namespace: bool, labels: tuple[bool, bool, bool], as_of: bool = False) -> str:
     """The statement listing current memories with these filters given: along memories_current (or
-    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none."""
+    memories_current_by_app ... for a label) from the cursor on, or from the namespace when there is none;
+    `as_of`: those current at $15, read from every version in the range."""
     return keyed(_MEMORIES.format(namespace=under("m.namespace", "$3") if namespace else "$3::text IS NULL",
-                                  labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER))
+                                  labels=label_filters("m", 6, labels), value=_VALUE, filter=_FILTER,
+                                  live=_LIVE_AS_OF if as_of else _LIVE))
 
 
 async def list_memories(
     conn: Conn, cred: Credential, namespace: str | None, kind: str | None, tags: str | None, labels: Labels,
     value_contains: str | None, after: tuple[str, str] | None, limit: int, inline_max: int,
-    recode_filter: bool,
+    recode_filter: bool, as_of: datetime | None = None,
 ) -> tuple[str, list[_MemoryKey]]:
-    """The key's tenant, and its current live memories in (namespace, key) order after `after`.
-    `tags` and `value_contains` are JSON objects the tags / JSON value must contain; `recode_filter`:
-    value_contains holds a NUL or a U+FFFF (_NUL_FREE)."""
+    """The key's tenant, and its current live memories (`as_of`: those current then) in (namespace, key) order
+    after `after`. `tags` and `value_contains` are JSON objects the tags / JSON value must contain;
+    `recode_filter`: value_contains holds a NUL or a U+FFFF (_NUL_FREE)."""
     start = after or (namespace or "", "")  # every key is longer than ''
     tenant, row = await tenancy.fetch(
-        conn, cred, _memories(namespace is not None, given(labels)), namespace, kind, tags,
+        conn, cred, _memories(namespace is not None, given(labels), as_of is not None), namespace, kind, tags,
         labels.app_id, labels.agent_id, labels.run_id, value_contains, *start, limit, inline_max, recode_filter,
+        *([as_of] if as_of is not None else []),
     )
     assert row is not None  # an aggregate: always one row
     return tenant, _memory_keys.decode(row["memories"])
@@ -214,11 +232,31 @@ _VERSIONS = keyed("""
 """)
 
 
-async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int,
-                               limit: int) -> tuple[str, State, list[_VersionKey]]:
-    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first."""
-    tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
-    if row is None:
+# As of $6: the versions written by then, each current (superseded by none written by then), superseded, or
+# gone (erased, or expired by then); the memory itself missing when written later.
+_VERSIONS_AS_OF = keyed("""
+    SELECT (m.deleted_at IS NOT NULL OR coalesce(m.expires_at <= $6, false)) AS gone, m.created_at <= $6 AS written,
+           (SELECT coalesce(json_agg(x ORDER BY x.version DESC), '[]') FROM (
+              SELECT v.id, v.version, v.summary,
+                     NOT EXISTS (SELECT 1 FROM memories n WHERE n.tenant_id = auth.tenant AND n.chain = v.chain
+                                    AND n.version > v.version AND n.created_at <= $6) AS current,
+                     (v.deleted_at IS NOT NULL OR coalesce(v.expires_at <= $6, false)) AS gone, v.created_at
+                FROM memories v WHERE v.tenant_id = auth.tenant AND v.chain = m.chain AND v.version < $4
+                 AND v.created_at <= $6
+               ORDER BY v.version DESC LIMIT $5) x) AS versions
+    FROM memories m WHERE m.tenant_id = auth.tenant AND m.id = $3
+""")
+
+
+async def list_memory_versions(conn: Conn, cred: Credential, memory_id: str, before: int, limit: int,
+                               as_of: datetime | None = None) -> tuple[str, State, list[_VersionKey]]:
+    """The key's tenant, the memory's state, and the versions of its chain below `before`, newest first
+    (`as_of`: as they were then; the memory MISSING if it was written later, unless erased)."""
+    if as_of is None:
+        tenant, row = await tenancy.fetch(conn, cred, _VERSIONS, memory_id, before, limit)
+    else:
+        tenant, row = await tenancy.fetch(conn, cred, _VERSIONS_AS_OF, memory_id, before, limit, as_of)
+    if row is None or (as_of is not None and not row["written"] and not row["gone"]):  # erased: gone at every time
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _version_keys.decode(row["versions"])
 

@@ -64,6 +64,11 @@ async def states(conn: Conn, tenant: str, object_ids: list[str]) -> dict[str, St
             UNION ALL SELECT id, deleted_at, expires_at FROM workers WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id, deleted_at, expires_at FROM reports WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id, deleted_at, expires_at FROM memories WHERE tenant_id = $1 AND id = ANY($2::text[])) x
+        UNION ALL  -- messages (`<thread ID>/<seq>`), by recall_message_ref's index: gone with the thread, or retracted
+        SELECT recall_message_ref(m.thread_id, m.seq),
+               recall_is_gone(t.deleted_at, t.expires_at) OR recall_message_retracted(m.tenant_id, m.thread_id, m.seq)
+          FROM thread_messages m JOIN threads t ON t.tenant_id = m.tenant_id AND t.id = m.thread_id
+         WHERE m.tenant_id = $1 AND recall_message_ref(m.thread_id, m.seq) = ANY($2::text[])
         """,
         tenant, object_ids,
     )

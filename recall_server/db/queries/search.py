@@ -10,7 +10,7 @@ import msgspec
 from recall_server import ids, rerank
 from recall_server.auth import Credential
 from recall_server.db import tenancy
-from recall_server.db.queries._common import Conn
+from recall_server.db.queries._common import Conn, under
 from recall_server.db.tenancy import keyed
 from recall_server.ids import State
 from recall_server.rows import BacklinkRow, Labels, SearchRow
@@ -268,3 +268,63 @@ async def backlinks(conn: Conn, cred: Credential, kind: str, object_id: str, aft
     if row is None:
         return tenant, State.MISSING, []
     return tenant, State.of(row["gone"]), _backlink_rows.decode(row["links"])
+
+
+_SOURCES_ERASED = keyed("""
+    SELECT json_object_agg(x.memory_id, x.erased)::text AS flagged FROM (
+      SELECT l.memory_id, json_agg(l.source_id ORDER BY l.source_id) AS erased FROM memory_lineage l
+       WHERE l.tenant_id = auth.tenant AND l.memory_id = ANY ($3::text[]) AND l.policy = 'flag'
+       GROUP BY l.memory_id) x
+""")
+_flagged = msgspec.json.Decoder(dict[str, list[str]])
+
+
+async def sources_erased(conn: Conn, cred: Credential, memory_ids: list[str]) -> dict[str, list[str]]:
+    """The erased sources each of these memory versions is flagged with (the tenant's lineage policy `flag`)."""
+    _, row = await tenancy.fetch(conn, cred, _SOURCES_ERASED, memory_ids)
+    return {} if row is None else _flagged.decode(row["flagged"])
+
+
+class AsOfHit(msgspec.Struct, frozen=True):
+    id: str
+    summary: str
+    created_at: datetime
+    score: float
+
+
+_as_of_hits = msgspec.json.Decoder(list[AsOfHit])
+
+# The memory versions current at $4 (as db/queries/memories.py lists them as of a time) whose text, as the
+# generated search column indexes it, has every word of $3, newest first from the cursor ($11, $12) on. Only
+# current versions are indexed (a superseded one's column is empty), so the text is read from each version.
+_AS_OF = keyed(f"""
+    SELECT coalesce(json_agg(x ORDER BY x.created_at DESC, x.id DESC), '[]') AS hits FROM (
+      SELECT m.id, m.summary, m.created_at, ts_rank(v.doc, v.words)::float8 AS score
+        FROM memories m, LATERAL (SELECT
+               setweight(to_tsvector('simple'::regconfig, m.summary || ' ' || m.key), 'A')
+               || setweight(to_tsvector('simple'::regconfig, replace(m.namespace, '/', ' ') || ' '
+                                        || coalesce(m.app_id, '') || ' ' || coalesce(m.agent_id, '') || ' '
+                                        || coalesce(m.run_id, '')), 'B')
+               || setweight(to_tsvector('simple'::regconfig, recall_search_text(m.content_type, m.value, 65536)), 'C')
+               AS doc, plainto_tsquery('simple'::regconfig, $3) AS words) v
+       WHERE m.tenant_id = auth.tenant AND m.created_at <= $4 AND m.deleted_at IS NULL
+         AND (m.expires_at IS NULL OR m.expires_at > $4)
+         AND NOT EXISTS (SELECT 1 FROM memories n WHERE n.tenant_id = auth.tenant AND n.pair = m.pair
+                            AND n.created_at <= $4 AND (n.created_at, n.version) > (m.created_at, m.version))
+         AND ($5::text IS NULL OR ({under("m.namespace", "$5")}))
+         AND ($6::text IS NULL OR m.app_id = $6) AND ($7::text IS NULL OR m.agent_id = $7)
+         AND ($8::text IS NULL OR m.run_id = $8)
+         AND ($9::timestamptz IS NULL OR m.created_at >= $9) AND ($10::timestamptz IS NULL OR m.created_at < $10)
+         AND ($11::timestamptz IS NULL OR (m.created_at, m.id) < ($11, $12))
+         AND v.doc @@ v.words
+       ORDER BY m.created_at DESC, m.id DESC LIMIT $13) x
+""")
+
+
+async def search_memories_as_of(conn: Conn, cred: Credential, text: str, as_of: datetime, namespace: str | None,
+                                labels: Labels, since: datetime | None, until: datetime | None,
+                                after: tuple[datetime, str] | None, limit: int) -> tuple[str, list[AsOfHit]]:
+    """The key's tenant, and the memory versions current at `as_of` with every word of `text`, newest first."""
+    tenant, row = await tenancy.fetch(conn, cred, _AS_OF, text, as_of, namespace, labels.app_id, labels.agent_id,
+                                      labels.run_id, since, until, *(after or (None, None)), limit)
+    return tenant, [] if row is None else _as_of_hits.decode(row["hits"])

@@ -45,6 +45,12 @@ async def set_audit_queries(conn: Conn, tenant: str, keep: bool) -> bool:
                                tenant, keep) is not None
 
 
+async def set_lineage_policy(conn: Conn, tenant: str, policy: str) -> bool:
+    """The tenant's lineage policy: what erasing a source does to the memories learned from it."""
+    return await conn.fetchval("UPDATE tenants SET lineage_policy = $2 WHERE id = $1 RETURNING true",
+                               tenant, policy) is not None
+
+
 async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, state: float | None) -> bool:
     """Set the default lifetimes (seconds; 0 keeps until deleted, None leaves it as it is)."""
     return await conn.fetchval(
