@@ -24,12 +24,17 @@ last per (namespace, key), are applied after them):
 - ListNamespacesOp -> GET /memories/namespaces (a literal prefix/suffix pushed down); "*" wildcards and
                  several conditions are matched here; sorted as LangGraph sorts tuples, then offset/limit.
 
+The sync methods refuse to run on a thread with a running event loop (asyncio.InvalidStateError, as
+LangGraph's async stores refuse): there, use the a-methods. A filter key names a member of that name, or
+if there is none and the key is dotted, a nested member (`user.access-level`, as SqliteStore reads it).
+
 Namespaces and keys are encoded as codec.py describes (exactly and reversibly). Item.created_at is when
 version 1 of the pair's chain was written, updated_at when the current version was.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -84,6 +89,7 @@ class RecallStore(OnClient, BaseStore):
     # ---- batch: reads first, then the batch's puts (the last per (namespace, key) wins), as InMemoryStore
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        _off_the_loop()
         answers, puts = self._plan(ops)
         results = [self.drive(steps) for steps in answers]
         for steps in puts:
@@ -249,6 +255,19 @@ class RecallStore(OnClient, BaseStore):
                 break
             cursor = page.next_cursor
         return sorted(found)[op.offset:op.offset + op.limit]
+
+
+def _off_the_loop() -> None:
+    """A sync call on an event loop's thread would block every task of that loop for each HTTP round trip:
+    refused with InvalidStateError, as LangGraph's async stores (AsyncSqliteStore, AsyncPostgresStore) refuse
+    it. On another thread (asyncio.to_thread, a sync graph's worker) the sync methods work."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to RecallStore are only allowed from a thread without a running event loop: in async "
+        "code, use the a-methods (aget, aput, asearch, ...) or run the call with asyncio.to_thread.")
 
 
 def _none() -> Steps:
