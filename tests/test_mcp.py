@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 
 import recall_server
 from recall_server import demo
-from recall_server.mcp import HttpEndpoint
+from recall_server.mcp_http import HttpEndpoint
 
 READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
               "recall_backlinks", "recall_messages"}
