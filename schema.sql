@@ -396,6 +396,10 @@ CREATE TABLE IF NOT EXISTS memory_sources (
 DROP INDEX IF EXISTS memory_sources_by_source;  -- (tenant_id, source_id): the index below covers it
 CREATE INDEX IF NOT EXISTS memory_sources_by_source_memory ON memory_sources (tenant_id, source_id, memory_id);
 
+-- A memory written with a ttl keeps it, so a read may refresh its expiry (POST /memories/refresh: expires_at
+-- becomes now + ttl, as LangGraph's refresh_on_read). NULL: a fixed expiry, or none.
+SELECT recall_add_column('memories', 'ttl', 'interval', $$ttl > interval '0'$$);
+
 -- Default lifetimes of the short-lived memory kinds, per tenant (NULL: kept until deleted).
 SELECT recall_add_column('tenants', 'memory_scratchpad_ttl', $$interval DEFAULT interval '7 days'$$,
                          $$memory_scratchpad_ttl > interval '0'$$);

@@ -26,7 +26,7 @@ from recall_server.config import Settings
 from recall_server.cursor import CursorCodec
 from recall_server.db import queries
 from recall_server.db.pool import Database, as_app_role
-from recall_server.mcp import HttpEndpoint
+from recall_server.mcp_http import HttpEndpoint
 from recall_server.observability import forget_processes, request_id
 from recall_server.openapi import CorrectedJsonPlugin, CorrectedYamlPlugin
 from recall_server.process import freeze_heap

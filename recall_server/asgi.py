@@ -7,7 +7,7 @@ Outermost first:
 2. `head.HeadAsGet`: HEAD runs as the GET it asks about;
 3. `limits.BodyGuard`: the body timeout, a client that leaves mid-body, and the unread rest of a body
    answered early (read and dropped, bounded, so the client reads the answer);
-4. `/mcp` to `mcp.HttpEndpoint` (its own key check, then the Origin, size and JSON bounds);
+4. `/mcp` to `mcp_http.HttpEndpoint` (its own key check, then the Origin, size and JSON bounds);
 5. `direct.Direct`: the hottest routes in plain ASGI, on the framework's routes, key check and
    problem renderer;
 6. the framework (app.create_app): `routes.RequireKey` (routes.caller_key: the key before the body),
@@ -25,7 +25,7 @@ from recall_server.config import Settings
 from recall_server.direct import Direct
 from recall_server.head import HeadAsGet
 from recall_server.limits import BodyGuard
-from recall_server.mcp import HttpEndpoint
+from recall_server.mcp_http import HttpEndpoint
 from recall_server.observability import ObservabilityMiddleware
 from recall_server.process import die_with_parent
 

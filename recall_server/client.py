@@ -63,6 +63,7 @@ from recall_server.models import (
     CopyCheckpoints,
     DeleteCheckpointRuns,
     PruneCheckpoints,
+    RefreshedMemories,
     PutCheckpoint,
     PutWrites,
     CreateHook,
@@ -260,8 +261,8 @@ class _Call(NamedTuple):
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
     for t in (AppendedMessages, MessagePage, Retraction, BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
-              MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, RequestPage, AuditedRequest,
-              ReportPage, ReportView, Resolved,
+              MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, RefreshedMemories, RequestPage,
+              AuditedRequest, ReportPage, ReportView, Resolved,
               SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
 }
 _RETRY_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
@@ -612,6 +613,12 @@ class _Operations:
         params = _query(prefix=_namespace(prefix), suffix=_namespace(suffix), max_depth=max_depth, cursor=cursor,
                         limit=limit)
         return self._run(_Call("GET", ("memories", "namespaces"), NamespacePage, params, run=run))
+
+    def refresh_memories(self, memory_ids: list[str]) -> RefreshedMemories:
+        """POST /memories/refresh: each live memory written with a ttl expires that ttl from now (the ones it
+        extended answer; repeating it is harmless)."""
+        return self._run(_Call("POST", ("memories", "refresh"), RefreshedMemories,
+                               body=msgspec.json.encode({"ids": memory_ids})))
 
     def delete_memory(self, memory_id: str) -> None:
         """Erase every version of the memory's (namespace, key); a later write starts a new chain."""

@@ -23,7 +23,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     webhook_max_body_bytes: int = 8 * 1024 * 1024  # webhook deliveries (GitHub sends at most 25 MB)
     # Keys and array items one JSON body may hold (jsonbody.MAX_ITEMS: decoding costs per item); more is a 413.
     max_json_items: Annotated[int, msgspec.Meta(ge=1)] = 100_000
-    # One /mcp message's bytes and keys and array items (mcp.HttpEndpoint.refusal); more is refused in JSON-RPC.
+    # One /mcp message's bytes and keys and array items (mcp_http.HttpEndpoint.refusal); more is refused in JSON-RPC.
     mcp_max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
     mcp_max_items: Annotated[int, msgspec.Meta(ge=1)] = 4096
     # Origins a browser may call /mcp from (comma-separated; `*`: any). None: loopback origins only.

@@ -206,7 +206,7 @@ def encode(problem: Problem, instance: str, request_id: str | None = None) -> by
 
 async def send(send: Any, problem: Problem, instance: str, request_id: str | None = None) -> None:
     """A problem as a whole ASGI response, for the layers in front of the framework (direct.Direct,
-    mcp.HttpEndpoint); the framework's handler renders the same headers and body (app._problem_response)."""
+    mcp_http.HttpEndpoint); the framework's handler renders the same headers and body (app._problem_response)."""
     body = encode(problem, instance, request_id)
     headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in problem.headers.items()),
                (b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]

@@ -331,7 +331,7 @@ def test_mcp_tools_see_only_what_the_key_is_granted(base_url: str, tenant: dict[
 
     async def go() -> None:
         async with mcp_session("http", base_url, key) as s:
-            found = view(await s.call_tool("recall_search", {"query": word, "mode": "lexical"}))
+            found = view(await s.call_tool("recall_search", {"q": word, "mode": "lexical"}))
             assert found["hits"] == []
             hidden = theirs.json()["id"]
             got = await s.call_tool("recall_get", {"id": hidden})

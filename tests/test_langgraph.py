@@ -5,6 +5,7 @@ and recall's versions kept out of the store's answers."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,6 +242,55 @@ def test_ttl_is_minutes_and_becomes_the_memorys_expiry(store: RecallStore, base_
         view = recall.current_memory(list(ns), "short")
     assert view.expires_at is not None
     assert 85 <= (view.expires_at - view.created_at).total_seconds() <= 95
+
+
+TTL_SECONDS = 2
+TTL_MINUTES = TTL_SECONDS / 60
+
+
+@pytest.mark.parametrize("query", [None, "foo"])
+def test_a_read_with_refresh_ttl_keeps_an_item_alive(base_url: str, api_key: str, query: str | None) -> None:
+    """As LangGraph's own TTL tests (langgraph-checkpoint-sqlite, test_store_ttl): an item read with
+    refresh_ttl within its ttl lives a ttl longer; read without, it expires on time. With the store's
+    TTLConfig: default_ttl for a put without one, refresh_on_read the default of every read."""
+    with RecallStore(base_url, api_key, ttl={"default_ttl": TTL_MINUTES, "refresh_on_read": True}) as store:
+        ns = (fresh_root(),)
+        store.put(ns, "item1", {"foo": "bar"})  # the store's default_ttl
+        time.sleep(TTL_SECONDS - 0.5)
+        assert len(store.search(ns, query=query, refresh_ttl=True)) == 1
+        time.sleep(TTL_SECONDS - 0.5)
+        assert store.get(ns, "item1") is not None  # refreshed by default (refresh_on_read)
+        time.sleep(TTL_SECONDS - 0.5)
+        assert len(store.search(ns, query=query, refresh_ttl=False)) == 1
+        time.sleep(TTL_SECONDS - 0.5)
+        assert store.get(ns, "item1", refresh_ttl=False) is None
+        assert store.search(ns, query=query) == []
+
+
+def test_refresh_on_read_false_leaves_the_expiry(base_url: str, api_key: str) -> None:
+    with RecallStore(base_url, api_key, ttl={"default_ttl": TTL_MINUTES, "refresh_on_read": False}) as store:
+        ns = (fresh_root(),)
+        store.put(ns, "item1", {"foo": "bar"})
+        store.put(ns, "kept", {"foo": "bar"}, ttl=None)  # no expiry: nothing to refresh
+        time.sleep(TTL_SECONDS - 0.5)
+        assert store.get(ns, "item1") is not None
+        time.sleep(1)
+        assert store.get(ns, "item1") is None
+        assert [i.key for i in store.search(ns)] == ["kept"]
+
+
+def test_an_async_read_refreshes_as_the_sync_one(base_url: str, api_key: str) -> None:
+    async def go() -> None:
+        store = RecallStore(base_url, api_key)
+        ns = (fresh_root(),)
+        await store.aput(ns, "item1", {"foo": "bar"}, ttl=TTL_MINUTES)
+        await asyncio.sleep(TTL_SECONDS - 0.5)
+        assert await store.aget(ns, "item1") is not None  # refresh_on_read defaults to True, as LangGraph's
+        await asyncio.sleep(TTL_SECONDS - 0.5)
+        assert len(await store.asearch(ns)) == 1
+        await store.aclose()
+
+    asyncio.run(go())
 
 
 def test_a_query_is_ranked_by_the_servers_search_best_first(store: RecallStore) -> None:

@@ -3,11 +3,10 @@
 Adapted from langgraph-checkpoint-sqlite 3.1.2 (tests/test_store.py, tests/test_async_store.py): every
 test that exercises a store through the BaseStore API, with its store a RecallStore on a fresh tenant
 (so "an empty store" is empty). Left out: vector-search tests (RecallStore has no embeddings; `index`
-is ignored), tests of SQLite internals (migrations, GLOB escaping, query shapes), and
-test_no_running_loop (AsyncSqliteStore refuses sync calls on the loop's thread; RecallStore serves both).
+is ignored) and tests of SQLite internals (migrations, GLOB escaping, query shapes).
 The three async tests that open a vector store only to exercise put/get/search/list get a plain
-RecallStore from `create_vector_store`. Two tests hold SqliteStore's own rules where InMemoryStore answers
-as RecallStore does: they are strict xfails. Otherwise the tests are LangGraph's, unchanged.
+RecallStore from `create_vector_store`. One test holds SqliteStore's own rule where InMemoryStore answers
+as RecallStore does: a strict xfail. Otherwise the tests are LangGraph's, unchanged.
 """
 
 from __future__ import annotations
@@ -515,8 +514,6 @@ def test_boolean_filter_safety(store: RecallStore) -> None:
     assert results[0].value["active"] is False
 
 
-@pytest.mark.xfail(strict=True, reason="SqliteStore reads a dotted filter key as a nested path; InMemoryStore, like "
-                   "RecallStore, as one member name ({'user.access-level': ...} matches nothing in either)")
 def test_filter_keys_with_hyphens_and_digits(store: RecallStore) -> None:
     """Keys with hyphens or leading digits should be queryable via filters.
 
@@ -755,6 +752,23 @@ def test_batch_allows_empty_search_prefix_and_listing_wildcards(
 
 
 @pytest.mark.slow
+@pytest.mark.anyio
+async def test_no_running_loop(store: RecallStore) -> None:
+    """Test that sync methods raise proper errors in the main thread."""
+    with pytest.raises(asyncio.InvalidStateError):
+        store.put(("foo", "bar"), "baz", {"val": "baz"})
+    with pytest.raises(asyncio.InvalidStateError):
+        store.get(("foo", "bar"), "baz")
+    with pytest.raises(asyncio.InvalidStateError):
+        store.delete(("foo", "bar"), "baz")
+    with pytest.raises(asyncio.InvalidStateError):
+        store.search(("foo", "bar"))
+    with pytest.raises(asyncio.InvalidStateError):
+        store.list_namespaces(prefix=("foo",))
+    with pytest.raises(asyncio.InvalidStateError):
+        store.batch([PutOp(namespace=("foo", "bar"), key="baz", value={"val": "baz"})])
+
+
 @pytest.mark.anyio
 async def test_large_batches_async(store: RecallStore) -> None:
     """Test processing large batch operations asynchronously."""

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, ResourceLink, TextResourceContents
 
 import recall_server
 from recall_server import demo
-from recall_server.mcp import HttpEndpoint
+from recall_server.mcp_http import HttpEndpoint
 
 READ_TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall_recall", "recall_search",
               "recall_backlinks", "recall_messages"}
@@ -178,9 +178,9 @@ def test_recall_search_finds_the_storys_thread_by_words_from_its_ci_log(
 ) -> None:
     async def search() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(transport, base_url, api_key) as s:
-            return (view(await s.call_tool("recall_search", {"query": "PaymentGatewayError test_retry_charge"})),
-                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "type": "report"})),
-                    view(await s.call_tool("recall_search", {"query": '"payment timeout"', "limit": 1})))
+            return (view(await s.call_tool("recall_search", {"q": "PaymentGatewayError test_retry_charge"})),
+                    view(await s.call_tool("recall_search", {"q": '"payment timeout"', "type": "report"})),
+                    view(await s.call_tool("recall_search", {"q": '"payment timeout"', "limit": 1})))
 
     found, reports, first = run(search())
     hit = found["hits"][0]  # best first: words and meaning (hybrid, the default)
@@ -279,7 +279,7 @@ def test_a_spilled_payload_is_a_resource_link_that_reads(
             links = [c for c in result.content if isinstance(c, ResourceLink)]
             assert len(links) == 1, result.content
             templates = {t.uriTemplate for t in (await s.list_resource_templates()).resourceTemplates}
-            assert templates == {"recall://triggers/{id}/payload", "recall://reports/{id}/body"}
+            assert templates == {"recall://{id}", "recall://triggers/{id}/payload", "recall://reports/{id}/body"}
             return view(result), links[0], await s.read_resource(links[0].uri)
 
     trigger, link, read = run(follow())
@@ -371,7 +371,7 @@ def test_an_agent_says_messages_and_replays_the_conversation(transport: str, bas
                 {"role": "assistant", "content": [{"type": "text", "text": "a payment timeout"}]}]}))
             page = view(await s.call_tool("recall_messages", {"thread_id": thread, "limit": 1}))
             rest = view(await s.call_tool("recall_messages", {"thread_id": thread, "cursor": page["next_cursor"]}))
-            newest = view(await s.call_tool("recall_messages", {"thread_id": thread, "newest": True, "limit": 1}))
+            newest = view(await s.call_tool("recall_messages", {"thread_id": thread, "order": "desc", "limit": 1}))
             bad = await s.call_tool("recall_say", {"thread_id": thread, "messages": [{"role": "robot", "content": "x"}]})
             assert [m["seq"] for m in said["messages"]] == [1, 2]
             assert [m["content"] for m in page["data"] + rest["data"]] == [
@@ -584,7 +584,7 @@ def test_recall_search_finds_a_remembered_memory_and_its_source_links_back(base_
             memory = view(await s.call_tool("recall_remember", {
                 "namespace": ["mcp", word], "key": "lesson", "value": {"lesson": f"{word}: retry charge() with backoff"},
                 "summary": "retry payments with backoff", "sources": ["trg_8f21"]}))
-            found = view(await s.call_tool("recall_search", {"query": word, "type": ["memory"]}))
+            found = view(await s.call_tool("recall_search", {"q": word, "type": ["memory"]}))
             links = view(await s.call_tool("recall_backlinks", {"id": "trg_8f21", "limit": 500}))
             return memory, found, links
 
@@ -647,3 +647,98 @@ def test_recall_server_mcp_says_what_is_wrong_and_what_to_do(base_url: str, api_
     assert no_key.startswith("401 Unauthorized: This endpoint needs an API key"), no_key
     assert f"No API key was sent to {base_url}" in no_key and "withheld on purpose" in no_key
     assert "Set RECALL_API_KEY (or pass --key)" in no_key
+
+
+# ---- the current spec: structured results, annotations, the API's argument names and problems ---------
+
+
+def test_every_tool_declares_annotations_and_an_output_schema_its_results_meet(
+    base_url: str, api_key: str, story: None
+) -> None:
+    """The SDK client checks each result's structuredContent against the tool's outputSchema (a mismatch
+    raises): every call here passing is that check. The text content stays, for clients before them."""
+    async def work() -> tuple[list[Any], list[CallToolResult]]:
+        async with session("http", base_url, api_key) as s:
+            tools = (await s.list_tools()).tools
+            results = [await s.call_tool(name, args) for name, args in (
+                ("recall_get", {"id": "thr_pr_412"}), ("recall_events", {"thread_id": "thr_pr_412", "limit": 2}),
+                ("recall_read", {"id": "trg_8f21", "pattern": "payment timeout"}),
+                ("recall_read", {"id": "rpt_412a", "start": 0, "end": 4}),
+                ("recall_search", {"q": "payment timeout"}), ("recall_backlinks", {"id": "trg_8f21"}),
+                ("recall_threads", {"limit": 1}), ("recall_messages", {"thread_id": "thr_pr_412"}),
+                ("recall_recall", {"namespace": "nobody/here"}))]
+            return tools, results
+
+    tools, results = run(work())
+    assert all(t.outputSchema and t.outputSchema["type"] == "object" for t in tools)
+    for tool in tools:
+        hints = tool.annotations
+        assert hints is not None and hints.openWorldHint is False, tool.name
+        if tool.name in READ_TOOLS:
+            assert hints.readOnlyHint is True and hints.destructiveHint is None, tool.name
+        else:
+            assert not hints.readOnlyHint and hints.destructiveHint is False, tool.name
+    assert {t.name for t in tools if t.annotations.idempotentHint} == {"recall_assign", "recall_set_status"}
+    for result in results:
+        assert not result.isError, text(result)
+        assert isinstance(result.structuredContent, dict)
+    get, _, grep, read, *_ = results
+    assert json.loads(text(get)) == get.structuredContent and get.structuredContent["id"] == "thr_pr_412"
+    assert grep.structuredContent["matches"][0]["line"] == 1 or grep.structuredContent["matches"]
+    assert read.structuredContent == {"text": text(read)}
+
+
+def test_tools_list_of_the_default_tool_set_is_under_8_kb(base_url: str, api_key: str) -> None:
+    """What every agent's context holds before it calls anything: the bytes of the tools/list answer on the
+    wire. The long form of each tool is docs/mcp.md."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    response = httpx.post(f"{base_url}/mcp", content=body,
+                          headers={"Authorization": f"Bearer {api_key}", **MCP_HEADERS})
+    assert response.status_code == 200, response.text
+    assert {t["name"] for t in response.json()["result"]["tools"]} == READ_TOOLS | WRITE_TOOLS
+    assert len(response.content) < 8000, len(response.content)
+    print(f"tools/list: {len(response.content)} bytes for {len(READ_TOOLS | WRITE_TOOLS)} tools")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_wrong_argument_is_a_400_tool_error_in_the_apis_words(transport: str, base_url: str,
+                                                                api_key: str) -> None:
+    async def work() -> list[str]:
+        async with session(transport, base_url, api_key) as s:
+            return [text(r) for r in [await s.call_tool(name, args) for name, args in (
+                ("recall_search", {"query": "payment"}),
+                ("recall_search", {"q": "payment", "limit": 0}),
+                ("recall_search", {}),
+                ("recall_messages", {"thread_id": "thr_pr_412", "order": "newest"}),
+            )] if r.isError]
+
+    renamed, limit, missing, order = run(work())
+    assert renamed == ("400 Bad Request: recall_search takes no argument 'query'; its arguments are q, mode, type, "
+                       "status, since, until, cursor, limit, min_score.")
+    assert limit == ("400 Bad Request: Invalid arguments for recall_search: limit: Input should be greater than or "
+                     "equal to 1")
+    assert missing == "400 Bad Request: Invalid arguments for recall_search: q: Field required"
+    assert order.startswith("400 Bad Request: Invalid arguments for recall_messages: order: Input should be 'asc'")
+    assert not any("pydantic" in t for t in (renamed, limit, missing, order))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recall_id_resources_read_the_inline_view_and_logging_levels_are_accepted(
+    transport: str, base_url: str, api_key: str, story: None
+) -> None:
+    from mcp.shared.exceptions import McpError
+
+    async def work() -> tuple[Any, CallToolResult, str, Any]:
+        async with session(transport, base_url, api_key) as s:
+            read = await s.read_resource("recall://thr_pr_412")
+            get = await s.call_tool("recall_get", {"id": "thr_pr_412"})
+            with pytest.raises(McpError) as missing:
+                await s.read_resource("recall://thr_nobody_here")
+            return read, get, str(missing.value), await s.set_logging_level("debug")
+
+    read, get, missing, level = run(work())
+    [contents] = read.contents
+    assert isinstance(contents, TextResourceContents) and contents.mimeType == "application/json"
+    assert json.loads(contents.text) == get.structuredContent
+    assert "404 Not Found: No thread with ID thr_nobody_here exists." in missing
+    assert level is not None  # an empty result, not a method-not-found error

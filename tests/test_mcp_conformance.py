@@ -46,7 +46,8 @@ TOOLS = {"recall_get", "recall_events", "recall_read", "recall_threads", "recall
 # Scenarios that exercise this server, and pass. tools-list also checks every tool has a name, a
 # description and an input schema; dns-rebinding-protection that a foreign Origin is refused (4xx) and a
 # loopback one accepted.
-APPLIES = {"server-initialize", "ping", "tools-list", "resources-list", "prompts-list", "dns-rebinding-protection"}
+APPLIES = {"server-initialize", "ping", "tools-list", "resources-list", "prompts-list", "dns-rebinding-protection",
+           "logging-set-level"}
 
 # Scenarios that pass without exercising this server: they call a fixture tool, and accept the
 # tool error this server answers for an unknown tool (`isError`, "Unknown tool: ...").
@@ -55,15 +56,14 @@ PASS_UNAPPLIED = {"tools-call-simple-text": "Unknown tool: test_simple_text",
 
 _NO_METHOD = "MCP error -32601: Method not found"
 # Scenario -> the failure it shows here. Each calls a `test_*` fixture, or a capability this server does not
-# declare in `initialize` (it declares tools, resources without subscribe, prompts), for which the spec's
+# declare in `initialize` (it declares tools, resources without subscribe, prompts, logging), for which the spec's
 # answer is -32601. Stateless JSON responses also carry no server-to-client request or notification
 # (sampling, elicitation, progress, log messages): /mcp answers each POST with one JSON response.
 NOT_APPLICABLE = {
-    "logging-set-level": _NO_METHOD,  # no `logging` capability: the server emits no log messages
     "completion-complete": _NO_METHOD,  # no `completions` capability
     "resources-subscribe": _NO_METHOD,  # resources.subscribe is false
     "resources-unsubscribe": _NO_METHOD,
-    "tools-call-with-logging": _NO_METHOD,  # sets a log level first
+    "tools-call-with-logging": "No log notifications received",  # test_tool_with_logging: an unknown tool here
     "tools-call-image": "No image content found",  # test_image_content: an unknown tool here
     "tools-call-audio": "No audio content found",  # test_audio_content
     "tools-call-embedded-resource": "No resource content found",  # test_embedded_resource

@@ -224,6 +224,36 @@ def test_an_expired_current_version_leaves_retrieval_at_once(client: httpx.Clien
     assert again["version"] == 1 and again.get("supersedes") is None
 
 
+def test_a_refresh_extends_a_memory_by_its_ttl_and_leaves_the_others(client: httpx.Client, expire,
+                                                                      database_url: str, base_url: str) -> None:
+    """POST /memories/refresh: a live memory written with a ttl expires that ttl from now; one without a ttl,
+    an expired one, an unknown ID and another tenant's are left as they are, and not listed."""
+    space = ns()
+    short = remember(client, space, "short", "s", ttl=600)
+    fixed = remember(client, space, "fixed", "f", expires_at=(datetime.now().astimezone() + timedelta(hours=1))
+                     .isoformat())
+    forever = remember(client, space, "forever", "v")
+    gone = remember(client, space, "gone", "g", ttl=600)
+    expire(gone["id"])
+    other = create_key(database_url, f"refresh-{uuid.uuid4().hex[:12]}", "write")
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {other}"}) as theirs:
+        foreign = remember(theirs, ns(), "theirs", "t", ttl=600)
+    time.sleep(1.1)
+
+    r = client.post("/memories/refresh", json={"ids": [short["id"], fixed["id"], forever["id"], gone["id"],
+                                                       foreign["id"], "mem_nobody_here", short["id"]]})
+    assert r.status_code == 200, r.text
+    [refreshed] = r.json()["data"]
+    assert refreshed["id"] == short["id"] and refreshed["expires_at"] > short["expires_at"]
+    assert current(client, space, "short").json()["expires_at"] == refreshed["expires_at"]
+    assert 599 <= _ts(refreshed["expires_at"]) - time.time() <= 601
+    assert current(client, space, "fixed").json()["expires_at"] == fixed["expires_at"]
+    assert "expires_at" not in current(client, space, "forever").json()
+    assert_problem(current(client, space, "gone"), 410)
+    assert_problem(client.post("/memories/refresh", json={"ids": []}), 400)
+    assert_problem(client.post("/memories/refresh", json={"ids": ["thr_not_a_memory"]}), 400)
+
+
 def test_deleting_a_memory_erases_every_version_of_its_pair_and_a_new_write_starts_a_new_chain(
     client: httpx.Client, database_url: str
 ) -> None:

@@ -139,7 +139,21 @@ def _operator(value: Any, op: str, operand: Any) -> bool:
 
 def filter_matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
     """Whether a value matches a LangGraph filter: each member by LangGraph's comparison."""
-    return not filter or all(_compare(value.get(k), v) for k, v in filter.items())
+    return not filter or all(_compare(_member(value, k), v) for k, v in filter.items())
+
+
+def _member(value: dict[str, Any], key: str) -> Any:
+    """What a filter key names: the member of that name (as InMemoryStore reads any key, `a.b`, `access-level`
+    and `123abc` included), or if there is none and the key is dotted, the path into nested objects (as
+    SqliteStore reads `user.access-level`)."""
+    if key in value or "." not in key:
+        return value.get(key)
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
 
 
 def _pushable(wanted: Any) -> bool:
@@ -153,8 +167,9 @@ def _pushable(wanted: Any) -> bool:
 
 def value_contains(filter: dict[str, Any] | None) -> dict[str, Any] | None:
     """The part of a filter recall can apply itself (a superset of the matches; the rest is checked here).
-    Never the member that keeps a hashed item's key: such an item stores that member's own value elsewhere."""
-    pushed = {k: v for k, v in (filter or {}).items() if k != KEY_MEMBER and _pushable(v)}
+    Never the member that keeps a hashed item's key: such an item stores that member's own value elsewhere;
+    nor a dotted key, which may name a nested member."""
+    pushed = {k: v for k, v in (filter or {}).items() if k != KEY_MEMBER and "." not in k and _pushable(v)}
     return pushed or None
 
 

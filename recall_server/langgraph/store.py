@@ -10,9 +10,10 @@ last per (namespace, key), are applied after them):
 - GetOp       -> GET /memories/current (a 404 or 410 is None); a spilled value is read from its value link.
 - PutOp       -> POST /memories: a new version of (namespace, key) supersedes the current one. Recall keeps
                  superseded versions readable by ID (GET /memories/{id}/versions); the store never returns them.
-                 `ttl` (minutes) becomes the memory's ttl in whole seconds (rounded up); reads do not refresh
-                 it (`refresh_ttl` is ignored). The server embeds it (the whole item, whatever fields `index`
-                 names) unless `index=False`: then it has no vector, and a search by meaning never finds it.
+                 `ttl` (minutes) becomes the memory's ttl in whole seconds (rounded up), which the server
+                 keeps: a read with `refresh_ttl` (GetOp, SearchOp) extends the items it answers that expire
+                 by their ttl from now (POST /memories/refresh, one call for a search's items). The server
+                 embeds it (the whole item, whatever fields `index` names) unless `index=False`: then it has no vector, and a search by meaning never finds it.
   value None  -> DELETE /memories/{id} of the current version: every version of (namespace, key) is erased
                  (LangGraph keeps no versions; recall erases them all, and a later put starts a new chain).
 - SearchOp    -> GET /memories?namespace=<prefix>, paged with cursors; `filter` string equalities are pushed down
@@ -24,12 +25,17 @@ last per (namespace, key), are applied after them):
 - ListNamespacesOp -> GET /memories/namespaces (a literal prefix/suffix pushed down); "*" wildcards and
                  several conditions are matched here; sorted as LangGraph sorts tuples, then offset/limit.
 
+The sync methods refuse to run on a thread with a running event loop (asyncio.InvalidStateError, as
+LangGraph's async stores refuse): there, use the a-methods. A filter key names a member of that name, or
+if there is none and the key is dotted, a nested member (`user.access-level`, as SqliteStore reads it).
+
 Namespaces and keys are encoded as codec.py describes (exactly and reversibly). Item.created_at is when
 version 1 of the pair's chain was written, updated_at when the current version was.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -37,7 +43,9 @@ from typing import Any
 import msgspec
 
 try:
-    from langgraph.store.base import BaseStore, GetOp, Item, ListNamespacesOp, Op, PutOp, Result, SearchItem, SearchOp
+    from langgraph.store.base import (
+        BaseStore, GetOp, Item, ListNamespacesOp, Op, PutOp, Result, SearchItem, SearchOp, TTLConfig,
+    )
 except ImportError as missing:  # an optional extra: the server and client do not need it
     raise ImportError("recall_server.langgraph needs langgraph: pip install 'recall-server[langgraph]'") from missing
 try:
@@ -71,12 +79,16 @@ class RecallStore(OnClient, BaseStore):
 
     def __init__(self, url: str | None = None, key: str | None = None, *, kind: str = "fact", run: str | None = None,
                  client: RecallClient | None = None, aclient: AsyncRecallClient | None = None,
-                 index: dict[str, Any] | None = None, search_mode: str | None = None) -> None:
+                 index: dict[str, Any] | None = None, search_mode: str | None = None,
+                 ttl: TTLConfig | None = None) -> None:
         """`index`: LangGraph's index configuration, accepted for compatibility: the server embeds every memory
         with its own embedder (RECALL_EMBEDDER), so `embed`, `dims` and `fields` are not used. `search_mode`:
         how a query ranks (GET /search's mode): semantic when `index` is given, else the server's default
-        (hybrid: words and meaning)."""
+        (hybrid: words and meaning). `ttl`: LangGraph's TTLConfig, `default_ttl` (minutes) for a put without
+        its own and `refresh_on_read` (True by default, as LangGraph's): whether a read extends an item's
+        expiry by its ttl when the call does not say (`refresh_ttl`)."""
         OnClient.__init__(self, url, key, run, client, aclient)
+        self.ttl_config = ttl
         self.kind = kind
         self.index_config = index
         self.search_mode = search_mode or ("semantic" if index is not None else None)
@@ -84,6 +96,7 @@ class RecallStore(OnClient, BaseStore):
     # ---- batch: reads first, then the batch's puts (the last per (namespace, key) wins), as InMemoryStore
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        _off_the_loop()
         answers, puts = self._plan(ops)
         results = [self.drive(steps) for steps in answers]
         for steps in puts:
@@ -132,6 +145,8 @@ class RecallStore(OnClient, BaseStore):
         if value is msgspec.UNSET:  # spilled: larger than the view's budget
             value = msgspec.json.decode((yield lambda c: c.memory_value(view.id)))
         key, value = original(view.key, value)
+        if op.refresh_ttl and view.expires_at is not None:
+            yield lambda c: c.refresh_memories([view.id])
         return Item(value=value, key=key, namespace=decode_namespace(view.namespace),
                     created_at=view.chain_created_at or view.created_at, updated_at=view.created_at)
 
@@ -161,6 +176,7 @@ class RecallStore(OnClient, BaseStore):
             return (yield from self._ranked_search(op, namespace))
         pushed = value_contains(op.filter)
         found: list[SearchItem] = []
+        expiring: list[str | None] = []  # beside each found item: its memory's ID if it expires
         skip, want = max(op.offset, 0), op.limit
         cursor = None
         while len(found) < skip + want:
@@ -170,9 +186,11 @@ class RecallStore(OnClient, BaseStore):
                 item = yield from self._search_item(entry)
                 if item is not None and filter_matches(item.value, op.filter):
                     found.append(item)
+                    expiring.append(entry.id if entry.expires_at is not None else None)
             if not page.has_more:
                 break
             cursor = page.next_cursor
+        yield from _refresh(op, expiring[skip:skip + want])
         return found[skip:skip + want]
 
     def _ranked_search(self, op: SearchOp, namespace: str | None) -> Steps:
@@ -180,6 +198,7 @@ class RecallStore(OnClient, BaseStore):
         an item and filtered here, best first, its score the server's. Without the rerank stage: LangGraph's
         store search returns every match by similarity (no floor), its score the arm's (semantic: a cosine)."""
         found: list[SearchItem] = []
+        expiring: list[str | None] = []
         skip, want = max(op.offset, 0), op.limit
         cursor = None
         query = op.query[:256]  # the server's bound on a question
@@ -200,9 +219,11 @@ class RecallStore(OnClient, BaseStore):
                 if item is not None and filter_matches(item.value, op.filter):
                     item.score = hit.score
                     found.append(item)
+                    expiring.append(view.id if view.expires_at is not None else None)
             if not page.has_more:
                 break
             cursor = page.next_cursor
+        yield from _refresh(op, expiring[skip:skip + want])
         return found[skip:skip + want]
 
     def _view_item(self, view: MemoryView) -> Steps:
@@ -249,6 +270,26 @@ class RecallStore(OnClient, BaseStore):
                 break
             cursor = page.next_cursor
         return sorted(found)[op.offset:op.offset + op.limit]
+
+
+def _off_the_loop() -> None:
+    """A sync call on an event loop's thread would block every task of that loop for each HTTP round trip:
+    refused with InvalidStateError, as LangGraph's async stores (AsyncSqliteStore, AsyncPostgresStore) refuse
+    it. On another thread (asyncio.to_thread, a sync graph's worker) the sync methods work."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        "Synchronous calls to RecallStore are only allowed from a thread without a running event loop: in async "
+        "code, use the a-methods (aget, aput, asearch, ...) or run the call with asyncio.to_thread.")
+
+
+def _refresh(op: SearchOp, expiring: list[str | None]) -> Steps:
+    """A search that refreshes (refresh_ttl): one call extending every returned item that expires."""
+    due = [memory_id for memory_id in expiring if memory_id is not None]
+    if op.refresh_ttl and due:
+        yield lambda c: c.refresh_memories(due)
 
 
 def _none() -> Steps:

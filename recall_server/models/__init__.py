@@ -11,11 +11,11 @@ from recall_server.models.common import (  # noqa: F401
 )
 from recall_server.models.requests import (  # noqa: F401
     AssignOwner, CreateKey, CreateMemory, CreateNote, CreateReport, CreateThread, CreateTrigger, CreateWorker,
-    Grant, Grants, MAX_SOURCES, MemoryKey, Sources, Subject, TagFilter, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
+    Grant, Grants, MAX_SOURCES, MemoryKey, RefreshMemories, Sources, Subject, TagFilter, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
 )
 from recall_server.models.views import (  # noqa: F401
     Event, EventPage, Health, KeyList, KeyView, Link, MemoryIndexEntry, MemoryPage, MemoryVersion,
-    MemoryVersionPage, MemoryView, NamespacePage, NewKey, ProblemBody, ReportIndexEntry, ReportPage,
+    MemoryVersionPage, MemoryView, NamespacePage, NewKey, ProblemBody, RefreshedMemories, RefreshedMemory, ReportIndexEntry, ReportPage,
     ReportView, Resolved, SearchStatus, Spill, Spilled, ThreadIndexEntry, ThreadPage, ThreadView, TriggerView,
     WorkerView,
 )

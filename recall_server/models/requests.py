@@ -106,6 +106,11 @@ class CreateMemory(Request, kw_only=True):
                                             "(words still do).")] = True
 
 
+class RefreshMemories(Request, kw_only=True):
+    ids: Annotated[list[MemoryId], Meta(min_length=1, max_length=100, description=(
+        "Memories to refresh: each live one written with a ttl expires that ttl from now."))]
+
+
 class Grant(Struct, forbid_unknown_fields=True, kw_only=True):
     """Access to the namespaces a pattern covers: segments, `{subject_id}` / `{subject_kind}` for the key's
     subject's, and a trailing `/**` for everything under it (`**` alone: the whole tenant). write includes read."""

@@ -176,6 +176,17 @@ class MemoryPage(Struct):
     has_more: bool
 
 
+class RefreshedMemory(Struct):
+    id: str
+    expires_at: Timestamp
+
+
+class RefreshedMemories(Struct):
+    """The memories a refresh extended (a memory without a ttl, gone or unknown is not among them)."""
+
+    data: list[RefreshedMemory]
+
+
 class MemoryVersionPage(Struct):
     data: list[MemoryVersion]
     next_cursor: str | None

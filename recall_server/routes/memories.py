@@ -16,6 +16,8 @@ from recall_server.models import (
     MemoryVersionPage,
     MemoryView,
     NamespacePage,
+    RefreshedMemories,
+    RefreshMemories,
     TagFilter,
 )
 from recall_server.routes import (
@@ -51,6 +53,14 @@ async def create_memory(
     """A new version of (namespace, key); the pair's current version, if any, is superseded by it."""
     await request.require_booleans("embed")
     return sent(await request.service.memories.create_memory(request.cred, data, idempotency_key))
+
+
+@post("/memories/refresh", status_code=200, responses=problems(400, 401, 403, 503),
+      operation_id="RefreshMemories")
+async def refresh_memories(data: JSONBody[RefreshMemories], request: Caller) -> RefreshedMemories:
+    """Each live memory written with a ttl expires that ttl from now, as a read refreshes it in LangGraph's
+    stores (refresh_on_read). Memories without a ttl, gone or unknown are left as they are, and not listed."""
+    return await request.service.memories.refresh_memories(request.cred, data)
 
 
 @get("/memories/current", responses=problems(400, 401, 404, 410, 503), operation_id="GetCurrentMemory")
@@ -128,5 +138,5 @@ async def delete_memory(memory_id: FromPath[str], request: Caller) -> None:
     await request.service.writes.delete(request.cred, "memory", memory_id)
 
 
-ROUTES: list[Any] = [create_memory, get_current_memory, list_memory_namespaces, list_memories, get_memory,
+ROUTES: list[Any] = [create_memory, refresh_memories, get_current_memory, list_memory_namespaces, list_memories, get_memory,
                      get_memory_value, list_memory_versions, delete_memory]

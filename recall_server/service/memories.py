@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import UTC, datetime
+
 import msgspec
 
 from recall_server import ids, spill, text
 from recall_server.auth import Credential
 from recall_server.cursor import CursorCodec, json_size
 from recall_server.db import queries as q
+from recall_server.db import tenancy
 from recall_server.db.pool import Database
 from recall_server.errors import BadRequest, Gone, NotFound, Unprocessable, require_live
 from recall_server.ids import State
@@ -28,6 +31,9 @@ from recall_server.models import (
     MemoryVersionPage,
     MemoryView,
     NamespacePage,
+    RefreshedMemories,
+    RefreshedMemory,
+    RefreshMemories,
 )
 from recall_server.rows import Labels, Outcome
 from recall_server.service import idempotency
@@ -218,11 +224,20 @@ class Memories:
             )
             if sources:
                 await q.insert_memory_sources(conn, tenant, memory_id, sources)
+            if req.ttl is not None:
+                await q.keep_memory_ttl(conn, tenant, memory_id, req.ttl)
             return created(True, await self.views.view(conn, cred, memory_id, spill.DEFAULT_BUDGET, created=True),
                            f"/memories/{memory_id}")
 
         return await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", "/memories", req),
                                        operation)
+
+
+    async def refresh_memories(self, cred: Credential, req: RefreshMemories) -> RefreshedMemories:
+        """Each live memory written with a ttl expires that ttl from now (LangGraph's refresh_on_read)."""
+        async with tenancy.session(self.db, cred, "write") as (conn, tenant):
+            found = await q.refresh_memories(conn, tenant, list(dict.fromkeys(req.ids)), datetime.now(UTC))
+        return RefreshedMemories(data=[RefreshedMemory(id=i, expires_at=at) for i, at in found])
 
 
 def _pair_miss(detail: str, namespace: str, key: str) -> NotFound:

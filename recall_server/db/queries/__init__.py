@@ -36,10 +36,11 @@ from recall_server.db.queries.triggers import (
 )
 # reports.py: the view, a worker's list, filing one with its refs.
 from recall_server.db.queries.reports import fetch_report, list_reports, insert_report, insert_refs
-# memories.py: the view by ID or (namespace, key), the lists (memories, versions, namespaces), writing a version.
+# memories.py: the view by ID or (namespace, key), the lists (memories, versions, namespaces), writing a version,
+# refreshing expiries.
 from recall_server.db.queries.memories import (
     fetch_memory, fetch_current_memory, fetch_memory_as_of, memory_pair_existed, list_memories, list_memory_versions,
-    list_memory_namespaces, lock_memory_pair, insert_memory, insert_memory_sources
+    list_memory_namespaces, lock_memory_pair, insert_memory, insert_memory_sources, keep_memory_ttl, refresh_memories
 )
 # objects.py: its content, what it resolves to, its state, the hash of the request that made it.
 from recall_server.db.queries.objects import fetch_content, resolve, states, state, request_hash
@@ -96,8 +97,10 @@ __all__ = [
     "NewTrigger", "file_on_threads", "ingest_many", "fetch_report", "list_reports", "insert_report",
     "insert_refs", "fetch_memory", "fetch_current_memory", "fetch_memory_as_of", "memory_pair_existed", "list_memories",
     "list_memory_versions", "list_memory_namespaces", "lock_memory_pair", "insert_memory",
-    "insert_memory_sources", "fetch_content", "resolve", "states", "state", "request_hash", "SEARCH_PREFIX",
-    "search", "search_ranked", "search_memories_as_of", "sources_erased", "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter", "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
+    "insert_memory_sources", "keep_memory_ttl", "refresh_memories", "fetch_content", "resolve", "states", "state",
+    "request_hash", "SEARCH_PREFIX", "search", "search_ranked", "search_memories_as_of", "sources_erased",
+    "BACKLINK_RELATIONS", "backlinks", "record_reads", "record_requests", "purge_audit", "RequestFilter",
+    "RequestPosition", "list_requests", "requests_by_id", "purge_retained", "ReadPosition",
     "run_reads",
     "object_reads", "idempotency_lock", "idempotency_get", "idempotency_put", "erase", "follow_retraction", "derived_memories", "sweep",
     "erasure_findings", "search_index_findings", "Queued", "QueueStats", "vectors_available", "embedding_batch",

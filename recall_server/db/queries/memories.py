@@ -371,3 +371,18 @@ async def _insert_memory_steps(conn: Conn, tenant: str, memory_id: str, namespac
 
 
 insert_memory_sources = positions("memory_sources", "memory_id", "source_id")
+
+
+async def keep_memory_ttl(conn: Conn, tenant: str, memory_id: str, ttl_seconds: int) -> None:
+    """Keep the ttl a memory was written with, so that a read can refresh its expiry (refresh_memories)."""
+    await conn.execute("UPDATE memories SET ttl = $3::integer * interval '1 second' WHERE tenant_id = $1 AND id = $2",
+                       tenant, memory_id, ttl_seconds)
+
+
+async def refresh_memories(conn: Conn, tenant: str, memory_ids: list[str], now: datetime) -> list[tuple[str, datetime]]:
+    """Extend each live memory written with a ttl to expire `now` + its ttl; (id, expires_at) of those refreshed.
+    `now` is a parameter, not the statement's clock: Citus plans no volatile function in an UPDATE."""
+    rows = await conn.fetch(
+        "UPDATE memories SET expires_at = $3 + ttl WHERE tenant_id = $1 AND id = ANY($2::text[]) AND ttl IS NOT NULL"
+        " AND deleted_at IS NULL AND expires_at > $3 RETURNING id, expires_at", tenant, memory_ids, now)
+    return [(r["id"], r["expires_at"]) for r in rows]
