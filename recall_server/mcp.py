@@ -203,9 +203,12 @@ async def recall_get(client: AsyncRecallClient, id: Id, budget: Budget = None) -
     return await _answer(client.get(id, budget))
 
 
+AsOf = Annotated[str | None, Field(description="RFC 3339: as it was then.")]
+
+
 async def recall_events(client: AsyncRecallClient, thread_id: Id, cursor: CursorArg = None,
-                        limit: LimitArg = None) -> CallToolResult:
-    return await _answer(client.list_events(thread_id, cursor, limit))
+                        limit: LimitArg = None, as_of: AsOf = None) -> CallToolResult:
+    return await _answer(client.list_events(thread_id, cursor, limit, as_of=as_of))
 
 
 async def recall_read(client: AsyncRecallClient, id: Id,
@@ -244,10 +247,11 @@ async def recall_search(client: AsyncRecallClient, q: Annotated[str, Field(descr
                         cursor: CursorArg = None,
                         limit: Annotated[int | None, Field(ge=1, le=100, description="Default 10.")] = None,
                         min_score: Annotated[float | None, Field(ge=0, le=1, description="Default 0.5.")] = None,
+                        as_of: AsOf = None,
                         ) -> CallToolResult:
     async def found() -> dict[str, Any]:
         page = await client.search(q, mode=mode, type=type, status=status, since=since, until=until,
-                                   cursor=cursor, limit=limit or 10, min_score=min_score)
+                                   cursor=cursor, limit=limit or 10, min_score=min_score, as_of=as_of)
         ranked = page.mode != "exact"  # an exact page's ts_rank is no relevance: not shown
         return {"hits": [_compact(h, ranked) for h in page.data],
                 **({"next_cursor": page.next_cursor} if page.has_more else {}),
@@ -333,11 +337,11 @@ async def recall_set_status(client: AsyncRecallClient, thread_id: Id, status: st
 async def recall_recall(client: AsyncRecallClient, namespace: NamespaceArg, key: Annotated[str | None, Field(
                             description="Omit to list the namespace.")] = None,
                         cursor: CursorArg = None, limit: LimitArg = None,
-                        as_of: Annotated[str | None, Field(description="With key: RFC 3339.")] = None,
+                        as_of: AsOf = None,
                         ) -> CallToolResult:
     if key is not None:
         return await _answer(client.current_memory(namespace, key, as_of=as_of))
-    return await _answer(client.list_memories(namespace=namespace, cursor=cursor, limit=limit))
+    return await _answer(client.list_memories(namespace=namespace, cursor=cursor, limit=limit, as_of=as_of))
 
 
 async def recall_remember(client: AsyncRecallClient, namespace: NamespaceArg, key: str, value: Any, summary: str = "",

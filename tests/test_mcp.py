@@ -310,6 +310,8 @@ def test_writes_and_pages_through_the_tools(base_url: str, api_key: str) -> None
             rest = await ok("recall_events", thread_id=thread, cursor=page["next_cursor"])
             assert [e["type"] for e in page["data"] + rest["data"]] == [
                 "owner_assigned", "trigger_filed", "report_filed", "note", "status_changed"]
+            then = await ok("recall_events", thread_id=thread, as_of=page["data"][1]["at"])
+            assert [e["type"] for e in then["data"]] == ["owner_assigned", "trigger_filed"]  # appended by then
             assert [t["id"] for t in (await ok("recall_threads", owner=worker))["data"]] == [thread]
             assert text(await s.call_tool("recall_read", {"id": report["id"], "start": 0, "end": 4})) == "retry"
 
@@ -339,6 +341,10 @@ def test_an_agent_remembers_and_recalls_a_memory_by_namespace_and_key(
             then = await ok("recall_recall", namespace=f"users/{user}", key="tone", as_of=second["created_at"])
             before = await ok("recall_recall", namespace=f"users/{user}", key="tone", as_of=first["created_at"])
             assert (then["id"], before["id"], before["status"]) == (second["id"], first["id"], "current")
+            listed_then = await ok("recall_recall", namespace=["users", user], as_of=first["created_at"])
+            assert [m["id"] for m in listed_then["data"]] == [first["id"]]  # the list as it was then
+            found_then = await ok("recall_search", q=f"casual {user}", type="memory", as_of=first["created_at"])
+            assert [h["id"] for h in found_then["hits"]] == [first["id"]], found_then
             return second, current, listed, missing, await ok("recall_get", id=first["id"])
 
     second, current, listed, missing, old = run(work())
