@@ -52,9 +52,9 @@ def browser() -> Iterator[Any]:
 class Tab:
     """A fresh browser context (its own sessionStorage) on the console, recording what the page did."""
 
-    def __init__(self, browser: Any, base_url: str) -> None:
+    def __init__(self, browser: Any, base_url: str, **context: Any) -> None:
         self.base_url = base_url
-        self.context = browser.new_context()
+        self.context = browser.new_context(**context)
         self.page = self.context.new_page()
         self.page.set_default_timeout(10_000)
         self.console: list[str] = []
@@ -223,6 +223,123 @@ def test_the_pr_412_story_walked_by_clicking(tab: Tab, base_url: str, tenant: di
     page.click("#range-payload button")
     page.wait_for_function("() => document.querySelector('#content-payload').textContent === 'PASSED'")
     assert tab.problems() == []
+
+
+def test_the_sign_in_page_says_where_a_key_is(tab: Tab) -> None:
+    tab.open()
+    where = tab.page.text_content("#key-where")
+    assert "<data dir>/api-key" in where and "~/.local/share/recall-server/api-key" in where
+    assert "recall-server keys create" in where
+
+
+def test_a_missing_id_is_said_once_and_a_gone_one_keeps_its_reads(tab: Tab, writer: httpx.Client,
+                                                                   tenant: dict[str, str]) -> None:
+    tab.sign_in(tenant["read"])
+    tab.go(f"#/id/{uid('thr')}")
+    tab.page.wait_for_selector("main .error:has-text('404')")
+    tab.page.wait_for_timeout(500)  # time for any other read of the page to answer
+    assert tab.page.locator("main .error").count() == 1
+    assert tab.page.locator("main h2:text('Runs that read it')").count() == 0
+
+    gone = Graph(writer).trigger()["id"]
+    assert writer.delete(f"/triggers/{gone}").status_code in (200, 204)
+    tab.go(f"#/id/{gone}")
+    tab.page.wait_for_selector("#object-reads ~ p.note:text('No traced run has read it.')")  # 200: its audit
+    assert tab.page.locator("main .error").count() == 1 and "410" in tab.page.text_content("main .error")
+
+
+def test_adding_a_note_refreshes_the_inline_view(tab: Tab, writer: httpx.Client, tenant: dict[str, str]) -> None:
+    thread = Graph(writer).thread()["id"]
+    for i in range(3):
+        Graph(writer).note(thread, f"note {i}")
+    tab.sign_in(tenant["write"])
+    tab.go(f"#/id/{thread}")
+    total = "n => document.querySelector(\"tr[data-field='events_total'] td\")?.textContent === n"
+    tab.page.wait_for_function(total, arg="3")
+    before = tab.page.text_content("tr[data-field='updated_at'] td")
+    tab.page.fill("#note-summary", "the fourth")
+    tab.page.click("#add-note button")
+    tab.page.wait_for_selector("#events li.event:has-text('the fourth')")
+    tab.page.wait_for_function(total, arg="4")
+    assert tab.page.text_content("tr[data-field='updated_at'] td") != before
+    assert tab.problems() == []
+
+
+def test_a_views_links_lead_into_the_console(tab: Tab, writer: httpx.Client, tenant: dict[str, str]) -> None:
+    graph = Graph(writer)
+    worker = graph.worker()["id"]
+    thread = graph.thread()["id"]
+    assert writer.post(f"/threads/{thread}/owners", json={"worker_id": worker}).status_code == 201
+    trigger = graph.trigger(thread_id=thread)["id"]
+    for i in range(30):  # the event log above the backlinks is long
+        graph.note(thread, f"note {i}")
+    tab.sign_in(tenant["read"])
+    tab.go(f"#/id/{trigger}")
+    rows = tab.page.wait_for_selector("tr[data-field='links']")
+    hrefs = {a.get_attribute("href") for a in rows.query_selector_all("a")}
+    assert hrefs == {f"#/id/{trigger}", f"#/id/{trigger}?at=payload", f"#/id/{trigger}?at=backlinks",
+                     f"#/id/{thread}"}
+    tab.page.click("tr[data-link='thread'] a")
+    tab.page.wait_for_selector(f"#object-id:text('{thread}')")
+
+    tab.page.click("tr[data-link='backlinks'] a")
+    tab.page.wait_for_selector(f"#backlinks a.id[data-id='{trigger}']")
+    tab.page.wait_for_function("() => { const r = document.querySelector('[data-at=backlinks]').getBoundingClientRect();"
+                               " return r.top >= 0 && r.bottom <= innerHeight }")  # scrolled to, below the log
+    assert tab.page.evaluate("() => scrollY") > 0
+
+    tab.go(f"#/id/{worker}")
+    tab.page.click("tr[data-link='threads'] a")
+    tab.page.wait_for_selector(f"#read a.id[data-id='{thread}']")
+    assert tab.page.text_content("#read-path") == f"/threads?owner={worker}"
+    assert tab.page.locator("tr[data-link] a[href^='/']").count() == 0  # never a bare API URL (no key)
+    assert tab.problems() == []
+
+
+def test_backlinks_say_each_relation(tab: Tab, writer: httpx.Client, tenant: dict[str, str]) -> None:
+    graph = Graph(writer)
+    worker = graph.worker()["id"]
+    thread = graph.thread()["id"]
+    trigger = graph.trigger(thread_id=thread)["id"]
+    report = graph.report(worker, thread)["id"]
+    other = graph.thread()["id"]
+    assert writer.post(f"/threads/{other}/events", json={"summary": "see", "ref": thread}).status_code == 201
+    tab.sign_in(tenant["read"])
+    tab.go(f"#/id/{thread}")
+    tab.page.wait_for_function("() => document.querySelectorAll('#backlinks li').length === 3")
+    said = {li.query_selector("a.id").text_content(): li.text_content()
+            for li in tab.page.query_selector_all("#backlinks li")}
+    assert said[trigger].startswith(f"{trigger} trigger, in this thread")
+    assert said[report].startswith(f"{report} report, in this thread")
+    assert said[other].startswith(f"{other} thread, an event in its log refers to it")
+
+
+def test_no_sideways_scroll_on_a_phone(browser: Any, base_url: str, writer: httpx.Client,
+                                       tenant: dict[str, str]) -> None:
+    word = "zq" + uuid.uuid4().hex[:10]
+    long = uuid.uuid4().hex * 4  # 128 characters, nowhere to break
+    graph = Graph(writer)
+    worker = graph.worker(id="wkr_" + long[:64], name=long[:80], summary=long)["id"]
+    thread = graph.thread(id="thr_" + long[:64], title=long[:120], summary=f"{word} {long}"[:200])["id"]
+    assert writer.post(f"/threads/{thread}/owners", json={"worker_id": worker}).status_code == 201
+    trigger = graph.trigger(id="trg_" + long[:64], thread_id=thread, summary=long,
+                            payload="x" * 40_000, content_type="text/plain")["id"]
+    assert writer.post(f"/threads/{thread}/events", json={"summary": long, "ref": trigger}).status_code == 201
+    tab = Tab(browser, base_url, viewport={"width": 390, "height": 844})
+    try:
+        tab.open()
+        wide = "() => document.scrollingElement.scrollWidth - innerWidth"
+        assert tab.page.evaluate(wide) <= 0, "the sign-in page"
+        tab.sign_in(tenant["admin"])
+        for fragment, ready in ((f"#/id/{thread}", "#events li.event"), (f"#/id/{trigger}", "#grep"),
+                                (f"#/search?q={word}&mode=lexical", "#hits li.hit"), ("#/", "#threads li"),
+                                ("#/admin", "#keys tr")):
+            tab.go(fragment)
+            tab.page.wait_for_selector(ready)
+            tab.page.wait_for_function("() => !document.querySelector('main button.more:disabled')")
+            assert tab.page.evaluate(wide) <= 0, fragment
+    finally:
+        tab.context.close()
 
 
 def test_the_event_log_pages_with_the_cursor(tab: Tab, writer: httpx.Client, tenant: dict[str, str]) -> None:

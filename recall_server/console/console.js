@@ -10,6 +10,13 @@ const KEY = "recall.key";
 const ID_RE = /^(thr|wkr|trg|rpt|mem)_[A-Za-z0-9_-]{1,64}$/;
 const KINDS = ["thread", "worker", "trigger", "report", "memory"];
 const PLURAL = { thread: "threads", worker: "workers", trigger: "triggers", report: "reports", memory: "memories" };
+// A backlink's relation names the field of the linking object that holds the ID (docs/search.md), said here
+// from the linked object's page: "trg_1 trigger, in this thread".
+const RELATION = { cites: "cites it", neighbour: "has it as a neighbour", event: "an event in its log refers to it",
+                   owner: "owned by it", thread: "in this thread", worker: "written by it", source: "learned from it" };
+// The parts of an object's page a view's `links` can point at (`#/id/<id>?at=events`).
+const SECTIONS = ["events", "backlinks", "payload", "body", "value", "reports"];
+const PLURALS = new Set(Object.values(PLURAL));
 const PAGE = 25;
 // GET /search's modes ("": the server's default, hybrid when it has an embedder).
 const MODES = [["", "default mode"], ["hybrid", "hybrid"], ["lexical", "lexical"], ["semantic", "semantic"], ["exact", "exact"]];
@@ -165,10 +172,30 @@ function value(v) {
   return fieldTable(v);
 }
 
-function fieldTable(object, skip = []) {
+function fieldTable(object, skip = [], render = {}) {
   return el("table", { class: "fields" },
             Object.entries(object).filter(([name]) => !skip.includes(name))
-              .map(([name, v]) => el("tr", { data: { field: name } }, el("th", {}, name), el("td", {}, value(v)))));
+              .map(([name, v]) => el("tr", { data: { field: name } }, el("th", {}, name),
+                                     el("td", {}, (render[name] || value)(v)))));
+}
+
+// A view's `links` (name -> API path), each a link to the console's page for that path.
+function linksTable(links) {
+  return el("table", { class: "fields links" }, Object.entries(links).map(([name, path]) =>
+    el("tr", { data: { link: name } }, el("th", {}, name),
+       el("td", {}, el("a", { class: "mono", href: consoleHref(path) }, path)))));
+}
+
+// An API path as the console's page for it: an object's page, a part of that page, a memory's versions,
+// or any other read (a worker's threads, a thread's checkpoints) shown as it comes.
+function consoleHref(path) {
+  const parts = path.split("?")[0].split("/").filter(Boolean);
+  const [first, id, part] = parts;
+  const object = (PLURALS.has(first) || first === "ids") && ID_RE.test(id || "");
+  if (object && parts.length === 2) return "#/id/" + encodeURIComponent(id);
+  if (object && parts.length === 3 && first === "memories" && part === "versions") return "#/versions/" + encodeURIComponent(id);
+  if (object && parts.length === 3 && SECTIONS.includes(part)) return "#/id/" + encodeURIComponent(id) + query({ at: part });
+  return "#/read" + query({ path });
 }
 
 function contentText(v) {
@@ -200,6 +227,12 @@ function signInPage(message) {
   main.replaceChildren(el("h1", {}, "Sign in"),
                        el("p", { class: "note" }, "An API key (rk_<id>.<secret>). It is kept in this tab only, until " +
                           "the tab closes, and sent only to this server, in the Authorization header."),
+                       el("p", { class: "note", id: "key-where" }, "Where a key is: ",
+                          el("code", {}, "recall-server serve"), " saves one on its first start in ",
+                          el("code", {}, "<data dir>/api-key"), " (", el("code", {}, "~/.local/share/recall-server/api-key"),
+                          " on Linux, ", el("code", {}, "~/Library/Application Support/recall-server/api-key"),
+                          " on macOS; each start prints the path), and ", el("code", {}, "recall-server keys create"),
+                          " makes more."),
                        form, out);
   input.focus();
 }
@@ -263,46 +296,62 @@ async function searchPage(params) {
        nearestTitle, nearest);
 }
 
-async function objectPage(id) {
+// `at`: the part of the page to scroll to once the lists above it have their first page (a `links` row).
+async function objectPage(id, at) {
   show(el("p", { class: "note" }, "Loading " + id + " ..."));
   let view, resolved;
   try {
     resolved = await get("/ids/" + encodeURIComponent(id));
     view = await get(resolved.href);
   } catch (err) {
-    show(el("h1", {}, el("span", { class: "mono" }, id)), errorBox(err), readsSection(id));
+    // A missing ID has no reads either (the same 404, said once); a gone one keeps the runs that read it.
+    show(el("h1", {}, el("span", { class: "mono" }, id)), errorBox(err), err.status === 410 ? readsSection(id).nodes : "");
     return;
   }
   const kind = resolved.type;
+  const summary = el("p", { class: "summary", id: "object-summary" });
+  const inline = el("div", { id: "inline-view" });
+  const render = (v) => {
+    summary.textContent = v.summary || v.title || "";
+    inline.replaceChildren(fieldTable(v, ["events", "spilled", "payload", "body", "value"], { links: linksTable }));
+  };
+  render(view);
   const sections = [
-    el("h1", {}, el("span", { class: "mono", id: "object-id" }, id), " ", el("span", { class: "note" }, kind)),
-    el("p", { class: "summary", id: "object-summary" }, view.summary || view.title || ""),
+    el("h1", {}, el("span", { class: "mono", id: "object-id" }, id), " ", el("span", { class: "note" }, kind)), summary,
   ];
   if (kind === "memory") {
     sections.push(el("p", {}, el("a", { href: "#/versions/" + encodeURIComponent(id), id: "versions-link" },
                                   "Versions side by side")));
   }
-  sections.push(el("h2", {}, "Inline view"),
-                fieldTable(view, ["events", "spilled", "payload", "body", "value"]));
+  sections.push(el("h2", {}, "Inline view"), inline);
   for (const name of ["payload", "body", "value"]) {
-    if (name in view) sections.push(el("h2", {}, name), el("pre", { class: "content", data: { content: name } }, contentText(view[name])));
+    if (name in view) sections.push(el("h2", { data: { at: name } }, name), el("pre", { class: "content", data: { content: name } }, contentText(view[name])));
   }
   for (const [name, spill] of Object.entries(view.spilled || {})) sections.push(...spilledSection(kind, name, spill));
-  if (kind === "thread") sections.push(...eventsSection(id));
-  if (kind === "worker" && view.reports_total > view.reports.length) sections.push(...reportsSection(id));
-  sections.push(...backlinksSection(id), readsSection(id));
-  show(sections);
+  const lists = [];
+  // A note changes the thread's view too (events_total, updated_at): read it again.
+  if (kind === "thread") lists.push(eventsSection(id, async () => render(await get(resolved.href))));
+  if (kind === "worker" && view.reports_total > view.reports.length) lists.push(reportsSection(id));
+  lists.push(backlinksSection(id), readsSection(id));
+  show(sections, lists.map((l) => l.nodes));
+  if (!at) return;
+  await Promise.all(lists.map((l) => l.done));
+  if (!summary.isConnected) return; // another page replaced this one meanwhile
+  const target = main.querySelector(`[data-at="${CSS.escape(at)}"]`) || main.querySelector(`tr[data-field="${CSS.escape(at)}"]`);
+  if (target) target.scrollIntoView();
 }
 
-function eventsSection(threadId) {
+// `changed`: called after a note is added, to show what it changed elsewhere on the page.
+function eventsSection(threadId, changed) {
   const path = "/threads/" + encodeURIComponent(threadId) + "/events";
   const make = () => pagedList(el("ol", { class: "events", id: "events" }),
                                (cursor) => get(path + query({ limit: PAGE, cursor })),
                                (e) => el("li", { value: e.seq, class: "event" }, el("span", { class: "mono" }, e.at, " ", e.type), " ",
                                          el("span", { class: "summary" }, e.summary), e.ref ? [" ", idLink(e.ref, e.ref_deleted)] : ""),
                                { empty: "No events." });
-  const holder = el("div", {}, make().nodes);
-  const nodes = [el("h2", {}, "Event log"), holder];
+  const first = make();
+  const holder = el("div", {}, first.nodes);
+  const nodes = [el("h2", { data: { at: "events" } }, "Event log"), holder];
   if (canWrite()) {
     const summary = el("input", { type: "text", class: "wide", id: "note-summary", placeholder: "one line", "aria-label": "Note" });
     const ref = el("input", { type: "text", id: "note-ref", placeholder: "an ID (optional)", "aria-label": "Reference" });
@@ -315,29 +364,33 @@ function eventsSection(threadId) {
         summary.value = ref.value = "";
         out.replaceChildren();
         holder.replaceChildren(...make().nodes);
+        await changed();
       } catch (err) {
         out.replaceChildren(errorBox(err));
       }
     });
     nodes.push(form, out);
   }
-  return nodes;
+  return { nodes, done: first.done };
 }
 
 function reportsSection(workerId) {
   const list = pagedList(el("ul", { class: "plain", id: "reports" }),
                          (cursor) => get("/workers/" + encodeURIComponent(workerId) + "/reports" + query({ limit: PAGE, cursor })),
                          (r) => el("li", {}, idLink(r.id), " ", el("span", { class: "summary" }, r.summary)));
-  return [el("h2", {}, "Every report"), list.nodes];
+  return { nodes: [el("h2", { data: { at: "reports" } }, "Every report"), list.nodes], done: list.done };
 }
 
 function backlinksSection(id) {
   const list = pagedList(el("ul", { class: "plain", id: "backlinks" }),
                          (cursor) => get("/ids/" + encodeURIComponent(id) + "/backlinks" + query({ limit: PAGE, cursor })),
-                         (b) => el("li", {}, idLink(b.id), " ", el("span", { class: "mono" }, b.relation), " ",
+                         (b) => el("li", { data: { relation: b.relation } }, idLink(b.id), " ",
+                                   el("span", { class: "mono" }, b.type), ", ",
+                                   el("span", { class: "relation", title: "relation: " + b.relation },
+                                      Object.hasOwn(RELATION, b.relation) ? RELATION[b.relation] : b.relation), " ",
                                    el("span", { class: "summary" }, b.summary)),
                          { empty: "Nothing links here." });
-  return [el("h2", {}, "Backlinks"), list.nodes];
+  return { nodes: [el("h2", { data: { at: "backlinks" } }, "Backlinks"), list.nodes], done: list.done };
 }
 
 function readsSection(id) {
@@ -346,14 +399,14 @@ function readsSection(id) {
                          (r) => el("li", {}, el("span", { class: "mono" }, r.at), " ", runLink(r.run), " ",
                                    el("span", { class: "mono" }, `${r.route} ${r.status} ${r.bytes} B`)),
                          { empty: "No traced run has read it." });
-  return el("section", {}, el("h2", {}, "Runs that read it"), list.nodes);
+  return { nodes: el("section", {}, el("h2", {}, "Runs that read it"), list.nodes), done: list.done };
 }
 
 // Spilled content: its preview, grep (payloads and bodies), and byte ranges, all shown as text.
 function spilledSection(kind, name, spill) {
   const out = el("pre", { class: "content", id: "content-" + name }, spill.preview);
   const where = el("p", { class: "note", id: "content-where-" + name }, "Preview.");
-  const nodes = [el("h2", {}, name + " (spilled)"),
+  const nodes = [el("h2", { data: { at: name } }, name + " (spilled)"),
                  el("p", { class: "note" }, `${spill.bytes} bytes, ${spill.content_type}. ${spill.hint}`)];
   async function readRange(range) {
     try {
@@ -466,6 +519,30 @@ async function versionsPage(id) {
        paged.nodes);
 }
 
+// Any other read a view links to (a worker's threads, a thread's checkpoints), as it comes: a list a page
+// at a time, anything else as a table; every ID in it a link. Only this server's own paths.
+async function readPage(path) {
+  const title = el("h1", {}, "GET ", el("span", { class: "mono", id: "read-path" }, path));
+  const url = new URL(path, location.origin);
+  if (!path.startsWith("/") || url.origin !== location.origin) {
+    show(title, el("p", { class: "error", role: "alert" }, "Not a path of this server's API."));
+    return;
+  }
+  const first = await get(url.pathname + url.search);
+  if (!(first && Array.isArray(first.data) && "has_more" in first)) {
+    show(title, el("div", { id: "read" }, value(first)));
+    return;
+  }
+  const list = pagedList(el("ul", { class: "plain", id: "read" }),
+                         (cursor) => {
+                           if (!cursor) return first;
+                           url.searchParams.set("cursor", cursor);
+                           return get(url.pathname + url.search);
+                         },
+                         (item) => el("li", { class: "item" }, value(item)));
+  show(title, list.nodes);
+}
+
 // Keys and hooks of the tenant (admin keys only; the server refuses any other).
 async function adminPage() {
   if (!isAdmin()) {
@@ -537,8 +614,10 @@ async function adminPage() {
   });
   const head = (...names) => el("thead", {}, el("tr", {}, names.map((n) => el("th", {}, n))));
   show(el("h1", {}, "Keys and hooks of tenant ", el("span", { class: "mono" }, me.tenant)), secret,
-       el("h2", {}, "API keys"), keyForm, el("table", {}, head("ID", "scope", "label", "created", "revoked", ""), keys),
-       el("h2", {}, "Webhooks"), hookForm, el("table", {}, head("ID", "source", "label", "URL", "created", "revoked", ""), hooks));
+       el("h2", {}, "API keys"), keyForm,
+       el("div", { class: "scroll" }, el("table", {}, head("ID", "scope", "label", "created", "revoked", ""), keys)),
+       el("h2", {}, "Webhooks"), hookForm,
+       el("div", { class: "scroll" }, el("table", {}, head("ID", "source", "label", "URL", "created", "revoked", ""), hooks)));
   try {
     await load();
   } catch (err) {
@@ -555,10 +634,11 @@ async function route() {
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   try {
     if (!parts.length) homePage();
-    else if (parts[0] === "id" && parts[1]) await objectPage(parts[1]);
+    else if (parts[0] === "id" && parts[1]) await objectPage(parts[1], new URLSearchParams(search).get("at"));
     else if (parts[0] === "search") await searchPage(new URLSearchParams(search));
     else if (parts[0] === "run" && parts[1]) await runPage(parts[1]);
     else if (parts[0] === "versions" && parts[1]) await versionsPage(parts[1]);
+    else if (parts[0] === "read") await readPage(new URLSearchParams(search).get("path") || "");
     else if (parts[0] === "admin") await adminPage();
     else show(el("h1", {}, "No such page"), el("p", {}, el("a", { href: "#/" }, "Find")));
   } catch (err) {
