@@ -720,7 +720,7 @@ def test_a_wrong_argument_is_a_400_tool_error_in_the_apis_words(transport: str, 
 
     renamed, limit, missing, order = run(work())
     assert renamed == ("400 Bad Request: recall_search takes no argument 'query'; its arguments are q, mode, type, "
-                       "status, since, until, cursor, limit, min_score.")
+                       "status, since, until, cursor, limit, min_score, as_of.")
     assert limit == ("400 Bad Request: Invalid arguments for recall_search: limit: Input should be greater than or "
                      "equal to 1")
     assert missing == "400 Bad Request: Invalid arguments for recall_search: q: Field required"
