@@ -1786,7 +1786,7 @@ BEGIN
                                      not_before = now() + p_lease * interval '1 second'
           FROM (SELECT y.tenant_id, y.thread_id, y.from_seq FROM extraction_jobs y
                  WHERE y.tenant_id = t AND y.status IN ('queued', 'running') AND y.not_before <= now()
-                 ORDER BY y.not_before LIMIT 1 FOR UPDATE SKIP LOCKED) d
+                 ORDER BY y.not_before, y.queued_at LIMIT 1 FOR UPDATE SKIP LOCKED) d
          WHERE x.tenant_id = d.tenant_id AND x.thread_id = d.thread_id AND x.from_seq = d.from_seq
         RETURNING x.tenant_id, x.thread_id, x.from_seq, x.to_seq, x.key_id, x.attempts, x.queued_at;
         IF FOUND THEN

@@ -77,6 +77,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     extract_attempts: Annotated[int, msgspec.Meta(ge=1)] = 6  # tries of a job the model did not answer
     extract_backoff: Annotated[float, msgspec.Meta(gt=0)] = 5.0  # seconds before the first retry; doubles
     extract_lease: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # seconds a claimed job is its worker's
+    extract_concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4  # jobs a process runs at once
 
     @property
     def pool_floor(self) -> int:

@@ -20,7 +20,7 @@ import pytest
 from recall_server import extractors
 from recall_server.extractors import ExtractRejected, Shown
 from recall_server.service.extraction import normalise_key, resolve_namespace
-from helpers import ServerProcess, cli, fails_after, tenant_with_keys, uid
+from helpers import ServerProcess, cli, fails_after, run_script, run_sql, tenant_with_keys, uid
 
 MODEL = "scripted-1"
 SECRET = "sk-extract-7d1e0b"
@@ -553,3 +553,47 @@ def test_a_real_model_extracts_a_preference(database_url: str, tmp_path: Path) -
                 assert view["sources"] and all(s["id"].startswith(appended["thread_id"] + "/") for s in view["sources"])
     finally:
         proc.stop()
+
+
+# ---- the queue: tenants take turns, a claim is one worker's until its lease ends ---------------------------
+
+@pytest.fixture()
+def store(fresh_database: str) -> str:
+    import asyncio
+
+    from recall_server.db.migrate import migrate
+
+    asyncio.run(migrate(fresh_database))
+    return fresh_database
+
+
+def _queue(dsn: str, tenant: str, jobs: int) -> None:
+    run_script(dsn, f"""
+        INSERT INTO tenants (id) VALUES ('{tenant}') ON CONFLICT DO NOTHING;
+        INSERT INTO threads (tenant_id, id, title, summary, status, request_hash)
+             VALUES ('{tenant}', 'thr_q', 't', '', 'open', '\\x00');
+        INSERT INTO extraction_jobs (tenant_id, thread_id, from_seq, to_seq, key_id, queued_at)
+             SELECT '{tenant}', 'thr_q', s, s, '0000000000000000', now() - (1000 - s) * interval '1 ms'
+               FROM generate_series(1, {jobs}) s;""")
+
+
+def test_tenants_with_jobs_due_take_turns(store: str) -> None:
+    _queue(store, "bulk", 1000)
+    _queue(store, "few", 2)
+    _queue(store, "one", 1)
+    turn, claimed = "", []
+    for _ in range(6):
+        [row] = run_sql(store, "SELECT tenant_id, from_seq FROM recall_extraction_claim($1, 300)", turn)
+        turn = row[0]
+        claimed.append(tuple(row))
+    assert claimed == [("bulk", 1), ("few", 1), ("one", 1), ("bulk", 2), ("few", 2), ("bulk", 3)]
+
+
+def test_a_claimed_job_is_due_again_only_once_its_lease_ends(store: str) -> None:
+    _queue(store, "solo", 1)
+    [first] = run_sql(store, "SELECT from_seq, attempts FROM recall_extraction_claim('', 0.5)")
+    assert tuple(first) == (1, 1)
+    assert run_sql(store, "SELECT * FROM recall_extraction_claim('', 0.5)") == []  # leased
+    time.sleep(0.6)
+    [again] = run_sql(store, "SELECT from_seq, attempts FROM recall_extraction_claim('', 0.5)")
+    assert tuple(again) == (1, 2)  # a second attempt: the first claim's outcome is refused (lock_claimed_job)

@@ -1,9 +1,10 @@
-"""Memories extracted from conversations: a thread's opt-in, the worker that drains the extraction queue
-(schema.sql, extraction), a job run at once for extract=sync, and a thread's jobs.
+"""Memories extracted from conversations: the worker that drains the extraction queue (schema.sql,
+extraction), a job run at once for extract=sync, and a thread's jobs.
 
 An append to a thread that extracts queues one job for its seq range in the append's own statement, so the
-append is acknowledged without waiting for any model, and a crash loses no job. The worker claims one due job
-at a time, the tenants with jobs due taking turns (recall_extraction_claim), for a lease; reads the range's
+append is acknowledged without waiting for any model, and a crash loses no job. Each of the worker's loops
+(RECALL_EXTRACT_CONCURRENCY) claims one due job at a time, the tenants with jobs due taking turns
+(recall_extraction_claim), for a lease; reads the range's
 messages; asks the model (extractors.py) with no transaction open; then, in one transaction bound to the
 tenant with the grants of the key that appended the messages, checks the claim is still its own, writes the
 memories (each a new version of its key, with the messages as its sources) and marks the job done. A model
@@ -119,11 +120,15 @@ class Extractions:
         jobs stay queued for a server that has one."""
         if self.extractor is None:
             return
+        await asyncio.gather(*(self._drain_forever(stats=n == 0) for n in range(self.settings.extract_concurrency)))
+
+    async def _drain_forever(self, stats: bool) -> None:
+        """One of the worker's loops: several run at once, since a job mostly waits for its model's answer."""
         last_stats, idle = 0.0, IDLE_POLL
         while True:
             try:
                 done = await self.run_once()
-                if time.monotonic() - last_stats > STATS_EVERY:
+                if stats and time.monotonic() - last_stats > STATS_EVERY:
                     await self.publish_stats()
                     last_stats = time.monotonic()
             except asyncio.CancelledError:
