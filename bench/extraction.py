@@ -7,9 +7,10 @@ One embedded store, a scripted OpenAI-compatible chat-completions server in this
 with one memory citing the batch's first message: the model's own time is not what is measured). Append:
 POST /threads/{id}/messages (one message of ~300 bytes) from wrk, 8 connections, over `--threads` threads,
 for `--seconds`, against a server extracting (`on`: RECALL_EXTRACTOR=openai, the threads opted in, the
-worker writing memories beside the appends) and one not (`off`: RECALL_EXTRACTOR=none, threads without
-extraction), one at a time, the order turning every pair; the ratio on/off of each pair's req/s, and its
-median. Lag: with the `on` server otherwise idle, `--rate` appends a second for `--seconds`, then each job's
+worker writing memories beside the appends, on the same cores), one queueing only (`queued`: the threads
+opted in, RECALL_EXTRACTOR=none: the append statement's own cost, its job row) and one not (`off`: threads
+without extraction), one at a time, the order turning every turn (`--pairs` turns); each turn's ratio to
+`off`, and their medians. Lag: with the `on` server otherwise idle, `--rate` appends a second for `--seconds`, then each job's
 `finished_at - queued_at` (p50, p99, max), read from extraction_jobs.
 """
 
@@ -57,6 +58,9 @@ class Model(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+SIDES = ("on", "queued", "off")  # queued: the threads opted in, no extractor: the append's own cost alone
+
+
 def serve(home: Path, dsn: str, side: str, model_url: str) -> ServerProcess:
     env = {**server_env(dsn, 8, 1), "RECALL_EMBEDDER": "none", "RECALL_DATA_DIR": str(home / "data")}
     if side == "on":
@@ -85,14 +89,15 @@ def drained(dsn: str, timeout: float = 300) -> None:
 
 
 def append(args: argparse.Namespace, home: Path, dsn: str, key: str, wrk: Wrk, model_url: str) -> dict:
-    ratios, runs = [], {"on": [], "off": []}
-    for pair in range(args.pairs):
-        order = ("on", "off") if pair % 2 == 0 else ("off", "on")
+    ratios: dict[str, list[float]] = {"on": [], "queued": []}
+    runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+    for turn in range(args.pairs):
+        order = SIDES[turn % 3:] + SIDES[:turn % 3]
         rps = {}
         for side in order:
             server = serve(home, dsn, side, model_url)
             try:
-                ids = threads(server.url, key, f"{side}{pair}", args.threads, side == "on")
+                ids = threads(server.url, key, f"{side}{turn}", args.threads, side != "off")
                 result = wrk.run(server.url, [f"/threads/{t}/messages" for t in ids], method="POST", body=MESSAGE)
                 if side == "on":
                     drained(dsn)  # the worker's backlog is not the next run's load
@@ -100,9 +105,12 @@ def append(args: argparse.Namespace, home: Path, dsn: str, key: str, wrk: Wrk, m
                 server.stop()
             rps[side] = result["rps"]
             runs[side].append({k: result[k] for k in ("rps", "p50_ms", "p99_ms")})
-            log(f"pair {pair + 1} {side}: {result['rps']} req/s")
-        ratios.append(round(rps["on"] / rps["off"], 3))
-    return {"ratio_on_off": ratios, "median_ratio": statistics.median(ratios), "runs": runs}
+            log(f"turn {turn + 1} {side}: {result['rps']} req/s")
+        query(dsn, "DELETE FROM extraction_jobs WHERE status = 'queued'")  # what `queued` left: nobody's work
+        for side in ratios:
+            ratios[side].append(round(rps[side] / rps["off"], 3))
+    return {"ratio_to_off": ratios, "median_ratio": {side: statistics.median(r) for side, r in ratios.items()},
+            "runs": runs}
 
 
 def lag(args: argparse.Namespace, home: Path, dsn: str, key: str, model_url: str) -> dict:
@@ -136,7 +144,7 @@ def lag(args: argparse.Namespace, home: Path, dsn: str, key: str, model_url: str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--home", type=Path)
-    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=3, help="turns of the three servers")
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--rate", type=int, default=20, help="appends per second while measuring the lag")
     parser.add_argument("--threads", type=int, default=16, help="threads the appends go to")

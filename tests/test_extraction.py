@@ -597,3 +597,19 @@ def test_a_claimed_job_is_due_again_only_once_its_lease_ends(store: str) -> None
     time.sleep(0.6)
     [again] = run_sql(store, "SELECT from_seq, attempts FROM recall_extraction_claim('', 0.5)")
     assert tuple(again) == (1, 2)  # a second attempt: the first claim's outcome is refused (lock_claimed_job)
+
+
+def test_the_client_appends_with_extract_sync_and_lists_the_jobs(extracting: ServerProcess, writer: httpx.Client,
+                                                                 tenant: dict[str, str], script: Script) -> None:
+    from recall_server.client import RecallClient
+
+    marker = script.on(uid("m"), {"memories": [memory("preference", "music", "The user likes jazz.", [1])]})
+    namespace = ["users", uid("u")]
+    thread_id = writer.post("/threads", json={"title": "t", "extract": {"namespace": namespace}}).json()["id"]
+    with RecallClient(extracting.url, tenant["write"]) as client:
+        appended = client.append_messages(thread_id, [{"role": "user", "content": f"jazz, always {marker}"}],
+                                          extract="sync")
+        assert appended.extraction is not None and appended.extraction.status == "done"
+        [made] = appended.extraction.memories
+        page = client.list_extractions(thread_id)
+    assert [j.memory_ids for j in page.data] == [[made.id]]

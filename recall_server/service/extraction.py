@@ -199,6 +199,11 @@ class Extractions:
             if exc.sqlstate == "RG403":
                 return await self._finish(job, "failed", [], "Forbidden", exc.args[0] if exc.args else "forbidden")
             return await self._retry_or_fail(job, type(exc).__name__, "the database refused the write")
+        except (asyncio.CancelledError, Unavailable, OSError, asyncpg.InterfaceError):
+            raise  # the server stops, or the database is away: the lease ends and the job is claimed again
+        except Exception as exc:  # a fault of its own: said with its traceback, and retried like an outage
+            log.warning("an extraction job failed unexpectedly", exc_info=True)
+            return await self._retry_or_fail(job, type(exc).__name__, "unexpected failure")
         view = _outcome(job, "done", [m.id for m in memories], self.extractor.model, None, None)
         view.memories = memories
         EXTRACTIONS.labels("done", "").inc()
