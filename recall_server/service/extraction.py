@@ -155,6 +155,11 @@ class Extractions:
         await self.run(job)
         return True
 
+    def hold(self, extract: str) -> float:
+        """Seconds a new job is kept from the workers: extract=sync holds it for a lease, so the request runs it
+        (or, if it stops, a worker does once the lease ends); async, none."""
+        return self.settings.extract_lease if extract == "sync" and self.extractor is not None else 0.0
+
     async def run_claimed(self, cred: Credential, thread_id: str, from_seq: int) -> Extraction | None:
         """extract=sync: claim this job as the key that just queued it, and run it here; its outcome, with the
         memories. None without an extractor, or when a worker claimed it first (it shows as queued)."""

@@ -68,8 +68,7 @@ class Messages:
         `extract=sync`: the job is run once the batch is committed, and the answer shows its outcome."""
         await self.views.authenticated_miss(cred, "thread", thread_id)
         rows = [_row(i, m) for i, m in enumerate(req.messages)]
-        # sync: the job is held from the workers for a lease, so this request runs it (or, if it stops, a worker)
-        hold = self.extractions.settings.extract_lease if extract == "sync" and self.extractions.extractor else 0.0
+        hold = self.extractions.hold(extract)
         outcome = None
         if idempotency_key is None:  # the plain case: one statement; a thread missing or gone is answered below
             async with self.db.connection() as conn:
