@@ -456,7 +456,7 @@ def test_another_tenant_sees_no_jobs(database_url: str, as_key, writer: httpx.Cl
         "messages": [{"role": "user", "content": "x"}]}).status_code == 404
 
 
-def test_erasing_the_thread_leaves_the_memorys_sources_shown_as_deleted(writer: httpx.Client, script: Script,
+def test_erasing_the_thread_flags_the_memory_and_shows_its_sources_deleted(writer: httpx.Client, script: Script,
                                                                         sql) -> None:
     marker = script.on(uid("m"), {"memories": [memory("fact", "car", "The user drives an EV.", [1])]})
     namespace = ["users", uid("u")]
@@ -465,6 +465,7 @@ def test_erasing_the_thread_leaves_the_memorys_sources_shown_as_deleted(writer: 
     assert writer.delete(f"/threads/{thread_id}").status_code in (200, 204)
     view = writer.get(f"/memories/{memory_id}").json()
     assert view["sources"] == [{"id": f"{thread_id}/1", "deleted": True}]
+    assert view["source_erased"] == [f"{thread_id}/1"]  # the tenant's lineage policy (flag) followed it
     assert [r[0] for r in sql("SELECT source_id FROM memory_sources WHERE memory_id = $1", memory_id)] == [
         f"{thread_id}/1"]  # what lineage-aware erasure follows
 
