@@ -19,6 +19,8 @@
 --   lineage      memory_lineage: the memories learned from what is erased, handled by the tenant's lineage_policy
 --   messages     thread_messages (a conversation's messages, each an event of its thread's log) and
 --                message_retractions (appended, never rewriting the log)
+--   extraction   extraction_threads (a thread's opt-in), extraction_jobs (the queue of seq ranges whose
+--                memories a model extracts), recall_extraction_claim
 --   search       tenant-scoped generated tsvector columns, GIN indexes, backlink indexes, the lexical
 --                searches (recall_search_hits exact, recall_lexical_hits)
 --   vectors      embeddings (pgvector), embedding_queue and its triggers, recall_semantic_hits
@@ -343,7 +345,7 @@ CREATE TABLE IF NOT EXISTS memories (
     namespace     text COLLATE "C" NOT NULL,
     key           text COLLATE "C" NOT NULL,
     pair          bytea NOT NULL CHECK (octet_length(pair) = 32),
-    kind          text NOT NULL CHECK (kind IN ('profile', 'preference', 'fact', 'procedure', 'scratchpad', 'state')),
+    kind          text NOT NULL CHECK (kind IN ('profile', 'preference', 'fact', 'procedure', 'scratchpad', 'state', 'event')),
     summary       text NOT NULL CHECK (char_length(summary) <= 200 AND summary !~ '[\x01-\x1f\x7f]'),
     content_type  text NOT NULL CHECK (char_length(content_type) <= 100),
     value         bytea NOT NULL,
@@ -1687,6 +1689,135 @@ BEGIN
         INSERT INTO schema_migrations (version) VALUES (4);
     END IF;
 END $$;
+
+-- ---- extraction -------------------------------------------------------------------------------
+-- Long-term memories learned from a conversation (docs/conversations.md#extraction), in the background. A
+-- thread opts in with the namespace its memories go to (extraction_threads; a NULL namespace turns a tenant's
+-- default off for it), or its tenant's default does (tenants.extract_namespace, a template: `{subject}` is the
+-- appending key's subject ID). Each append to such a thread queues one job for its seq range, in the append's
+-- own statement (db/queries/messages.py): the range is the job's key, so a job is queued once, and the append
+-- never waits for a model. The extraction worker (service/extraction.py) claims a due job (status queued, or
+-- running past its lease: `not_before` is the retry time of the one and the lease's end of the other), asks
+-- the model outside any transaction, then writes the memories and marks the job done in one transaction that
+-- first checks the claim is still its own (`attempts`): at-least-once, and a job written at most once.
+-- `key_id` is the key that appended the messages: the memories are written with its grants, and never once
+-- it is revoked.
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS extract_namespace text;
+CREATE TABLE IF NOT EXISTS extraction_threads (
+    tenant_id  text NOT NULL,
+    thread_id  text NOT NULL,
+    namespace  text COLLATE "C",  -- NULL: no extraction on this thread, whatever its tenant's default
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, thread_id),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
+);
+CREATE TABLE IF NOT EXISTS extraction_jobs (
+    tenant_id   text NOT NULL,
+    thread_id   text NOT NULL,
+    from_seq    bigint NOT NULL CHECK (from_seq >= 1),
+    to_seq      bigint NOT NULL CHECK (to_seq >= from_seq),
+    key_id      text NOT NULL,
+    status      text NOT NULL DEFAULT 'queued' CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    attempts    integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    not_before  timestamptz NOT NULL DEFAULT now(),
+    queued_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz,
+    model       text CHECK (char_length(model) <= 200),
+    error_class text CHECK (char_length(error_class) <= 64),
+    error       text CHECK (char_length(error) <= 500),
+    memory_ids  text[] NOT NULL DEFAULT '{}',
+    PRIMARY KEY (tenant_id, thread_id, from_seq),
+    FOREIGN KEY (tenant_id, thread_id) REFERENCES threads (tenant_id, id)
+);
+-- The jobs still to run, per tenant: the claim's walk from one tenant to the next, and each one's due job.
+CREATE INDEX IF NOT EXISTS extraction_jobs_due ON extraction_jobs (tenant_id, not_before)
+    WHERE status IN ('queued', 'running');
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON extraction_threads, extraction_jobs TO recall_app;
+SELECT recall_isolate(t) FROM unnest(ARRAY['extraction_threads', 'extraction_jobs']) AS t;
+
+-- A memory of kind `event`: a dated statement (extraction's temporal anchor). A store made before it gets the
+-- kind CHECK that takes it, once.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'memories'::regclass
+                      AND conname = 'memories_kind_check' AND pg_get_constraintdef(oid) LIKE '%event%') THEN
+        ALTER TABLE memories DROP CONSTRAINT IF EXISTS memories_kind_check;
+        ALTER TABLE memories ADD CONSTRAINT memories_kind_check CHECK (kind IN ('profile', 'preference', 'fact',
+            'procedure', 'scratchpad', 'state', 'event'));
+    END IF;
+END
+$$;
+
+-- Whether an append to thread `thr` queues an extraction: the thread's own setting, else its tenant's default.
+CREATE OR REPLACE FUNCTION recall_extracts(t text, thr text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce((SELECT x.namespace IS NOT NULL FROM extraction_threads x
+                      WHERE x.tenant_id = t AND x.thread_id = thr),
+                    (SELECT n.extract_namespace IS NOT NULL FROM tenants n WHERE n.id = t), false)
+$$;
+
+-- The worker's claim (every tenant: it runs for the server, not for a request): the oldest due job of the
+-- first tenant after `p_after` that has one (round to it), marked running until a lease of `p_lease` seconds
+-- ends, its attempts counted. The caller passes the tenant it was given as the next claim's `p_after`, so the
+-- tenants with due jobs take turns: one tenant's thousand jobs hold another's one back by a job at most
+-- (tests/test_extraction.py). SKIP LOCKED: several server processes claim from one queue.
+CREATE OR REPLACE FUNCTION recall_extraction_claim(p_after text, p_lease double precision)
+RETURNS TABLE (tenant_id text, thread_id text, from_seq bigint, to_seq bigint, key_id text, attempts integer,
+               queued_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    t text := p_after;
+    wrapped boolean := false;
+BEGIN
+    LOOP
+        SELECT min(x.tenant_id) INTO t FROM extraction_jobs x
+         WHERE x.tenant_id > t AND x.status IN ('queued', 'running') AND (NOT wrapped OR x.tenant_id <= p_after);
+        IF t IS NULL THEN
+            IF wrapped THEN
+                RETURN;
+            END IF;
+            wrapped := true;
+            t := '';
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+        UPDATE extraction_jobs x SET status = 'running', attempts = x.attempts + 1,
+                                     not_before = now() + p_lease * interval '1 second'
+          FROM (SELECT y.tenant_id, y.thread_id, y.from_seq FROM extraction_jobs y
+                 WHERE y.tenant_id = t AND y.status IN ('queued', 'running') AND y.not_before <= now()
+                 ORDER BY y.not_before, y.queued_at LIMIT 1 FOR UPDATE SKIP LOCKED) d
+         WHERE x.tenant_id = d.tenant_id AND x.thread_id = d.thread_id AND x.from_seq = d.from_seq
+        RETURNING x.tenant_id, x.thread_id, x.from_seq, x.to_seq, x.key_id, x.attempts, x.queued_at;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The key a job runs as, if it is still live and may write: its access as the key check binds it (the scope,
+-- then its grant lines) and its subject. No row: revoked (or read-only), so the job writes nothing.
+CREATE OR REPLACE FUNCTION recall_extraction_key(t text, k text) RETURNS TABLE (access text, subject text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT a.scope || a.grant_lines, a.subject FROM api_keys a
+     WHERE a.tenant_id = t AND a.id = k AND a.revoked_at IS NULL AND a.scope IN ('write', 'admin')
+$$;
+
+-- The queue as metrics: jobs due now, waiting on a retry or a lease, failed; the oldest due job's age.
+CREATE OR REPLACE FUNCTION recall_extraction_stats()
+RETURNS TABLE (due bigint, waiting bigint, failed bigint, oldest_seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT count(*) FILTER (WHERE status IN ('queued', 'running') AND not_before <= now()),
+           count(*) FILTER (WHERE status IN ('queued', 'running') AND not_before > now()),
+           count(*) FILTER (WHERE status = 'failed'),
+           coalesce(extract(epoch FROM now() - min(queued_at) FILTER (WHERE status IN ('queued', 'running'))), 0)
+      FROM extraction_jobs
+$$;
+REVOKE ALL ON FUNCTION recall_extraction_claim(text, double precision), recall_extraction_key(text, text),
+    recall_extraction_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION recall_extraction_claim(text, double precision), recall_extraction_key(text, text),
+    recall_extraction_stats() TO recall_app;
 
 -- ---- search and backlinks --------------------------------------------------------------------
 -- Full-text search: each object keeps a STORED generated tsvector of its own columns, so every

@@ -157,6 +157,7 @@ def create_app(settings: Settings) -> Litestar:
         background = [asyncio.create_task(_sweep_forever(service, settings.sweep_interval)),
                       asyncio.create_task(db.publish_forever()), asyncio.create_task(service.trace.flush_forever()),
                       asyncio.create_task(service.indexer.run_forever()),  # loads the embedder, then indexes
+                      asyncio.create_task(service.extractions.run_forever()),  # with an extractor configured
                       asyncio.create_task(service.admin.record_key_use_forever(app.state.key_cache))]
         try:
             yield
@@ -165,6 +166,7 @@ def create_app(settings: Settings) -> Litestar:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await service.trace.flush()  # what the last interval buffered (a crash loses at most that)
+            await service.extractions.aclose()
             await indexer_db.close()
             await db.close()
             forget_processes(settings.metrics_dir, including_this_one=True)

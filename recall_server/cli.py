@@ -261,6 +261,31 @@ def tenants_lineage(name: str, policy: str, data_dir: Path | None) -> None:
     click.echo(f"tenant {name}: lineage policy {policy}")
 
 
+@tenants.command("extract")
+@click.argument("name")
+@click.option("--namespace", "template", default=None,
+              help="Where its threads' extracted memories go by default, e.g. 'users/{subject}' ({subject}: the "
+                   "appending key's subject ID).")
+@click.option("--off", is_flag=True, help="No default: only threads that opt in extract.")
+@data_dir_option
+def tenants_extract(name: str, template: str | None, off: bool, data_dir: Path | None) -> None:
+    """Set tenant NAME's default extraction namespace: the memories of its threads' conversations go there,
+    unless a thread says otherwise ("extract" on POST/PATCH /threads)."""
+    from recall_server.service import ops
+    from recall_server.errors import NotFound
+
+    if off == (template is not None):
+        raise click.UsageError("give exactly one of --namespace or --off")
+    try:
+        _owner(_settings(data_dir=data_dir), lambda conn: ops.set_extract_namespace(conn, name, template))
+    except NotFound as exc:
+        raise click.ClickException(exc.detail) from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--namespace") from None
+    click.echo(f"tenant {name}: " + (f"threads extract memories into {template} unless they opt out" if template
+                                     else "only threads that opt in extract memories"))
+
+
 @tenants.command("memory-ttl")
 @click.argument("name")
 @click.option("--scratchpad", type=click.FloatRange(min=0), default=None,

@@ -88,6 +88,7 @@ from recall_server.models import (
     MemoryVersionPage,
     MemoryView,
     AppendedMessages,
+    ExtractionPage,
     AppendMessages,
     Message,
     MessagePage,
@@ -260,7 +261,7 @@ class _Call(NamedTuple):
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
-    for t in (AppendedMessages, MessagePage, Retraction, BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
+    for t in (AppendedMessages, ExtractionPage, MessagePage, Retraction, BacklinkPage, CheckpointCount, CheckpointPage, CheckpointRef, CheckpointTupleView, Event, EventPage, GrepResult, Health, HookList, HookView, KeyList, KeyView, MemoryPage,
               MemoryVersionPage, MemoryView, NamespacePage, NewHook, NewKey, ReadPage, RefreshedMemories, RequestPage,
               AuditedRequest, ReportPage, ReportView, Resolved,
               SearchPage, ThreadPage, ThreadView, TriggerView, WorkerView)
@@ -491,14 +492,21 @@ class _Operations:
     # ---- messages: a conversation on a thread ------------------------------------------------------
 
     def append_messages(self, thread_id: str, messages: list[NewMessage | dict[str, Any]], *,
-                        idempotency_key: str | None = None) -> AppendedMessages:
+                        idempotency_key: str | None = None, extract: str | None = None) -> AppendedMessages:
         """Append up to 100 messages in one transaction ({role, content, name?, tool_call_id?, at?, metadata?}
-        each); their seqs, in the order given. One Idempotency-Key per call (or the one given) makes retries land once."""
+        each); their seqs, in the order given. One Idempotency-Key per call (or the one given) makes retries land once.
+        extract="sync": when the thread extracts memories, wait for them (`extraction` of the answer)."""
         body = AppendMessages(messages=[m if isinstance(m, NewMessage) else msgspec.convert(m, NewMessage)
                                         for m in messages])
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        return self._run(_Call("POST", ("threads", thread_id, "messages"), AppendedMessages,
+        return self._run(_Call("POST", ("threads", thread_id, "messages"), AppendedMessages, _query(extract=extract),
                                body=msgspec.json.encode(body), headers=headers, idempotency=True))
+
+    def list_extractions(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,
+                         run: str | None = None) -> ExtractionPage:
+        """A page of the thread's extraction jobs, newest first, and where its extracted memories go."""
+        return self._run(_Call("GET", ("threads", thread_id, "extractions"), ExtractionPage,
+                               _query(cursor=cursor, limit=limit), run=run))
 
     def list_messages(self, thread_id: str, cursor: str | None = None, limit: int | None = None, *,
                       role: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,

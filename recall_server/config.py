@@ -64,6 +64,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     embed_model: str | None = None  # openai: the model name sent with each request
     embed_dims: Annotated[int, msgspec.Meta(ge=1)] | None = None  # openai: sent as `dimensions`
     embed_key: str | None = None  # openai: the bearer key; never logged
+    # Memories extracted from conversations (recall_server/extractors.py, docs/conversations.md#extraction).
+    extractor: Literal["none", "openai"] = "none"  # none: no conversation is sent anywhere
+    extract_url: str | None = None  # openai: base URL of an OpenAI-compatible chat-completions server (.../v1)
+    extract_model: str | None = None  # openai: the model name sent with each request
+    extract_key: str | None = None  # openai: the bearer key; never logged
+    extract_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0  # seconds one request to the model may take
+    # A message's characters the model is shown at most; a longer one is cut to it (bound) or left out (skip).
+    extract_max_chars: Annotated[int, msgspec.Meta(ge=100)] = 4000
+    extract_oversized: Literal["bound", "skip"] = "bound"
+    extract_tool_messages: Literal["skip", "bound"] = "skip"  # tool results: left out, or shown bounded
+    extract_attempts: Annotated[int, msgspec.Meta(ge=1)] = 6  # tries of a job the model did not answer
+    extract_backoff: Annotated[float, msgspec.Meta(gt=0)] = 5.0  # seconds before the first retry; doubles
+    extract_lease: Annotated[float, msgspec.Meta(gt=0)] = 300.0  # seconds a claimed job is its worker's
+    extract_concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4  # jobs a process runs at once
 
     @property
     def pool_floor(self) -> int:

@@ -91,7 +91,7 @@ RUN_PATTERN = r"^[A-Za-z0-9._:-]{1,128}\Z"
 RUN_RE = re.compile(RUN_PATTERN)
 
 # ---- memory kinds (schema.sql's memories.kind CHECK holds the same list: tests/test_ids.py) -------------
-MemoryKind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state"]
+MemoryKind = Literal["profile", "preference", "fact", "procedure", "scratchpad", "state", "event"]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

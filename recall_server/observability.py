@@ -54,6 +54,17 @@ EMBED_LAG = Gauge("recall_embedding_lag_seconds", "Age of the oldest embedding q
 EMBED_SECONDS = Histogram("recall_embedding_batch_seconds", "Wall time to embed one batch of texts",
                           buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 
+EXTRACTIONS = Counter("recall_extractions_total", "Extraction jobs finished, by outcome: done, failed (by error "
+                      "class: ExtractRejected, ExtractUnavailable after its attempts, KeyRevoked, Forbidden...), "
+                      "retried", ["outcome", "error_class"])
+EXTRACTED = Counter("recall_extracted_memories_total", "Memory versions extraction wrote (all processes)")
+EXTRACT_QUEUE = Gauge("recall_extraction_queue", "Extraction jobs: due now, waiting for a retry or a lease, failed",
+                      ["state"], multiprocess_mode="max")
+EXTRACT_LAG = Gauge("recall_extraction_lag_seconds", "Age of the oldest extraction job not yet done or failed",
+                    multiprocess_mode="max")
+EXTRACT_SECONDS = Histogram("recall_extraction_seconds", "From a job's append to its memories written",
+                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300))
+
 
 def _request_ids() -> Iterator[str]:
     """Request IDs unique across processes and restarts: a random prefix per process, then a

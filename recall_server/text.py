@@ -1,5 +1,5 @@
 """Text rules: one-line text (what the API accepts, and how text the server writes itself is cleaned to
-it), free text as stored (NFC, nothing drawn as nothing) and memory keys (one spelling per key) (pure).
+it), free text as stored (NFC, nothing drawn as nothing) and memory keys (one spelling per key), and the text of a message (pure).
 
 One rule for characters drawn as nothing (Unicode's default-ignorable code points) and for spellings that
 look alike (NFC): free text (titles, summaries, names, labels) is cleaned, dropping them and composing to
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
+
+import msgspec
 
 # What a one-line field refuses: C0, DEL and C1 controls (U+0085 is a line break), U+2028/U+2029, and the
 # bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
@@ -71,3 +74,21 @@ def memory_key(key: str) -> str:
     if not 1 <= len(key) <= KEY_MAX:
         raise ValueError(f"key must be 1-{KEY_MAX} characters in Unicode NFC, got {len(key)}.")
     return key
+
+
+def message_text(content: Any) -> str:
+    """The text of a message's content: itself, for text; for JSON, the text of its parts (or of the fields
+    a tool call or result keeps it in), else its JSON's start. What a message's preview shows and what
+    extraction reads."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        for field in ("content", "text", "output", "arguments"):
+            if field in content and content[field] not in (None, "", []):
+                return message_text(content[field])
+        return msgspec.json.encode(content)[:400].decode(errors="replace")
+    if not isinstance(content, list):
+        return msgspec.json.encode(content)[:400].decode(errors="replace")
+    texts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, str | dict)]
+    shown = " ".join(t for t in texts if isinstance(t, str))
+    return shown or msgspec.json.encode(content)[:400].decode(errors="replace")

@@ -63,6 +63,8 @@ SPANNING_FUNCTIONS = {
     "recall_embedding_store": "the indexer: each entry's vector stored in its own tenant",
     "recall_embedding_failed": "the indexer: a failed batch's entries marked for a retry, each in its own tenant",
     "recall_embedding_queue_stats": "the indexer's metrics: the whole queue's depth and lag",
+    "recall_extraction_claim": "the extraction worker: the next due job, whatever its tenant (tenants take turns)",
+    "recall_extraction_stats": "the extraction worker's metrics: the whole queue's depth and lag",
     "recall_embedding_reindex": "`recall-server reindex`: every tenant's objects queued",
     "recall_embedding_index_plan": "the indexer: counts a model's vectors over every tenant to decide on its HNSW index",
     "recall_checkpoint_retention": "the sweep: each tenant's LangGraph checkpoint retention, in every tenant",
@@ -81,6 +83,8 @@ ALL_TENANTS = {
     "list_hooks": "`recall-server hooks list` without --tenant lists every tenant's hooks (reference table)",
     "revoke_hook": "`recall-server hooks revoke ID` finds the hook in whichever tenant has it (reference table)",
     "embedding_batch": "the indexer's batch, from every tenant (recall_embedding_batch)",
+    "claim_extraction": "the extraction worker's next job, from every tenant (recall_extraction_claim)",
+    "extraction_stats": "the extraction worker's metrics over every tenant (recall_extraction_stats)",
     "store_embeddings": "the indexer stores a batch's vectors, each in its own tenant (recall_embedding_store)",
     "embeddings_failed": "the indexer marks a failed batch for a retry (recall_embedding_failed)",
     "embedding_queue_stats": "the queue's metrics, over every tenant (recall_embedding_queue_stats)",
@@ -121,7 +125,7 @@ def test_the_tables_outside_the_distribution_are_exactly_the_reference_and_coord
                                     "memory_sources", "hook_deliveries", "github_threads", "trace_reads", "embeddings",
                                     "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
                                     "checkpoint_writes", "thread_messages", "message_retractions", "request_audit",
-                                        "memory_lineage"}
+                                    "memory_lineage", "extraction_threads", "extraction_jobs"}
 
 
 def test_every_tenant_id_is_text_not_null_so_the_tables_can_be_colocated(store: str) -> None:

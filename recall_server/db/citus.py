@@ -23,6 +23,7 @@ DISTRIBUTED_TABLES = (
     "thread_events", "idempotency_keys", "memories", "memory_sources", "hook_deliveries", "github_threads",
     "trace_reads", "embeddings", "embedding_queue", "checkpoint_threads", "checkpoints", "checkpoint_blobs",
     "checkpoint_writes", "thread_messages", "message_retractions", "request_audit", "memory_lineage",
+    "extraction_threads", "extraction_jobs",
 )
 
 # Functions whose first argument is the tenant. Created on every node, not delegated to the tenant's node
@@ -58,6 +59,8 @@ TENANT_FUNCTIONS = (
     "recall_memory_scopes(text,text[])",
     "recall_prune_checkpoints(text,text[],integer,interval)",
     "recall_message_retracted(text,text,bigint)",
+    "recall_extracts(text,text)",
+    "recall_extraction_key(text,text)",
     "recall_append_events(text,text,text[],text[],text[],timestamp with time zone[],boolean)",
     "recall_append_notes(text,text[],text[],text[])",
     "recall_file_on_threads(text,text[],text[],text[],text[],text[],bytea[],bytea[],bytea[],"

@@ -217,6 +217,19 @@ async def session(db: Database, cred: Credential, scope: str) -> AsyncIterator[t
         yield conn, tenant
 
 
+@asynccontextmanager
+async def key_session(db: Database, tenant: str, access: str) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction bound to a tenant and the access of one of its keys, found by the caller from the key's
+    ID (the extraction worker, writing for the key that appended the messages): its grants apply exactly as to
+    that key's own requests."""
+    async with db.connection() as conn, conn.transaction():
+        if conn.sharded:
+            await conn.execute(_sharded_binding(tenant, access))
+        else:
+            await conn.fetchrow(BOUND, tenant, access)
+        yield conn
+
+
 HOOK_CHECK = """SELECT set_config('app.tenant_id', h.tenant_id, true) AS tenant, h.source, h.mac
                 FROM recall_hook_verify($1, $2) h"""
 

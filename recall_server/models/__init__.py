@@ -11,6 +11,7 @@ from recall_server.models.common import (  # noqa: F401
 )
 from recall_server.models.requests import (  # noqa: F401
     AssignOwner, CreateKey, CreateMemory, CreateNote, CreateReport, CreateThread, CreateTrigger, CreateWorker,
+    ExtractSetting,
     Grant, Grants, MAX_SOURCES, MemoryKey, RefreshMemories, Sources, Subject, TagFilter, TagKey, TagValue, Tags, UpdateKey, UpdateThread,
 )
 from recall_server.models.views import (  # noqa: F401
@@ -29,7 +30,7 @@ from recall_server.models.search import (  # noqa: F401
     Backlink, BacklinkPage, GrepLine, GrepMatch, GrepResult, SearchExplain, SearchHit, SearchPage,
 )
 from recall_server.models.messages import (  # noqa: F401
-    AppendMessages, AppendedMessages, MAX_MESSAGES, MAX_SEQ, MESSAGE_INLINE, Message, MessagePage, MessageSeq,
+    AppendMessages, AppendedMessages, Extraction, ExtractionPage, ExtractedMemory, MAX_MESSAGES, MAX_SEQ, MESSAGE_INLINE, Message, MessagePage, MessageSeq,
     Metadata, MetadataKey, MetadataValue, NewMessage, RetractMessages, Retraction, Role,
 )
 from recall_server.models.checkpoints import (  # noqa: F401

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from recall_server.models.common import DateTimeText, OneLine, Request, ThreadId, Timestamp
+from recall_server.models.common import DateTimeText, MemoryId, OneLine, Request, ThreadId, Timestamp
 from recall_server.models.views import Spill
 
 
@@ -39,11 +39,53 @@ class MessageSeq(Struct):
     at: Timestamp
 
 
-class AppendedMessages(Struct):
-    """What an append wrote: each message's seq in the thread's log and its time, in the order sent."""
+class ExtractedMemory(Struct):
+    """A memory an extraction wrote (a new version of its key), or found already current and unchanged."""
+
+    id: MemoryId
+    namespace: list[str]
+    key: str
+    kind: str
+    summary: str
+    href: str
+
+
+class Extraction(Struct, omit_defaults=True):
+    """An extraction job: the memories of one appended seq range. queued (or waiting for a retry), running,
+    done (`memory_ids`: what it wrote or found current) or failed (`error_class`, `error`; after `attempts`)."""
+
+    from_seq: int
+    to_seq: int
+    status: Literal["queued", "running", "done", "failed"]
+    attempts: int
+    queued_at: Timestamp
+    memory_ids: list[MemoryId]
+    finished_at: Timestamp | None = None
+    model: str | None = None
+    error_class: str | None = None
+    error: str | None = None
+    memories: list[ExtractedMemory] = []  # extract=sync: the memories, as written
+
+
+class ExtractionPage(Struct):
+    """A thread's extraction jobs, newest first, and where its memories go: its own namespace (`namespace`;
+    `enabled` false when it opted out) or its tenant's default template."""
+
+    enabled: bool
+    namespace: list[str] | None
+    tenant_default: str | None
+    data: list[Extraction]
+    next_cursor: str | None
+    has_more: bool
+
+
+class AppendedMessages(Struct, omit_defaults=True):
+    """What an append wrote: each message's seq in the thread's log and its time, in the order sent; and the
+    extraction it queued (with extract=sync, its outcome and the memories), when the thread extracts."""
 
     thread_id: ThreadId
     messages: list[MessageSeq]
+    extraction: Extraction | None = None
 
 
 class Message(Struct, omit_defaults=True):

@@ -35,17 +35,31 @@ class CreateTrigger(NewObject, kw_only=True):
                                      description="Delivery ID: one trigger per (source, external_id).")] | None = None
 
 
+class ExtractSetting(Request, kw_only=True):
+    """Memories extracted from the thread's messages (docs/conversations.md#extraction), written into `namespace`
+    with the grants of the key that appended them."""
+
+    namespace: Namespace
+
+
+ExtractField = Annotated[ExtractSetting | None, Meta(
+    description="Extract memories from its messages into this namespace; null: never (not even by the tenant's "
+                "default). Absent: the tenant's default, if it has one.")]
+
+
 class CreateThread(NewObject, kw_only=True):
     id: ThreadId | None = None
     title: Title
     summary: Summary = ""
     status: Status = "open"
+    extract: ExtractField | UnsetType = UNSET
 
 
 class UpdateThread(Request, kw_only=True):
     title: Title | UnsetType = UNSET
     summary: Summary | UnsetType = UNSET
     status: Status | UnsetType = UNSET
+    extract: ExtractField | UnsetType = UNSET
 
 
 class CreateWorker(NewObject, kw_only=True):

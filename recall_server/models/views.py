@@ -11,7 +11,8 @@ from recall_server.models.requests import Grant
 
 
 class Link(Struct, omit_defaults=True):
-    """A neighbour in the graph: its ID and, when the budget allows, its one-line summary."""
+    """A neighbour in the graph: its ID and, when the budget allows, its one-line summary. A memory's source may
+    be a message of a conversation (its ID `<thread ID>/<seq>`: what the memory was extracted from)."""
 
     id: SourceId  # any object's, or (a memory's source) a thread's message
     summary: str | UnsetType = UNSET

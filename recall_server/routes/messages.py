@@ -11,13 +11,14 @@ from recall_server.models import (
     MAX_SEQ,
     AppendedMessages,
     AppendMessages,
+    ExtractionPage,
     GrepResult,
     MessagePage,
     Retraction,
     RetractMessages,
     Role,
 )
-from recall_server.routes import Caller, Cursor, IdempotencyKey, SizedLimit, paged, problems, sent, serve_content
+from recall_server.routes import Caller, Cursor, IdempotencyKey, Limit, SizedLimit, paged, problems, sent, serve_content
 from recall_server.routes.lens import Context, MaxMatches, Moment, Pattern, Regex
 
 WRITE = (400, 401, 403, 404, 409, 410, 413, 422, 503)
@@ -27,9 +28,22 @@ Seq = Annotated[int, Parameter(ge=1, le=MAX_SEQ, description="The message's seq 
 @post("/threads/{thread_id:str}/messages", status_code=201, responses=problems(*WRITE), operation_id="AppendMessages")
 async def append_messages(
     thread_id: FromPath[str], data: JSONBody[AppendMessages], request: Caller, idempotency_key: IdempotencyKey = None,
+    extract: Annotated[Literal["async", "sync"], Parameter(
+        description="When the thread extracts memories: async queues the job (the answer does not wait for the "
+                    "model); sync runs it before answering, with the memories it made.")] = "async",
 ) -> Response[AppendedMessages]:
     """Append up to 100 messages to the thread's log in one transaction: consecutive seqs, in the order sent."""
-    return sent(await request.service.messages.append(request.cred, thread_id, data, idempotency_key))
+    return sent(await request.service.messages.append(request.cred, thread_id, data, idempotency_key, extract))
+
+
+@get("/threads/{thread_id:str}/extractions", responses=problems(400, 401, 404, 410, 503),
+     operation_id="ListExtractions")
+async def list_extractions(
+    thread_id: FromPath[str], request: Caller, cursor: Cursor = None, limit: Limit = 50,
+) -> Response[ExtractionPage]:
+    """The thread's extraction jobs, newest first: queued, running, done (the memories' IDs) or failed (the
+    error's class, the attempts); and where its memories go."""
+    return paged(request, await request.service.extractions.list_jobs(request.cred, thread_id, cursor, limit))
 
 
 @get("/threads/{thread_id:str}/messages", responses=problems(400, 401, 404, 410, 503), operation_id="ListMessages")
@@ -75,4 +89,4 @@ async def grep_message_content(
     return await request.service.messages.grep(request.cred, thread_id, seq, pattern, regex, context, max_matches)
 
 
-ROUTES: list[Any] = [append_messages, list_messages, retract_messages, get_message_content, grep_message_content]
+ROUTES: list[Any] = [append_messages, list_extractions, list_messages, retract_messages, get_message_content, grep_message_content]

@@ -7,6 +7,7 @@
   memories.py     memory versions by (namespace, key): the current one, the lists, writing a version
   lens.py         search, backlinks, grep
   indexer.py      search by meaning: the embedder, the question's vector, the embedding queue's drain
+  extraction.py   memories extracted from conversations: the extraction queue's worker, a thread's jobs
   checkpoints.py  LangGraph checkpoints: put, writes, tuples, pages, erasing a thread, runs, copies, pruning
   trace.py        the recall trace: capture, buffer, batched writes, its pages
   admin.py        API keys and webhook endpoints of the caller's tenant
@@ -21,6 +22,7 @@ SQL (db/queries/) or binds a tenant itself (db/tenancy.py).
 
 from __future__ import annotations
 
+from recall_server import extractors
 from recall_server.config import Settings
 from recall_server.content import ContentCache
 from recall_server.cursor import CursorCodec
@@ -29,6 +31,7 @@ from recall_server.db.pool import Database
 from recall_server.service import ops
 from recall_server.service.admin import Admin
 from recall_server.service.checkpoints import Checkpoints
+from recall_server.service.extraction import Extractions
 from recall_server.service.indexer import Indexer
 from recall_server.service.lens import Lens
 from recall_server.service.memories import Memories
@@ -40,7 +43,8 @@ from recall_server.service.writes import Writes
 
 
 class Service:
-    """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `messages`, `lens`,
+    """Every operation of the API for one store, by mechanism: `views`, `writes`, `memories`, `messages`,
+    `extractions`, `lens`,
     `trace`, `audit`, `admin`, `checkpoints`; and the server's own upkeep (`ready`, `sweep`)."""
 
     def __init__(self, db: Database, cursors: CursorCodec, settings: Settings, indexer_db: Database | None = None) -> None:
@@ -51,7 +55,8 @@ class Service:
         self.views = Views(db, cursors, ContentCache(settings.content_cache_bytes))
         self.writes = Writes(db, self.views, settings.idempotency_ttl)
         self.memories = Memories(db, cursors, self.views, self.writes)
-        self.messages = Messages(db, cursors, self.views, self.writes)
+        self.extractions = Extractions(db, cursors, self.views, settings, extractors.from_settings(settings))
+        self.messages = Messages(db, cursors, self.views, self.writes, self.extractions)
         self.indexer = Indexer(indexer_db or db, settings)
         self.lens = Lens(db, cursors, self.views, self.indexer)
         self.admin = Admin(db)

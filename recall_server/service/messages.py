@@ -4,7 +4,7 @@ appending (never by rewriting the log), and their content served and grepped lik
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -19,6 +19,7 @@ from recall_server.models import (
     MESSAGE_INLINE,
     AppendedMessages,
     AppendMessages,
+    Extraction,
     GrepResult,
     Message,
     MessagePage,
@@ -34,7 +35,10 @@ from recall_server.service import idempotency
 from recall_server.service.inputs import bound, json, stored_time
 from recall_server.service.views import Views
 from recall_server.service.writes import Writes
-from recall_server.text import one_line
+from recall_server.text import message_text, one_line
+
+if TYPE_CHECKING:
+    from recall_server.service.extraction import Extractions
 
 _TEXT, _JSON = "text/plain", "application/json"
 
@@ -43,49 +47,54 @@ def preview(message: NewMessage) -> str:
     """The one line a message's event shows in the log and the thread's view: its role (and name) and the
     start of its text; for JSON content, the text of its parts, or the JSON itself."""
     who = message.role if message.name is None else f"{message.role} {message.name}"
-    return one_line(f"{who}: {_text_of(message.content)[:1000]}", 200)  # a 1 MB tool result: its start only
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        for field in ("content", "text", "output", "arguments"):
-            if field in content and content[field] not in (None, "", []):
-                return _text_of(content[field])
-        return json(content)[:400].decode(errors="replace")
-    texts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, str | dict)]
-    shown = " ".join(t for t in texts if isinstance(t, str))
-    return shown or json(content)[:400].decode(errors="replace")
+    return one_line(f"{who}: {message_text(message.content)[:1000]}", 200)  # a 1 MB tool result: its start only
 
 
 class Messages:
     """Appending, replaying and retracting a thread's messages, and their content, for one store."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, views: Views, writes: Writes) -> None:
+    def __init__(self, db: Database, cursors: CursorCodec, views: Views, writes: Writes,
+                 extractions: Extractions) -> None:
         self.db = db
         self.cursors = cursors
         self.views = views
         self.writes = writes
+        self.extractions = extractions
 
     async def append(self, cred: Credential, thread_id: str, req: AppendMessages,
-                     idempotency_key: str | None) -> Outcome:
+                     idempotency_key: str | None, extract: str = "async") -> Outcome:
         """Append a batch in one transaction: consecutive seqs, in the order sent (other appends to the thread
-        wait on its row lock)."""
+        wait on its row lock); and, when the thread extracts, its extraction job in the same transaction.
+        `extract=sync`: the job is run once the batch is committed, and the answer shows its outcome."""
         await self.views.authenticated_miss(cred, "thread", thread_id)
         rows = [_row(i, m) for i, m in enumerate(req.messages)]
+        hold = self.extractions.hold(extract)
+        outcome = None
         if idempotency_key is None:  # the plain case: one statement; a thread missing or gone is answered below
             async with self.db.connection() as conn:
-                written = await q.append_messages_keyed(conn, cred, thread_id, rows)
+                written, queued = await q.append_messages_keyed(conn, cred, thread_id, rows, hold)
             if written:
-                return _appended(thread_id, written)
+                outcome = _appended(thread_id, written, queued)
 
-        async def operation(conn: q.Conn, tenant: str) -> Outcome:
-            await self.writes.locked_thread(conn, tenant, thread_id)
-            return _appended(thread_id, await q.append_messages(conn, tenant, thread_id, rows))
+        if outcome is None:
+            async def operation(conn: q.Conn, tenant: str) -> Outcome:
+                await self.writes.locked_thread(conn, tenant, thread_id)
+                written = await q.append_messages(conn, tenant, thread_id, rows)
+                queued = await q.queue_extraction(conn, tenant, thread_id, cred.key_id, written[0][0], written[-1][0],
+                                                  hold)
+                return _appended(thread_id, written, queued)
 
-        path = f"/threads/{thread_id}/messages"
-        return await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", path, req), operation)
+            path = f"/threads/{thread_id}/messages"
+            outcome = await self.writes.write(cred, idempotency_key, idempotency.fingerprint("POST", path, req),
+                                              operation)
+        if extract == "sync" and outcome.status == 201 and not outcome.replayed and outcome.body is not None:
+            appended = _decode_appended(outcome.body)
+            if appended.extraction is not None:
+                done = await self.extractions.run_claimed(cred, thread_id, appended.extraction.from_seq)
+                if done is not None:
+                    appended.extraction = done
+                    outcome = Outcome(status=201, body=json(appended), object_id=thread_id)
+        return outcome
 
     async def replay(self, cred: Credential, thread_id: str, cursor: str | None, limit: int, role: str | None,
                    since: str | None, until: str | None, include_retracted: bool, order: str) -> MessagePage:
@@ -180,9 +189,15 @@ class Messages:
                           href=f"/threads/{thread_id}/messages/{seq}/content")
 
 
-def _appended(thread_id: str, written: list[tuple[Any, Any]]) -> Outcome:
+def _appended(thread_id: str, written: list[tuple[Any, Any]], queued: bool) -> Outcome:
     body = AppendedMessages(thread_id=thread_id, messages=[MessageSeq(seq=s, at=a) for s, a in written])
+    if queued:
+        body.extraction = Extraction(from_seq=written[0][0], to_seq=written[-1][0], status="queued", attempts=0,
+                                     queued_at=written[0][1], memory_ids=[])
     return Outcome(status=201, body=json(body), object_id=thread_id)
+
+
+_decode_appended = msgspec.json.Decoder(AppendedMessages).decode
 
 
 def _row(i: int, m: NewMessage) -> q.NewMessageRow:

@@ -34,6 +34,17 @@ async def set_audit_queries(conn: q.Conn, tenant: str, keep: bool) -> None:
         raise NotFound(f"No tenant named {tenant!r}.")
 
 
+async def set_extract_namespace(conn: q.Conn, tenant: str, template: str | None) -> None:
+    """The namespace template the tenant's threads extract memories into by default (None: no default).
+    ValueError for a template that is no namespace once its subject placeholders are filled in."""
+    if template is not None:
+        from recall_server.service.extraction import resolve_namespace
+
+        resolve_namespace(template, "user:x" if "{" in template else None)
+    if not await q.set_extract_namespace(conn, tenant, template):
+        raise NotFound(f"No tenant named {tenant!r}.")
+
+
 async def set_memory_ttl(conn: q.Conn, tenant: str, scratchpad: float | None, state: float | None) -> None:
     """Default lifetimes (seconds) of scratchpad and state memories written without ttl/expires_at (0: none)."""
     if not await q.set_memory_ttl(conn, tenant, scratchpad, state):

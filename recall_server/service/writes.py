@@ -27,6 +27,7 @@ from recall_server.models import (
     CreateThread,
     CreateTrigger,
     CreateWorker,
+    ExtractSetting,
     ThreadView,
     TriggerView,
     UpdateThread,
@@ -109,6 +110,8 @@ class Writes:
                                          labels(req), h, expires_at)
             if not made:
                 await self.existing_or_conflict(conn, tenant, "thread", thread_id, h)
+            elif req.extract is not msgspec.UNSET:
+                await self.set_extraction(conn, tenant, thread_id, req.extract)
             return created(made, await self.views.view(conn, cred, thread_id, spill.DEFAULT_BUDGET, created=made),
                            f"/threads/{thread_id}")
 
@@ -232,7 +235,17 @@ class Writes:
                 None if req.summary is unset else req.summary,
                 None if req.status is unset else req.status,
             )
+            if req.extract is not unset:
+                await self.set_extraction(conn, tenant, thread_id, req.extract)
             return await self.views.view(conn, cred, thread_id, spill.DEFAULT_BUDGET)
+
+    async def set_extraction(self, conn: q.Conn, tenant: str, thread_id: str, setting: ExtractSetting | None) -> None:
+        """The thread's extraction namespace (None: off for it), under its row lock; 403 unless the key's grants
+        let it write there (what it extracts is written with the grants of the key that appends)."""
+        namespace = None if setting is None else "/".join(setting.namespace)
+        if namespace is not None:
+            await q.check_write_grant(conn, namespace)
+        await q.set_thread_extraction(conn, tenant, thread_id, namespace)
 
     async def change_thread(self, conn: q.Conn, tenant: str, thread_id: str, title: str | None,
                             summary: str | None, status: str | None) -> None:

@@ -82,11 +82,19 @@ from recall_server.db.queries.checkpoints import (
     checkpoint_threads_of_runs, delete_checkpoint_runs, copy_checkpoint_thread, prune_checkpoints,
     checkpoint_retention, checkpoint_orphans, set_checkpoint_retention, checkpoint_thread_state, checkpoint_erasure_findings
 )
+# extraction.py: a thread's opt-in, the job queue (queueing, the claim, retries, outcomes), a job's messages, a
+# thread's jobs, the queue's metrics.
+from recall_server.db.queries.extraction import (
+    Job, JobMessage, JobRow, ThreadJobs, check_write_grant, set_thread_extraction, queue_extraction, claim_extraction,
+    claim_extraction_job,
+    extraction_key, extraction_target, job_messages, lock_claimed_job, current_memory_sha, finish_extraction,
+    retry_extraction, extraction_stats, list_extractions
+)
 
 # tenants.py: Tenants and their settings (operator CLI, as the owner); the server's own rows.
 from recall_server.db.queries.tenants import (
     create_tenant, tenant_exists, tenant_names, set_retention, set_audit_retention, set_audit_queries,
-    set_lineage_policy, set_memory_ttl, cursor_secret, ping,
+    set_lineage_policy, set_memory_ttl, set_extract_namespace, cursor_secret, ping,
 )
 
 __all__ = [
@@ -117,5 +125,8 @@ __all__ = [
     "set_checkpoint_retention",
     "checkpoint_thread_state", "checkpoint_erasure_findings", "NewMessageRow", "MessageRow", "append_messages", "append_messages_keyed",
     "list_messages", "messages_at", "live_message_seqs", "message_seqs", "count_live_messages_through",
-    "retract_messages", "fetch_message_content", "message_findings"
+    "retract_messages", "fetch_message_content", "message_findings", "Job", "JobMessage", "JobRow", "ThreadJobs",
+    "check_write_grant", "set_thread_extraction", "queue_extraction", "claim_extraction", "claim_extraction_job", "extraction_key",
+    "extraction_target", "job_messages", "lock_claimed_job", "current_memory_sha", "finish_extraction",
+    "retry_extraction", "extraction_stats", "list_extractions", "set_extract_namespace"
 ]

@@ -100,24 +100,31 @@ _APPEND_KEYED = tenancy.keyed_write("""
                                   $14::text[]) WITH ORDINALITY u(role, name, call, at, ct, content, meta, n)
           ON u.n = ev.event_n
       RETURNING seq, at),
-    done AS (SELECT seq, at FROM m)
+    job AS (
+      INSERT INTO extraction_jobs (tenant_id, thread_id, from_seq, to_seq, key_id, not_before)
+      SELECT gate.tenant, $3, min(m.seq), max(m.seq), $15, now() + $16 * interval '1 second' FROM gate, m
+       GROUP BY gate.tenant HAVING recall_extracts(gate.tenant, $3)
+      ON CONFLICT DO NOTHING RETURNING true AS queued),
+    done AS (SELECT seq, at, EXISTS (SELECT 1 FROM job) AS queued FROM m)
 """, "write", sharded=False)  # Citus plans no call of a distributed function in a CTE
 
 
-async def append_messages_keyed(conn: Conn, cred: Credential, thread_id: str, rows: list[NewMessageRow]
-                                ) -> list[tuple[int, datetime]]:
-    """append_messages in one statement with the key check: each message's (seq, at), in order; none when the
-    thread is missing or gone, or the statement lost a deadlock (it is undone) (401 and 403 are raised)."""
+async def append_messages_keyed(conn: Conn, cred: Credential, thread_id: str, rows: list[NewMessageRow],
+                                hold: float = 0.0) -> tuple[list[tuple[int, datetime]], bool]:
+    """append_messages in one statement with the key check, queueing the range's extraction job when the thread
+    extracts (queue_extraction): each message's (seq, at), in order, and whether a job was queued; none when
+    the thread is missing or gone, or the statement lost a deadlock (it is undone) (401 and 403 are raised).
+    `hold`: seconds before the job is due (extract=sync runs it itself; past them, any worker may)."""
     n = len(rows)
     try:
         _, found = await tenancy.write_many(
             conn, cred, "write", _APPEND_KEYED, thread_id, [thread_id] * n, [r.summary for r in rows], [None] * n,
             [None] * n, [r.role for r in rows], [r.name for r in rows], [r.tool_call_id for r in rows],
             [r.at for r in rows], [r.content_type for r in rows], [r.content for r in rows],
-            [r.metadata for r in rows])
+            [r.metadata for r in rows], cred.key_id, hold)
     except asyncpg.DeadlockDetectedError:
-        return []
-    return sorted((r["seq"], r["at"]) for r in found)
+        return [], False
+    return sorted((r["seq"], r["at"]) for r in found), any(r["queued"] for r in found)
 
 
 # How a message renders: content inline up to $inline bytes (stored as UTF-8 the server encoded itself, so

@@ -66,6 +66,12 @@ async def set_memory_ttl(conn: Conn, tenant: str, scratchpad: float | None, stat
     ) is not None
 
 
+async def set_extract_namespace(conn: Conn, tenant: str, template: str | None) -> bool:
+    """The namespace template the tenant's threads extract into unless they say otherwise (None: no default)."""
+    return await conn.fetchval("UPDATE tenants SET extract_namespace = $2 WHERE id = $1 RETURNING true",
+                               tenant, template) is not None
+
+
 async def cursor_secret(conn: Conn) -> bytes:
     return await conn.fetchval("SELECT value FROM server_secrets WHERE name = 'cursor'")
 
