@@ -469,7 +469,9 @@ def test_a_clean_stop_after_sigkill_and_restart_leaves_no_postgresql_behind(tmp_
     import psutil
 
     data = scratch_dir("orphan") / "data"
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_API_KEY")}
+    # one worker, as every suite server: serve's default (one per core) is tested in tests/test_first_run.py
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RECALL_API_KEY")},
+           "RECALL_WORKERS": "1"}
     log = tmp_path / "server.log"
     server = PlainServerProcess(log, "--data-dir", str(data))
     server.env = env
